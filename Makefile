@@ -1,0 +1,30 @@
+# The two commands a new user needs: `make run` and `make test`. Each builds .venv from nothing.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+SCENARIO ?= scenarios/quickstart.toml
+
+.PHONY: run test lint setup clean
+
+$(BIN)/edgefl: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	# torch 2.13 first: the pinned torchvision below matches it, and on a CPU-only machine
+	# a local CPU wheel of it is preferred over the registry's CUDA build.
+	$(BIN)/pip install --quiet "torch==2.13.0" "torchvision==0.28.0"
+	$(BIN)/pip install --quiet -e ".[dev]"
+	touch $@
+
+setup: $(BIN)/edgefl
+
+run: setup
+	$(BIN)/edgefl run $(SCENARIO) --out runs/quickstart
+	$(BIN)/edgefl plot runs/quickstart
+
+test: setup
+	$(BIN)/ruff check edgefl tests bench
+	$(BIN)/mypy
+	$(BIN)/pytest
+
+clean:
+	rm -rf $(VENV) runs
