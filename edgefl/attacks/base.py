@@ -1,0 +1,46 @@
+"""The attack interface and registry. Inputs live in [0, 1]; models normalise inside."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import torch
+from torch import nn
+
+from edgefl.registry import Registry
+
+
+class Attack(ABC):
+    """Crafts adversarial inputs within an L-inf ball of radius eps around x, clipped to [0, 1]."""
+
+    def __init__(self, eps: float = 8 / 255, step_size: float = 2 / 255, steps: int = 10) -> None:
+        self.eps = eps
+        self.step_size = step_size
+        self.steps = steps
+
+    def __call__(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Adversarial x for `model`, crafted with the model in eval mode (BN statistics fixed)."""
+        was_training = model.training
+        model.eval()
+        try:
+            return self.perturb(model, x, y).detach()
+        finally:
+            model.train(was_training)
+
+    @abstractmethod
+    def perturb(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor: ...
+
+
+ATTACKS: Registry[type[Attack]] = Registry("attack")
+
+
+def make_attack(name: str, eps: float, step_size: float, steps: int) -> Attack:
+    return ATTACKS.get(name)(eps=eps, step_size=step_size, steps=steps)
+
+
+def input_gradient(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """d CE(model(x), y) / d x."""
+    x = x.clone().requires_grad_(True)
+    loss = nn.functional.cross_entropy(model(x), y)
+    (grad,) = torch.autograd.grad(loss, x)
+    return grad

@@ -1,0 +1,118 @@
+"""The `edgefl` command: run | plot | devices (list, show, validate).
+
+Bad input ends with one line naming the file, the key and the fix, and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from edgefl.errors import EdgeflError
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except EdgeflError as exc:
+        print(f"edgefl: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("edgefl: interrupted", file=sys.stderr)
+        return 130
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="edgefl", description=__doc__.splitlines()[0] if __doc__ else "")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run a scenario: real training, simulated clock")
+    run.add_argument("scenario", type=Path)
+    run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a scenario key, e.g. --set rounds=5 --set fleet.clients=10")
+    run.add_argument("--out", type=Path, help="run directory (default runs/<scenario name>)")
+    run.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
+    run.add_argument("--download", action="store_true", help="allow downloading the dataset")
+    run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.set_defaults(func=cmd_run)
+
+    plot = sub.add_parser("plot", help="accuracy against simulated time, one line per run")
+    plot.add_argument("runs", type=Path, nargs="+")
+    plot.add_argument("--out", type=Path, help="PNG file (default RUN/accuracy.png of the first run)")
+    plot.set_defaults(func=cmd_plot)
+
+    dev = sub.add_parser("devices", help="device profiles")
+    dsub = dev.add_subparsers(dest="devices_command", required=True)
+    ls = dsub.add_parser("list", help="list device profiles")
+    ls.add_argument("--pool", help="only this pool")
+    ls.set_defaults(func=cmd_devices_list)
+    show = dsub.add_parser("show", help="show one device profile")
+    show.add_argument("name")
+    show.set_defaults(func=cmd_devices_show)
+    val = dsub.add_parser("validate", help="check device profile files")
+    val.add_argument("files", type=Path, nargs="+")
+    val.set_defaults(func=cmd_devices_validate)
+    return p
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from edgefl.config import load_scenario
+    from edgefl.experiment import prepare, prepare_out, run
+
+    overrides = [*args.overrides, *(["data.download=true"] if args.download else [])]
+    scenario = load_scenario(args.scenario, overrides)
+    out = args.out or Path("runs") / args.scenario.stem
+    prepare_out(out, args.overwrite, str(args.scenario))
+    exp = prepare(scenario, str(args.scenario))
+    summary = run(exp, out, progress=not args.quiet)
+    swapped = summary["client_rounds_swapped"]
+    print(f"{summary['method']}: {summary['rounds']} rounds, "
+          f"simulated {summary['sim_time_s'] / 3600:.2f} h (wall {summary['wall_time_s']:.0f} s), "
+          f"clean {100 * summary['clean_acc']:.1f} %, PGD {100 * summary['adv_acc']:.1f} %, "
+          f"{swapped}/{summary['client_rounds']} client-rounds swapped -> {out}")
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from edgefl.report.plot import plot_accuracy
+
+    out = plot_accuracy(args.runs, args.out or args.runs[0] / "accuracy.png")
+    print(out)
+    return 0
+
+
+def cmd_devices_list(args: argparse.Namespace) -> int:
+    from edgefl.devices.catalog import load_catalog
+
+    catalog = load_catalog()
+    devices = catalog.pool(args.pool) if args.pool else list(catalog.devices.values())
+    print(f"{'name':<22}{'pools':<14}{'memory MB':>12}{'GFLOP/s':>10}{'read MB/s':>11}")
+    for d in devices:
+        print(f"{d.name:<22}{','.join(d.pools):<14}{d.memory_mb:>12.3f}"
+              f"{d.compute_gflops:>10.1f}{d.storage_read_mbps:>11.1f}")
+    return 0
+
+
+def cmd_devices_show(args: argparse.Namespace) -> int:
+    from edgefl.devices.catalog import PROFILES_DIR, load_catalog
+
+    catalog = load_catalog()
+    if args.name not in catalog.devices:
+        raise EdgeflError(str(PROFILES_DIR), args.name,
+                          f"no such device; known: {', '.join(sorted(catalog.devices))}")
+    print((PROFILES_DIR / f"{args.name}.toml").read_text(), end="")
+    return 0
+
+
+def cmd_devices_validate(args: argparse.Namespace) -> int:
+    from edgefl.devices.profile import DeviceProfile, load_profile
+
+    for path in args.files:
+        if not path.is_file():
+            raise EdgeflError(str(path), "file", "not found")
+        p = load_profile(path, DeviceProfile)
+        print(f"{path}: ok ({p.name}: {p.memory_mb} MB, {p.compute_gflops} GFLOP/s)")
+    return 0

@@ -1,0 +1,278 @@
+"""Scenario files: a typed schema with defaults in code, TOML loading, `--set` overrides, clear errors.
+
+A scenario file is a short diff over the defaults below. Unknown keys, wrong types and impossible
+values stop before any work with one line naming the file, the key and the fix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from edgefl.errors import EdgeflError
+
+
+@dataclass
+class DataConfig:
+    dataset: str = "digits"  # digits (bundled) | cifar10
+    root: str = "~/.cache/edgefl/data"  # where downloadable datasets live
+    download: bool = False  # allow torchvision to download a missing dataset
+    partition: str = "iid"  # iid | 20-80 | skew | dirichlet
+    alpha: float = 0.5  # Dirichlet concentration
+    skew_s: float = 2.0  # Shah et al.'s s, in percent per foreign label group
+    shards_per_client: int = 2  # 20-80 split: label-sorted shards per client
+    iid_share: float = 0.2  # 20-80 split: share of samples dealt IID
+    val_fraction: float = 0.2  # each client's validation slice
+    test_samples: int = 0  # evaluate on this many test samples (0 = all)
+
+
+@dataclass
+class ModelConfig:
+    name: str = "digits_cnn"
+
+
+@dataclass
+class FleetConfig:
+    clients: int = 20
+    sample_fraction: float = 0.5  # clients selected per round
+    pool: str = "edge"  # device pool name (the `pools` key of device profiles)
+    devices: list[str] = field(default_factory=list)  # explicit device list, overrides `pool`
+    balance_s: float = 0.0  # P(device) ~ (FLOP/s x memory)^s; 0 balanced, < 0 favours small devices
+    apps: list[str] = field(default_factory=list)  # co-running apps drawn from (empty = all)
+    app_memory: bool = True  # the co-running app also takes its share of memory
+    memory_fraction: list[float] = field(default_factory=lambda: [0.0, 0.2])  # U(lo, hi) x memory
+    reserved_memory_mb: float = 1.0  # R_min: available memory never drops below this
+
+
+@dataclass
+class TrainingConfig:
+    local_iters: int = 30  # SGD iterations per client per round
+    batch_size: int = 32
+    optimizer: str = "sgd"  # sgd | adam
+    lr: float = 0.05
+    lr_decay: float = 0.994  # x per round
+    momentum: float = 0.9
+    weight_decay: float = 1e-4
+    fedbn: bool = True  # keep BatchNorm local to each client
+    warmup_rounds: int = 0  # clean (non-adversarial) rounds first
+
+
+@dataclass
+class AttackConfig:
+    """The attack used for local adversarial training."""
+
+    name: str = "pgd"  # pgd | fgsm | none
+    eps: float = 8 / 255
+    step_size: float = 2 / 255
+    steps: int = 10
+
+
+@dataclass
+class EvaluationConfig:
+    every: int = 1  # evaluate every N rounds (and always after the last)
+    attack: str = "pgd"
+    steps: int = 20
+    eps: float = 0.0  # 0 = the training attack's eps
+    step_size: float = 0.0  # 0 = the training attack's step size
+
+
+@dataclass
+class CostConfig:
+    accounting: str = "walk"  # walk (atom-by-atom swap walk) | paper (FedProphet release)
+    communication: bool = True  # count download/upload time
+    server_s: float = 0.0  # server time per round (aggregation)
+    paper_access_s: float = 0.17  # paper accounting: seconds per storage access
+
+
+@dataclass
+class Scenario:
+    method: str = "jfat"
+    rounds: int = 20
+    seed: int = 0
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    fleet: FleetConfig = field(default_factory=FleetConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    attack: AttackConfig = field(default_factory=AttackConfig)
+    evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
+    cost: CostConfig = field(default_factory=CostConfig)
+
+
+def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
+    """Read, override, type-check and validate a scenario file."""
+    where = str(path)
+    try:
+        raw = tomllib.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise EdgeflError(where, "file", "not found; give the path of a scenario .toml") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise EdgeflError(where, "syntax", f"not valid TOML ({exc})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise EdgeflError(where, "file", f"cannot be read ({exc})") from None
+    for item in overrides or []:
+        apply_override(raw, item, where)
+    scenario = build(Scenario, raw, where, "")
+    validate(scenario, where)
+    return scenario
+
+
+def apply_override(raw: dict[str, Any], item: str, where: str) -> None:
+    """Apply one `--set a.b=value`; the value is read as TOML, or as a bare string."""
+    key, sep, text = item.partition("=")
+    if not sep or not key.strip():
+        raise EdgeflError(where, f"--set {item}", "write it as KEY=VALUE, e.g. rounds=5")
+    try:
+        value = tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = text
+    *parents, leaf = key.strip().split(".")
+    node = raw
+    for part in parents:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise EdgeflError(where, key, f"{part!r} is not a section")
+    node[leaf] = value
+
+
+def build(cls: type, raw: Any, where: str, prefix: str) -> Any:
+    """Build dataclass `cls` from a TOML table, rejecting unknown keys and wrong types."""
+    if not isinstance(raw, dict):
+        raise EdgeflError(where, prefix.rstrip(".") or "file", "must be a table")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    unknown = sorted(set(raw) - set(fields))
+    if unknown:
+        raise EdgeflError(
+            where, prefix + unknown[0], f"unknown key; known keys here: {', '.join(fields)}"
+        )
+    values = {}
+    for name, value in raw.items():
+        key, hint = prefix + name, hints[name]
+        if dataclasses.is_dataclass(hint):
+            values[name] = build(hint, value, where, key + ".")  # type: ignore[arg-type]
+        else:
+            values[name] = check_type(value, hint, where, key)
+    return cls(**values)
+
+
+def check_type(value: Any, hint: Any, where: str, key: str) -> Any:
+    """Check one scalar or list value against its annotation; ints are accepted for floats."""
+    origin = typing.get_origin(hint)
+    if origin in (list, types.GenericAlias) or origin is list:
+        (inner,) = typing.get_args(hint)
+        if not isinstance(value, list):
+            raise EdgeflError(where, key, f"must be a list of {inner.__name__}, got {value!r}")
+        return [check_type(v, inner, where, key) for v in value]
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, hint) or (hint is int and isinstance(value, bool)):
+        raise EdgeflError(where, key, f"must be {hint.__name__}, got {value!r}")
+    return value
+
+
+def validate(s: Scenario, where: str) -> None:
+    """Range checks and known-name checks, each failing on the first bad key."""
+    checks: list[tuple[str, bool, str]] = [
+        ("rounds", s.rounds >= 1, "must be at least 1"),
+        ("seed", s.seed >= 0, "must be a non-negative integer"),
+        ("data.alpha", s.data.alpha > 0, "must be positive"),
+        ("data.skew_s", 0 <= s.data.skew_s < 100, "must be a percentage in [0, 100)"),
+        ("data.shards_per_client", s.data.shards_per_client >= 1, "must be at least 1"),
+        ("data.iid_share", 0 <= s.data.iid_share <= 1, "must be a fraction in [0, 1]"),
+        ("data.val_fraction", 0 <= s.data.val_fraction < 1, "must be a fraction in [0, 1)"),
+        ("data.test_samples", s.data.test_samples >= 0, "must be 0 (all) or positive"),
+        ("fleet.clients", s.fleet.clients >= 1, "must be at least 1"),
+        ("fleet.sample_fraction", 0 < s.fleet.sample_fraction <= 1, "must be a fraction in (0, 1]"),
+        ("fleet.memory_fraction", _is_range(s.fleet.memory_fraction, 0, 1),
+         "must be [low, high] with 0 <= low <= high <= 1"),
+        ("fleet.reserved_memory_mb", s.fleet.reserved_memory_mb > 0, "must be positive (MB)"),
+        ("training.local_iters", s.training.local_iters >= 1, "must be at least 1"),
+        ("training.batch_size", s.training.batch_size >= 1, "must be at least 1"),
+        ("training.optimizer", s.training.optimizer in ("sgd", "adam"), "must be sgd or adam"),
+        ("training.lr", s.training.lr > 0, "must be positive"),
+        ("training.lr_decay", 0 < s.training.lr_decay <= 1, "must be in (0, 1]"),
+        ("training.momentum", 0 <= s.training.momentum < 1, "must be in [0, 1)"),
+        ("training.weight_decay", s.training.weight_decay >= 0, "must be non-negative"),
+        ("training.warmup_rounds", s.training.warmup_rounds >= 0, "must be non-negative"),
+        ("attack.eps", s.attack.eps >= 0, "must be non-negative"),
+        ("attack.step_size", s.attack.step_size >= 0, "must be non-negative"),
+        ("attack.steps", s.attack.steps >= 1, "must be at least 1"),
+        ("evaluation.every", s.evaluation.every >= 1, "must be at least 1"),
+        ("evaluation.steps", s.evaluation.steps >= 1, "must be at least 1"),
+        ("evaluation.eps", s.evaluation.eps >= 0, "must be non-negative"),
+        ("cost.accounting", s.cost.accounting in ("walk", "paper"), "must be walk or paper"),
+        ("cost.server_s", s.cost.server_s >= 0, "must be non-negative (seconds)"),
+        ("cost.paper_access_s", s.cost.paper_access_s >= 0, "must be non-negative (seconds)"),
+    ]
+    if s.data.partition == "skew":
+        checks.append(("data.skew_s", (s.fleet.clients - 1) * s.data.skew_s < 100,
+                       "skew gives each client s % of every other group: (clients - 1) x s "
+                       "must stay below 100"))
+    for key, ok, fix in checks:
+        if not ok:
+            raise EdgeflError(where, key, fix)
+    _check_names(s, where)
+
+
+def _is_range(values: list[float], low: float, high: float) -> bool:
+    return len(values) == 2 and low <= values[0] <= values[1] <= high
+
+
+def _check_names(s: Scenario, where: str) -> None:
+    """Names that must exist in a registry or in device_profiles/."""
+    from edgefl.attacks import ATTACKS
+    from edgefl.data import DATASETS, PARTITIONS
+    from edgefl.devices.catalog import load_catalog
+    from edgefl.methods import METHODS
+    from edgefl.models import MODELS
+
+    named = [
+        ("method", s.method, METHODS.names()),
+        ("model.name", s.model.name, MODELS.names()),
+        ("data.dataset", s.data.dataset, DATASETS.names()),
+        ("data.partition", s.data.partition, PARTITIONS.names()),
+        ("attack.name", s.attack.name, [*ATTACKS.names(), "none"]),
+        ("evaluation.attack", s.evaluation.attack, ATTACKS.names()),
+    ]
+    catalog = load_catalog()
+    named += [("fleet.devices", d, sorted(catalog.devices)) for d in s.fleet.devices]
+    named += [("fleet.apps", a, sorted(catalog.apps)) for a in s.fleet.apps]
+    for key, value, known in named:
+        if value not in known:
+            raise EdgeflError(where, key, f"unknown {value!r}; choose one of: {', '.join(known)}")
+    if not s.fleet.devices and not catalog.pool(s.fleet.pool):
+        raise EdgeflError(
+            where, "fleet.pool",
+            f"no device profile is in pool {s.fleet.pool!r}; pools: {', '.join(catalog.pools())}",
+        )
+
+
+def to_toml(s: Scenario) -> str:
+    """The resolved scenario as TOML (saved in every run directory)."""
+    top, sections = [], []
+    for f in dataclasses.fields(s):
+        value = getattr(s, f.name)
+        if dataclasses.is_dataclass(value):
+            body = "\n".join(
+                f"{k} = {_toml_value(v)}" for k, v in dataclasses.asdict(value).items()  # type: ignore[call-overload]
+            )
+            sections.append(f"[{f.name}]\n{body}\n")
+        else:
+            top.append(f"{f.name} = {_toml_value(value)}")
+    return "\n".join(top) + "\n\n" + "\n".join(sections)
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    return repr(v)

@@ -1,0 +1,98 @@
+"""DevicePool: deals a device to every client and draws each client's state per round.
+
+Devices are assigned once with P(device) ~ (peak FLOP/s x memory)^s (FedProphet §7.1: s = 0 is
+the balanced setting, s < 0 the unbalanced one). Each round, each client draws a co-running app
+(its degrading factors), its available memory R_k(t) and its network, all from the scenario seed:
+the draw for (round, client) does not depend on which other clients were drawn before it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.stats import truncnorm
+
+from edgefl.config import FleetConfig
+from edgefl.devices.catalog import Catalog
+from edgefl.devices.profile import DeviceProfile, NetworkProfile
+
+ASSIGN, SAMPLE, STATE = 0, 1, 2  # independent random streams
+
+
+@dataclass(frozen=True)
+class DeviceState:
+    """What a client has for training in one round: R_k(t), P_k(t) and its network."""
+
+    device: DeviceProfile
+    app: str
+    memory_bytes: float
+    flops: float
+    network: str
+    up_bps: float  # bytes/s
+    down_bps: float  # bytes/s
+    latency_s: float
+
+
+def rng(seed: int, *stream: int) -> np.random.Generator:
+    return np.random.default_rng([seed, *stream])
+
+
+def device_weights(devices: list[DeviceProfile], s: float) -> np.ndarray:
+    """P(device) proportional to (FLOP/s x memory bytes)^s."""
+    w = np.array([(d.flops * d.memory_bytes) ** s for d in devices])
+    return w / w.sum()
+
+
+def truncated_normal(low: float, high: float, r: np.random.Generator) -> float:
+    """The release's draw inside a range: N((low+high)/2, high/5) truncated to [low, high]."""
+    if high <= low:
+        return low
+    mean, sd = (low + high) / 2, high / 5
+    return float(truncnorm.rvs((low - mean) / sd, (high - mean) / sd, loc=mean, scale=sd,
+                               random_state=r))
+
+
+class DevicePool:
+    """The fleet: one device per client, and the per-round draws."""
+
+    def __init__(self, catalog: Catalog, fleet: FleetConfig, seed: int) -> None:
+        self.fleet = fleet
+        self.seed = seed
+        choices = [catalog.devices[d] for d in fleet.devices] or catalog.pool(fleet.pool)
+        picks = rng(seed, ASSIGN).choice(
+            len(choices), size=fleet.clients, p=device_weights(choices, fleet.balance_s))
+        self.devices: list[DeviceProfile] = [choices[i] for i in picks]
+        self.apps = [catalog.apps[a] for a in fleet.apps] or list(catalog.apps.values())
+        self.networks = catalog.networks
+
+    def sample_clients(self, round_: int) -> list[int]:
+        """The clients selected in a round (a fraction of the population, at least one)."""
+        n = max(1, round(self.fleet.sample_fraction * self.fleet.clients))
+        picked = rng(self.seed, SAMPLE, round_).choice(self.fleet.clients, size=n, replace=False)
+        return sorted(int(k) for k in picked)
+
+    def reserved_bytes(self, device: DeviceProfile) -> float:
+        """R_min, but never more than the device has."""
+        return min(device.memory_bytes, self.fleet.reserved_memory_mb * 1e6)
+
+    def state(self, client: int, round_: int) -> DeviceState:
+        """Client `client`'s draw for `round_`: app, available memory, network."""
+        r = rng(self.seed, STATE, round_, client)
+        device = self.devices[client]
+        app = self.apps[int(r.integers(len(self.apps)))]
+        low, high = self.fleet.memory_fraction
+        share = r.uniform(low, high) * (app.memory_left if self.fleet.app_memory else 1.0)
+        memory = max(self.reserved_bytes(device), device.memory_bytes * share)
+        net = self.networks[device.networks[int(r.integers(len(device.networks)))]]
+        up, down, latency = _draw_network(net, r)
+        return DeviceState(device, app.name, memory, device.flops * app.perf_left,
+                           net.name, up, down, latency)
+
+
+def _draw_network(net: NetworkProfile, r: np.random.Generator) -> tuple[float, float, float]:
+    """(up bytes/s, down bytes/s, latency s)."""
+    up = truncated_normal(*net.up_mbps, r) * 1e6 / 8
+    down = truncated_normal(*net.down_mbps, r) * 1e6 / 8
+    latency = truncated_normal(*net.latency_ms, r) / 1e3
+    return up, down, latency

@@ -1,0 +1,106 @@
+"""Device, co-running app and network profiles: what the hardware is, read from TOML files.
+
+Units are in the key names. The numbers of FedProphet's pools and apps come from its release
+(Tang et al., FedProphet, §7.1); each file says where its numbers come from in `source`.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from edgefl.config import build
+from edgefl.errors import EdgeflError
+
+NETWORK_NAMES = ["dsl", "cable", "4g", "5g", "wifi", "fiber", "satellite"]
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    name: str
+    description: str
+    source: str
+    memory_mb: float
+    compute_gflops: float
+    storage_read_mbps: float
+    storage_write_mbps: float
+    storage_latency_ms: float
+    pools: list[str] = field(default_factory=list)
+    networks: list[str] = field(default_factory=lambda: list(NETWORK_NAMES))
+
+    @property
+    def memory_bytes(self) -> float:
+        return self.memory_mb * 1e6
+
+    @property
+    def flops(self) -> float:
+        return self.compute_gflops * 1e9
+
+
+@dataclass(frozen=True)
+class AppProfile:
+    name: str
+    description: str
+    source: str
+    perf_left: float  # share of peak compute left for training
+    memory_left: float  # share of memory the app leaves to other work
+
+
+@dataclass(frozen=True)
+class NetworkProfile:
+    name: str
+    description: str
+    source: str
+    up_mbps: list[float]  # Mbit/s [low, high]
+    down_mbps: list[float]
+    latency_ms: list[float]
+
+
+P = TypeVar("P", DeviceProfile, AppProfile, NetworkProfile)
+
+
+def load_profile(path: Path, cls: type[P]) -> P:
+    """Load and validate one profile file; errors name the file and key."""
+    where = str(path)
+    try:
+        raw: dict[str, Any] = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise EdgeflError(where, "syntax", f"not valid TOML ({exc})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise EdgeflError(where, "file", f"cannot be read ({exc})") from None
+    missing = [k for k in _required(cls) if k not in raw]
+    if missing:
+        raise EdgeflError(where, missing[0], "missing; every profile of this kind needs it")
+    profile: P = build(cls, raw, where, "")
+    _check(profile, where, path.stem)
+    return profile
+
+
+def _required(cls: type) -> list[str]:
+    from dataclasses import MISSING, fields
+
+    return [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING]
+
+
+def _check(p: DeviceProfile | AppProfile | NetworkProfile, where: str, stem: str) -> None:
+    checks: list[tuple[str, bool, str]] = [("name", p.name == stem, f"must equal the file name {stem!r}")]
+    if isinstance(p, DeviceProfile):
+        checks += [(k, getattr(p, k) > 0, "must be positive") for k in (
+            "memory_mb", "compute_gflops", "storage_read_mbps", "storage_write_mbps")]
+        checks += [
+            ("storage_latency_ms", p.storage_latency_ms >= 0, "must be non-negative"),
+            ("networks", bool(p.networks) and set(p.networks) <= set(NETWORK_NAMES),
+             f"must be a non-empty list drawn from {', '.join(NETWORK_NAMES)}"),
+        ]
+    elif isinstance(p, AppProfile):
+        checks += [(k, 0 < getattr(p, k) <= 1, "must be a fraction in (0, 1]")
+                   for k in ("perf_left", "memory_left")]
+    else:
+        checks += [(k, len(v) == 2 and 0 < v[0] <= v[1], "must be [low, high] with 0 < low <= high")
+                   for k, v in (("up_mbps", p.up_mbps), ("down_mbps", p.down_mbps),
+                                ("latency_ms", p.latency_ms))]
+    for key, ok, fix in checks:
+        if not ok:
+            raise EdgeflError(where, key, fix)

@@ -1,0 +1,1 @@
+"""Executors: where the real local training runs (in-process here)."""

@@ -1,0 +1,42 @@
+"""Aggregation as pure functions over state dicts and weights (McMahan et al., FedAvg, Alg. 1;
+Li et al., FedBN, ICLR 2021)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import torch
+from torch import nn
+
+State = dict[str, torch.Tensor]
+
+
+def fedavg(states: Sequence[State], weights: Sequence[float]) -> State:
+    """sum_k w_k x_k / sum_k w_k for every key; integer buffers (BN's counters) are rounded."""
+    total = float(sum(weights))
+    out: State = {}
+    for key, first in states[0].items():
+        acc = sum(s[key].double() * (w / total) for s, w in zip(states, weights, strict=True))
+        out[key] = acc.round().to(first.dtype) if not first.is_floating_point() else acc.to(first.dtype)
+    return out
+
+
+def bn_keys(model: nn.Module) -> set[str]:
+    """State-dict keys that belong to BatchNorm layers (weights, biases, running statistics)."""
+    return {f"{name}.{key}" if name else key
+            for name, m in model.named_modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)
+            for key in m.state_dict()}
+
+
+def keep_local(global_state: State, local_state: State, keys: Iterable[str]) -> State:
+    """FedBN's download: the global state with the client's own values at `keys`."""
+    merged = dict(global_state)
+    for key in keys:
+        merged[key] = local_state[key]
+    return merged
+
+
+def state_bytes(state: State, keys: Iterable[str] | None = None) -> int:
+    """Bytes of the tensors at `keys` (all by default), as sent over the network."""
+    names = state.keys() if keys is None else keys
+    return sum(state[k].numel() * state[k].element_size() for k in names)

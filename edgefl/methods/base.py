@@ -1,0 +1,82 @@
+"""The method interface: plan a client's round, train it for real, aggregate."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from edgefl.attacks import Attack
+from edgefl.config import Scenario
+from edgefl.data import ClientSplit, Dataset
+from edgefl.devices.pool import DeviceState
+from edgefl.models import AtomModel
+from edgefl.profiling import ModelProfile
+from edgefl.registry import Registry
+from edgefl.sim.workload import Workload
+
+
+@dataclass
+class Context:
+    """What every method gets: the scenario, the data on the training device, the model factory."""
+
+    scenario: Scenario
+    data: Dataset
+    splits: list[ClientSplit]
+    profile: ModelProfile
+    new_model: Callable[[], AtomModel]
+    device: torch.device
+    train_attack: Attack | None
+
+    def client_data(self, client: int) -> tuple[torch.Tensor, torch.Tensor]:
+        idx = torch.from_numpy(self.splits[client].train).to(self.device)
+        return self.data.train_x[idx], self.data.train_y[idx]
+
+    def attack_for(self, round_: int) -> Attack | None:
+        """No attack during the clean warm-up rounds."""
+        return None if round_ < self.scenario.training.warmup_rounds else self.train_attack
+
+    def lr(self, round_: int) -> float:
+        t = self.scenario.training
+        return t.lr * t.lr_decay**round_
+
+
+@dataclass
+class ClientUpdate:
+    client: int
+    state: dict[str, torch.Tensor]
+    num_samples: int
+    loss: float
+
+
+class Method(ABC):
+    """One federated method. `plan` and `train` run per selected client, `aggregate` per round."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+
+    @abstractmethod
+    def plan(self, round_: int, client: int, state: DeviceState) -> Workload:
+        """What the client runs this round, for the cost model."""
+
+    @abstractmethod
+    def train(self, round_: int, client: int, workload: Workload) -> ClientUpdate:
+        """Real local training."""
+
+    @abstractmethod
+    def aggregate(self, round_: int, updates: list[ClientUpdate]) -> None:
+        """Fold the round's updates into the global model."""
+
+    @abstractmethod
+    def global_model(self) -> torch.nn.Module:
+        """The model evaluated on the test set."""
+
+    def round_info(self) -> dict[str, Any]:
+        """Per-method state recorded in metrics.csv (e.g. a module index)."""
+        return {}
+
+
+METHODS: Registry[type[Method]] = Registry("method")

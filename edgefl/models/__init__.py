@@ -1,0 +1,9 @@
+"""The model zoo: every model is an `AtomModel`, a sequence of atoms (timm-style registry).
+
+Atoms are the units the cost model walks, the profiler measures and FedProphet partitions.
+"""
+
+from edgefl.models.base import MODELS, AtomModel, ModelBuilder, build_model
+from edgefl.models import cnn, digits, vgg  # noqa: F401  (register the families)
+
+__all__ = ["MODELS", "AtomModel", "ModelBuilder", "build_model"]

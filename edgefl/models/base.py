@@ -1,0 +1,59 @@
+"""AtomModel and the model registry."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import nn
+
+from edgefl.registry import Registry
+
+
+class Normalize(nn.Module):
+    """Per-channel input normalisation, its own atom so attacks work in [0, 1] pixel space."""
+
+    def __init__(self, mean: Sequence[float], std: Sequence[float]) -> None:
+        super().__init__()
+        self.register_buffer("mean", torch.tensor(mean).view(1, -1, 1, 1))
+        self.register_buffer("std", torch.tensor(std).view(1, -1, 1, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x - self.mean) / self.std
+
+
+class AtomModel(nn.Sequential):
+    """A model that is a sequence of named atoms; `atom_names` keeps their order."""
+
+    def __init__(self, atoms: list[tuple[str, nn.Module]], input_shape: tuple[int, ...]) -> None:
+        super().__init__()
+        for name, atom in atoms:
+            self.add_module(name, atom)
+        self.input_shape = input_shape  # one sample, e.g. (3, 32, 32)
+
+    @property
+    def atom_names(self) -> list[str]:
+        return [name for name, _ in self.named_children()]
+
+
+ModelBuilder = Callable[[int, tuple[int, ...], Sequence[float], Sequence[float]], AtomModel]
+MODELS: Registry[ModelBuilder] = Registry("model")
+
+
+def build_model(
+    name: str,
+    num_classes: int,
+    input_shape: tuple[int, ...],
+    mean: Sequence[float],
+    std: Sequence[float],
+) -> AtomModel:
+    return MODELS.get(name)(num_classes, input_shape, mean, std)
+
+
+def conv_bn(cin: int, cout: int, pool: bool) -> list[nn.Module]:
+    """3x3 conv, BatchNorm, ReLU, optionally 2x2 max-pooling: the layers of one conv atom."""
+    layers: list[nn.Module] = [nn.Conv2d(cin, cout, 3, padding=1, bias=False),
+                               nn.BatchNorm2d(cout), nn.ReLU(inplace=True)]
+    if pool:
+        layers.append(nn.MaxPool2d(2))
+    return layers

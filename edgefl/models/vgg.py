@@ -1,0 +1,57 @@
+"""VGG11/13/16 with BatchNorm in their CIFAR form (Simonyan & Zisserman; FedProphet §7.1).
+
+Atoms as in the FedProphet release: the input normalisation is its own atom, then one atom per
+conv layer with its BN, ReLU and pooling; the last conv atom also holds the classifier
+(512 -> 512 -> 512 -> classes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from torch import nn
+
+from edgefl.models.base import MODELS, AtomModel, Normalize, conv_bn
+
+CONFIGS: dict[str, list[int | str]] = {
+    "vgg11": [64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"],
+    "vgg13": [64, 64, "M", 128, 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"],
+    "vgg16": [64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M",
+              512, 512, 512, "M"],
+}
+
+
+def make_vgg(
+    cfg: list[int | str], num_classes: int, input_shape: tuple[int, ...],
+    mean: Sequence[float], std: Sequence[float],
+) -> AtomModel:
+    c, h, w = input_shape
+    pools = cfg.count("M")
+    if h % 2**pools or w % 2**pools:
+        raise ValueError(f"VGG needs an input side divisible by {2**pools}, got {h}x{w}")
+    atoms: list[tuple[str, nn.Module]] = [("norm", Normalize(mean, std))]
+    cin = c
+    for j, cout in enumerate(cfg):
+        if isinstance(cout, int):
+            pool = j + 1 < len(cfg) and cfg[j + 1] == "M"
+            atoms.append((f"conv{len(atoms)}", nn.Sequential(*conv_bn(cin, cout, pool))))
+            cin = cout
+    flat = cin * (h // 2**pools) * (w // 2**pools)
+    head = nn.Sequential(nn.Flatten(), nn.Linear(flat, 512), nn.ReLU(inplace=True),
+                         nn.Linear(512, 512), nn.ReLU(inplace=True), nn.Linear(512, num_classes))
+    last_name, last = atoms[-1]
+    atoms[-1] = (last_name, nn.Sequential(*last, *head))
+    return AtomModel(atoms, input_shape)
+
+
+def _register(name: str) -> None:
+    @MODELS.register(name)
+    def builder(
+        num_classes: int, input_shape: tuple[int, ...], mean: Sequence[float],
+        std: Sequence[float],
+    ) -> AtomModel:
+        return make_vgg(CONFIGS[name], num_classes, input_shape, mean, std)
+
+
+for _name in CONFIGS:
+    _register(_name)

@@ -1,0 +1,1 @@
+"""The simulated clock: workloads, the cost model and the SimPy engine."""
