@@ -65,8 +65,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     overrides = [*args.overrides, *(["data.download=true"] if args.download else [])]
     scenario = load_scenario(args.scenario, overrides)
     out = args.out or Path("runs") / args.scenario.stem
-    prepare_out(out, args.overwrite, str(args.scenario))
     exp = prepare(scenario, str(args.scenario))
+    prepare_out(out, args.overwrite, str(args.scenario))
     summary = run(exp, out, progress=not args.quiet)
     swapped = summary["client_rounds_swapped"]
     print(f"{summary['method']}: {summary['rounds']} rounds, "
@@ -85,9 +85,12 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def cmd_devices_list(args: argparse.Namespace) -> int:
-    from edgefl.devices.catalog import load_catalog
+    from edgefl.devices.catalog import PROFILES_DIR, load_catalog
 
     catalog = load_catalog()
+    if args.pool and args.pool not in catalog.pools():
+        raise EdgeflError(str(PROFILES_DIR), "--pool",
+                          f"no device is in pool {args.pool!r}; pools: {', '.join(catalog.pools())}")
     devices = catalog.pool(args.pool) if args.pool else list(catalog.devices.values())
     print(f"{'name':<22}{'pools':<14}{'memory MB':>12}{'GFLOP/s':>10}{'read MB/s':>11}")
     for d in devices:

@@ -7,6 +7,7 @@ values stop before any work with one line naming the file, the key and the fix.
 from __future__ import annotations
 
 import dataclasses
+import json
 import tomllib
 import types
 import typing
@@ -46,7 +47,7 @@ class FleetConfig:
     apps: list[str] = field(default_factory=list)  # co-running apps drawn from (empty = all)
     app_memory: bool = True  # the co-running app also takes its share of memory
     memory_fraction: list[float] = field(default_factory=lambda: [0.0, 0.2])  # U(lo, hi) x memory
-    reserved_memory_mb: float = 1.0  # R_min: available memory never drops below this
+    reserved_memory_mb: float = 1.2  # R_min: available memory never drops below this
 
 
 @dataclass
@@ -206,6 +207,7 @@ def validate(s: Scenario, where: str) -> None:
         ("evaluation.every", s.evaluation.every >= 1, "must be at least 1"),
         ("evaluation.steps", s.evaluation.steps >= 1, "must be at least 1"),
         ("evaluation.eps", s.evaluation.eps >= 0, "must be non-negative"),
+        ("evaluation.step_size", s.evaluation.step_size >= 0, "must be non-negative"),
         ("cost.accounting", s.cost.accounting in ("walk", "paper"), "must be walk or paper"),
         ("cost.server_s", s.cost.server_s >= 0, "must be non-negative (seconds)"),
         ("cost.paper_access_s", s.cost.paper_access_s >= 0, "must be non-negative (seconds)"),
@@ -259,9 +261,7 @@ def to_toml(s: Scenario) -> str:
     for f in dataclasses.fields(s):
         value = getattr(s, f.name)
         if dataclasses.is_dataclass(value):
-            body = "\n".join(
-                f"{k} = {_toml_value(v)}" for k, v in dataclasses.asdict(value).items()  # type: ignore[call-overload]
-            )
+            body = "\n".join(f"{k} = {_toml_value(v)}" for k, v in vars(value).items())
             sections.append(f"[{f.name}]\n{body}\n")
         else:
             top.append(f"{f.name} = {_toml_value(value)}")
@@ -272,7 +272,7 @@ def _toml_value(v: Any) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        return json.dumps(v)  # a JSON string is a valid TOML basic string
     if isinstance(v, list):
         return "[" + ", ".join(_toml_value(x) for x in v) + "]"
     return repr(v)

@@ -44,8 +44,9 @@ def device_weights(devices: list[DeviceProfile], s: float) -> np.ndarray:
     return w / w.sum()
 
 
-def truncated_normal(low: float, high: float, r: np.random.Generator) -> float:
-    """The release's draw inside a range: N((low+high)/2, high/5) truncated to [low, high]."""
+def truncated_normal(bounds: list[float], r: np.random.Generator) -> float:
+    """The release's draw inside [low, high]: N((low+high)/2, high/5) truncated to the range."""
+    low, high = bounds
     if high <= low:
         return low
     mean, sd = (low + high) / 2, high / 5
@@ -92,7 +93,7 @@ class DevicePool:
 
 def _draw_network(net: NetworkProfile, r: np.random.Generator) -> tuple[float, float, float]:
     """(up bytes/s, down bytes/s, latency s)."""
-    up = truncated_normal(*net.up_mbps, r) * 1e6 / 8
-    down = truncated_normal(*net.down_mbps, r) * 1e6 / 8
-    latency = truncated_normal(*net.latency_ms, r) / 1e3
+    up = truncated_normal(net.up_mbps, r) * 1e6 / 8
+    down = truncated_normal(net.down_mbps, r) * 1e6 / 8
+    latency = truncated_normal(net.latency_ms, r) / 1e3
     return up, down, latency

@@ -16,8 +16,9 @@ def fedavg(states: Sequence[State], weights: Sequence[float]) -> State:
     total = float(sum(weights))
     out: State = {}
     for key, first in states[0].items():
-        acc = sum(s[key].double() * (w / total) for s, w in zip(states, weights, strict=True))
-        out[key] = acc.round().to(first.dtype) if not first.is_floating_point() else acc.to(first.dtype)
+        acc = torch.stack([s[key].double() * (w / total)
+                           for s, w in zip(states, weights, strict=True)]).sum(0)
+        out[key] = (acc if first.is_floating_point() else acc.round()).to(first.dtype)
     return out
 
 

@@ -38,7 +38,11 @@ class JFAT(Method):
         return Workload(
             atoms=self.ctx.profile.atoms, batch=t.batch_size, iterations=t.local_iters,
             attack_steps=attack.steps if attack else 0, slots=self.slots,
-            download_bytes=state_bytes(s, set(s) - self.local_keys), upload_bytes=state_bytes(s))
+            download_bytes=state_bytes(s, set(s) - self.kept_by(client)), upload_bytes=state_bytes(s))
+
+    def kept_by(self, client: int) -> set[str]:
+        """Keys the client already holds locally (FedBN), so it does not download them."""
+        return self.local_keys if client in self.local_states else set()
 
     def train(self, round_: int, client: int, workload: Workload) -> ClientUpdate:
         gen = seed_everything(self.ctx.scenario.seed, round_, client)

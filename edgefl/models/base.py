@@ -13,6 +13,9 @@ from edgefl.registry import Registry
 class Normalize(nn.Module):
     """Per-channel input normalisation, its own atom so attacks work in [0, 1] pixel space."""
 
+    mean: torch.Tensor
+    std: torch.Tensor
+
     def __init__(self, mean: Sequence[float], std: Sequence[float]) -> None:
         super().__init__()
         self.register_buffer("mean", torch.tensor(mean).view(1, -1, 1, 1))

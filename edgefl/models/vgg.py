@@ -40,7 +40,7 @@ def make_vgg(
     head = nn.Sequential(nn.Flatten(), nn.Linear(flat, 512), nn.ReLU(inplace=True),
                          nn.Linear(512, 512), nn.ReLU(inplace=True), nn.Linear(512, num_classes))
     last_name, last = atoms[-1]
-    atoms[-1] = (last_name, nn.Sequential(*last, *head))
+    atoms[-1] = (last_name, nn.Sequential(*last.children(), *head.children()))
     return AtomModel(atoms, input_shape)
 
 

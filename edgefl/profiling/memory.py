@@ -35,11 +35,16 @@ def mem_req(atoms: Sequence[AtomProfile], batch: int, slots: int, adversarial: b
     return state + saved + workspace_bytes(atoms, batch, adversarial)
 
 
+def paper_scale(slots: int) -> int:
+    """The release's s: parameter copies kept in memory (2 SGD, 3 SGD+momentum, 5 Adam)."""
+    return {0: 2, 1: 3, 2: 5}[slots]
+
+
 def paper_mem_req(atoms: Sequence[AtomProfile], batch: int, slots: int) -> float:
-    """The FedProphet release's MemReq: 4 B x (s x P + batch x F), s = 2 + slots."""
+    """The FedProphet release's MemReq: 4 B x (s x P + batch x F)."""
     params = sum(a.params for a in atoms)
     features = sum(a.weighted_in_elems for a in atoms)
-    return BYTES * ((2 + slots) * params + batch * features)
+    return BYTES * (paper_scale(slots) * params + batch * features)
 
 
 def fits(need: float, available: float) -> bool:

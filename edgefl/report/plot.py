@@ -9,9 +9,9 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from edgefl.errors import EdgeflError  # noqa: E402
+from edgefl.errors import EdgeflError
 
 
 def read_curve(run: Path) -> tuple[str, list[float], list[float], list[float]]:

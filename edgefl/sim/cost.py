@@ -21,7 +21,7 @@ from typing import Protocol
 from edgefl.config import CostConfig
 from edgefl.devices.pool import DeviceState
 from edgefl.profiling.atoms import BYTES
-from edgefl.profiling.memory import mem_req, paper_mem_req
+from edgefl.profiling.memory import mem_req, paper_mem_req, paper_scale
 from edgefl.sim.swap import SwapWalk
 from edgefl.sim.workload import Workload
 
@@ -90,7 +90,7 @@ class PaperCost:
         macs = w.batch * sum(a.macs for a in w.atoms)
         need = paper_mem_req(w.atoms, w.batch, w.slots)
         mem, bw = state.memory_bytes, state.device.storage_read_mbps * 1e6
-        s = 2 + w.slots
+        s = paper_scale(w.slots)
         if need > mem:
             per_batch = self._swap(BYTES * (2 * features + 4 * params + 2 * (s - 2) * params),
                                    [BYTES * (features + params), need], mem, bw)

@@ -17,6 +17,7 @@ from edgefl.devices.pool import DeviceState
 from edgefl.sim.cost import ClientCost
 
 PHASES = ("download", "data_access", "compute", "upload")
+Job = tuple[int, DeviceState, ClientCost]  # (client, its state this round, its cost)
 
 
 @dataclass(frozen=True)
@@ -67,14 +68,14 @@ class Federation:
     def now(self) -> float:
         return float(self.env.now)
 
-    def run_round(self, round_: int, jobs: list[tuple[int, DeviceState, ClientCost]]) -> RoundRecord:
+    def run_round(self, round_: int, jobs: list[Job]) -> RoundRecord:
         process = self.env.process(self._round(round_, jobs))
         self.env.run(until=process)
-        record: RoundRecord = process.value
-        return record
+        assert isinstance(process.value, RoundRecord)
+        return process.value
 
     def _round(
-        self, round_: int, jobs: list[tuple[int, DeviceState, ClientCost]]
+        self, round_: int, jobs: list[Job]
     ) -> Generator[simpy.Event, Any, RoundRecord]:
         start = self.now
         records = [ClientRecord(round_, k, state, cost) for k, state, cost in jobs]

@@ -1,0 +1,215 @@
+"""The edgefl command: devices list/show/validate, run and plot errors, exit codes, one-line errors."""
+
+from __future__ import annotations
+
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from edgefl.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+PROFILES = ROOT / "device_profiles"
+
+
+def one_error_line(err: str) -> str:
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("edgefl: error:")
+    assert "Traceback" not in err
+    return lines[0]
+
+
+def snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
+    return {str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mtime_ns)
+            for p in folder.rglob("*") if p.is_file()}
+
+
+# devices -----------------------------------------------------------------------------------------
+
+
+def listed_names(out: str) -> list[str]:
+    lines = out.splitlines()
+    assert lines[0].split()[0] == "name"
+    return [line.split()[0] for line in lines[1:]]
+
+
+def test_devices_list_prints_every_device(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["devices", "list"]) == 0
+    captured = capsys.readouterr()
+    assert sorted(listed_names(captured.out)) == sorted(p.stem for p in PROFILES.glob("*.toml"))
+    assert captured.err == ""
+
+
+def test_devices_list_filters_by_pool(capsys: pytest.CaptureFixture[str]) -> None:
+    edge = sorted(p.stem for p in PROFILES.glob("*.toml")
+                  if "edge" in tomllib.loads(p.read_text()).get("pools", []))
+    assert edge  # the shipped profiles have an edge pool (the quickstart's default)
+    assert main(["devices", "list", "--pool", "edge"]) == 0
+    names = listed_names(capsys.readouterr().out)
+    assert sorted(names) == edge
+    assert "tx2" not in names
+
+
+def test_devices_list_low_pool(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["devices", "list", "--pool", "low"]) == 0
+    out = capsys.readouterr().out
+    assert sorted(listed_names(out)) == sorted([
+        "gtx_1650m", "tx2", "kcu1500", "vc709", "radeon_hd_6870", "quadro_m2200", "a12_gpu",
+        "geforce_750", "grid_k240q", "radeon_rx_6300m"])
+    tx2 = next(line for line in out.splitlines() if line.startswith("tx2 "))
+    # memory 4e9 B = 4000 MB, 1.3e12 FLOP/s = 1300 GFLOP/s, 1.5e9 B/s = 1500 MB/s
+    assert [float(x) for x in tx2.split()[2:]] == [4000.0, 1300.0, 1500.0]
+
+
+def test_devices_show_prints_the_file(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["devices", "show", "tx2"]) == 0
+    out = capsys.readouterr().out
+    assert out == (PROFILES / "tx2.toml").read_text()
+    assert tomllib.loads(out)["name"] == "tx2"
+
+
+def test_devices_show_unknown(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["devices", "show", "nope"]) == 2
+    captured = capsys.readouterr()
+    line = one_error_line(captured.err)
+    assert "nope" in line
+    assert "tx2" in line  # lists the known devices
+    assert captured.out == ""
+
+
+def test_devices_validate_shipped_file(monkeypatch: pytest.MonkeyPatch,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(ROOT)
+    assert main(["devices", "validate", "device_profiles/tx2.toml",
+                 "device_profiles/kcu1500.toml"]) == 0
+    out = capsys.readouterr().out
+    assert "device_profiles/tx2.toml: ok" in out
+    assert "device_profiles/kcu1500.toml: ok" in out
+
+
+def test_devices_validate_broken_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "board.toml"
+    text = (PROFILES / "tx2.toml").read_text().replace('name = "tx2"', 'name = "board"')
+    bad.write_text(text.replace("memory_mb = 4000.0", "memory_mb = -4000.0"))
+    assert main(["devices", "validate", str(bad)]) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert str(bad) in line
+    assert "memory_mb" in line
+
+
+@pytest.mark.parametrize("text", ["name = \n", 'name = "board"\n'])
+def test_devices_validate_bad_toml_or_missing_keys(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str
+) -> None:
+    bad = tmp_path / "board.toml"
+    bad.write_text(text)
+    assert main(["devices", "validate", str(bad)]) == 2
+    assert str(bad) in one_error_line(capsys.readouterr().err)
+
+
+def test_devices_validate_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["devices", "validate", str(tmp_path / "ghost.toml")]) == 2
+    assert "ghost.toml" in one_error_line(capsys.readouterr().err)
+
+
+# run ---------------------------------------------------------------------------------------------
+
+# Valid, and tiny in case a bug let it train.
+SMALL = """\
+rounds = 1
+[fleet]
+clients = 2
+[training]
+local_iters = 1
+"""
+
+
+def test_run_bad_scenario_makes_no_run_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    scenario = tmp_path / "bad.toml"
+    scenario.write_text(SMALL + "lrr = 1\n")
+    out = tmp_path / "run"
+    assert main(["run", str(scenario), "--out", str(out), "--quiet"]) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert str(scenario) in line
+    assert "training.lrr" in line
+    assert not out.exists()
+    assert not (tmp_path / "runs").exists()
+
+
+def test_run_bad_override(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    scenario = tmp_path / "ok.toml"
+    scenario.write_text(SMALL)
+    out = tmp_path / "run"
+    assert main(["run", str(scenario), "--out", str(out), "--set", "rounds=ten"]) == 2
+    assert "rounds" in one_error_line(capsys.readouterr().err)
+    assert not out.exists()
+
+
+def test_run_refuses_existing_out(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    scenario = tmp_path / "ok.toml"
+    scenario.write_text(SMALL)
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "metrics.csv").write_text("round,sim_time_s\n0,1.0\n")
+    (out / "notes.txt").write_text("keep me\n")
+    before = snapshot(out)
+    assert main(["run", str(scenario), "--out", str(out), "--quiet"]) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert "--out" in line
+    assert "--overwrite" in line
+    assert snapshot(out) == before
+
+
+def test_run_overwrite_keeps_old_run_when_the_new_one_cannot_start(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The scenario loads, but 5000 clients cannot each get a sample of the 8x8 digits: the run
+    # stops with exit 2 before any work, so the run it was told to replace must still be there.
+    scenario = tmp_path / "crowd.toml"
+    scenario.write_text("rounds = 1\n[fleet]\nclients = 5000\n[training]\nlocal_iters = 1\n")
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep me\n")
+    before = snapshot(out)
+    assert main(["run", str(scenario), "--out", str(out), "--overwrite", "--quiet"]) == 2
+    one_error_line(capsys.readouterr().err)
+    assert out.is_dir()
+    assert snapshot(out) == before
+
+
+# plot --------------------------------------------------------------------------------------------
+
+
+def test_plot_without_metrics(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "empty-run"
+    run.mkdir()
+    assert main(["plot", str(run), "--out", str(tmp_path / "fig.png")]) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert str(run) in line
+    assert "metrics.csv" in line
+    assert not (tmp_path / "fig.png").exists()
+
+
+# the installed command ---------------------------------------------------------------------------
+
+
+def test_installed_command_bad_scenario(tmp_path: Path) -> None:
+    exe = ROOT / ".venv" / "bin" / "edgefl"
+    if not exe.exists():
+        pytest.skip("no .venv/bin/edgefl")
+    scenario = tmp_path / "bad.toml"
+    scenario.write_text("rounds = 3\ncolour = 1\n")
+    done = subprocess.run([str(exe), "run", str(scenario), "--quiet"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 2
+    line = one_error_line(done.stderr)
+    assert str(scenario) in line
+    assert "colour" in line
+    assert done.stdout == ""
+    assert not (tmp_path / "runs").exists()

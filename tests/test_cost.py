@@ -1,0 +1,195 @@
+"""The two cost accountings on hand-made atoms and device states, worked out by hand."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+
+from edgefl.config import CostConfig
+from edgefl.devices.pool import DeviceState
+from edgefl.devices.profile import DeviceProfile
+from edgefl.profiling.atoms import AtomProfile
+from edgefl.sim.cost import PaperCost, WalkCost, make_cost_model
+from edgefl.sim.swap import min_budget
+from edgefl.sim.workload import Workload
+
+# Paper atoms: P = 10 + 20 = 30 params, weighted inputs 2 + 4 = 6 per sample, MACs 100 + 50.
+A0 = AtomProfile("a0", macs=100.0, params=10, in_elems=2, out_elems=4, saved_bytes=8.0,
+                 weighted_in_elems=2)
+A1 = AtomProfile("a1", macs=50.0, params=20, in_elems=4, out_elems=2, saved_bytes=16.0,
+                 weighted_in_elems=4)
+# Walk atoms: a weightless first atom (like the input normalisation), then A0 and A1.
+NORM = AtomProfile("norm", macs=5.0, params=0, in_elems=2, out_elems=2, saved_bytes=0.0,
+                   weighted_in_elems=0)
+
+BATCH, ITERS = 2, 3
+
+
+def workload(atoms=(A0, A1), attack_steps=0, slots=1, down=0.0, up=0.0) -> Workload:
+    return Workload(atoms=tuple(atoms), batch=BATCH, iterations=ITERS, attack_steps=attack_steps,
+                    slots=slots, download_bytes=down, upload_bytes=up)
+
+
+def device(read_mbps=1e-4, write_mbps=5e-5, latency_ms=10.0) -> DeviceProfile:
+    # 1e-4 MB/s = 100 B/s read, 50 B/s write: small round numbers for tiny atoms
+    return DeviceProfile(name="toy", description="", source="hand", memory_mb=1.0,
+                         compute_gflops=1.0, storage_read_mbps=read_mbps,
+                         storage_write_mbps=write_mbps, storage_latency_ms=latency_ms)
+
+
+def state(memory: float, flops: float = 1000.0, dev: DeviceProfile | None = None,
+          up: float = 50.0, down: float = 200.0, latency: float = 0.5) -> DeviceState:
+    return DeviceState(device=dev or device(), app="idle", memory_bytes=memory, flops=flops,
+                       network="wifi", up_bps=up, down_bps=down, latency_s=latency)
+
+
+PAPER = PaperCost(CostConfig(accounting="paper"))
+
+
+def test_make_cost_model_picks_the_accounting():
+    assert isinstance(make_cost_model(CostConfig(accounting="paper")), PaperCost)
+    assert isinstance(make_cost_model(CostConfig()), WalkCost)
+
+
+# ---------------------------------------------------------------- paper accounting
+
+
+@pytest.mark.parametrize("steps", [0, 1, 3, 10])
+def test_paper_compute_grows_as_one_plus_t(steps):
+    c = PAPER.cost(workload(attack_steps=steps), state(memory=1e9, flops=1000.0))
+    # iterations x 2 x MACs x batch x (1 + T) / perf
+    assert c.compute_s == pytest.approx(3 * 2 * 150 * 2 * (1 + steps) / 1000.0)
+
+
+def test_paper_fits_reads_only_the_batch_and_the_params_once():
+    # MemReq = 4 x (3 x 30 + 2 x 6) = 408 B <= 1000 B
+    c = PAPER.cost(workload(attack_steps=10, down=1e6, up=1e6), state(memory=1000.0))
+    assert c.mem_req_bytes == 408
+    assert not c.swapped
+    # 3 x (batch 4 x 2 x 2 = 16 B / 100 B/s + 0.17 s) + 4 x 30 B / 100 B/s
+    assert c.data_access_s == pytest.approx(3 * (16 / 100 + 0.17) + 120 / 100)
+    assert c.data_access_s == pytest.approx(2.19)
+    assert (c.download_s, c.upload_s, c.comm_s) == (0.0, 0.0, 0.0)  # paper: no communication
+
+
+def test_paper_fits_exactly_at_mem_req():
+    c = PAPER.cost(workload(), state(memory=408.0))
+    assert not c.swapped
+    assert c.data_access_s == pytest.approx(3 * (16 / 100 + 0.17) + 120 / 100)
+
+
+def test_paper_swap_clean():
+    # F = 2 x 6 = 12, P = 30, s = 3; mem 100 B < MemReq 408 B
+    c = PAPER.cost(workload(attack_steps=0), state(memory=100.0))
+    assert c.swapped
+    moved = 4 * (2 * 12 + 4 * 30 + 2 * 1 * 30)  # 816 B
+    accesses = math.ceil(4 * (12 + 30) / 100) + math.ceil(408 / 100)  # 2 + 5
+    per_batch = moved / 100 + 0.17 * accesses  # 8.16 + 1.19 = 9.35
+    assert c.data_access_s == pytest.approx(3 * per_batch)
+    assert c.data_access_s == pytest.approx(3 * 9.35)
+
+
+def test_paper_swap_with_pgd_steps_that_do_not_fit():
+    c = PAPER.cost(workload(attack_steps=2), state(memory=100.0))
+    per_batch = 816 / 100 + 0.17 * (2 + 5)
+    # a PGD step's need 4 x (12 + 30) = 168 B > 100 B: 4 x (2F + 4P) = 576 B, 2 x ceil(168/100)
+    per_step = 576 / 100 + 0.17 * 2 * 2  # 5.76 + 0.68 = 6.44
+    assert c.data_access_s == pytest.approx(3 * (per_batch + 2 * per_step))
+    assert c.data_access_s == pytest.approx(3 * (9.35 + 2 * 6.44))
+
+
+def test_paper_swap_with_pgd_steps_that_fit():
+    # mem 200 B: MemReq 408 B does not fit, a PGD step's 168 B does (no per-step swap)
+    c = PAPER.cost(workload(attack_steps=5), state(memory=200.0))
+    # 816 B over 100 B/s, accesses ceil(168 / 200) + ceil(408 / 200) = 1 + 3
+    per_batch = 816 / 100 + 0.17 * (math.ceil(168 / 200) + math.ceil(408 / 200))  # 8.16 + 0.68
+    assert c.data_access_s == pytest.approx(3 * per_batch)
+    assert c.data_access_s == pytest.approx(3 * 8.84)
+
+
+def test_paper_access_seconds_come_from_the_config():
+    cost = PaperCost(CostConfig(accounting="paper", paper_access_s=1.0))
+    c = cost.cost(workload(), state(memory=100.0))
+    assert c.data_access_s == pytest.approx(3 * (816 / 100 + 1.0 * 7))
+
+
+def test_paper_swap_time_never_decreases_with_pgd_steps():
+    times = [PAPER.cost(workload(attack_steps=t), state(memory=100.0)).data_access_s
+             for t in range(5)]
+    assert all(a < b for a, b in itertools.pairwise(times))
+
+
+# ---------------------------------------------------------------- walk accounting
+
+WALK = WalkCost(CostConfig())
+
+
+@pytest.mark.parametrize("steps", [0, 1, 10])
+def test_walk_compute_counts_every_pass(steps):
+    w = workload(atoms=(NORM, A0, A1), attack_steps=steps)
+    fwd = 2 * (5 + 100 + 50)  # 310 FLOPs a sample
+    with_params = 2 * (100 + 50)  # 300
+    train_bwd = fwd - 2 * 5 + with_params  # no input gradient into the first atom: 600
+    per_iteration = BATCH * (steps * 2 * fwd + fwd + train_bwd)  # 2 x (620 T + 910)
+    assert w.flops_per_iteration() == per_iteration
+    c = WALK.cost(w, state(memory=1e9, flops=1000.0))
+    assert c.compute_s == pytest.approx(ITERS * per_iteration / 1000.0)
+    assert c.compute_s == pytest.approx(3 * 2 * (620 * steps + 910) / 1000.0)
+
+
+def test_walk_fits_reads_params_once_and_a_batch_per_iteration():
+    w = workload(atoms=(NORM, A0, A1), attack_steps=2, down=400.0, up=100.0)
+    c = WALK.cost(w, state(memory=1e9))
+    assert not c.swapped
+    params = 4 * (10 + 20)  # 120 B on the first iteration
+    batches = ITERS * 4 * BATCH * 2  # 3 x 16 B
+    ops = ITERS + 2  # a read per batch, one per atom with parameters
+    assert c.read_bytes == params + batches == 168
+    assert c.write_bytes == 0
+    assert c.data_access_s == pytest.approx((params + batches) / 100 + ops * 10 / 1e3)
+    # 400 B / 200 B/s + 0.5 s down, 100 B / 50 B/s + 0.5 s up
+    assert c.download_s == pytest.approx(400 / 200 + 0.5)
+    assert c.upload_s == pytest.approx(100 / 50 + 0.5)
+    assert c.comm_s == pytest.approx(5.0)
+    assert c.busy_s == pytest.approx(c.compute_s + c.data_access_s + 5.0)
+
+
+def test_walk_mem_req_is_the_default_estimator():
+    w = workload(atoms=(NORM, A0, A1), attack_steps=1, slots=1)
+    state_b = 3 * 4 * 30  # params + grads + momentum
+    saved = BATCH * (0 + 8 + 16)
+    workspace = 4 * BATCH * (2 * 2 + 6)  # clean + adversarial batch, largest in+out (a0: 2 + 4)
+    assert WALK.cost(w, state(memory=1e9)).mem_req_bytes == state_b + saved + workspace
+
+
+def test_walk_communication_can_be_left_out():
+    w = workload(atoms=(NORM, A0, A1), down=400.0, up=100.0)
+    c = WalkCost(CostConfig(communication=False)).cost(w, state(memory=1e9))
+    assert (c.download_s, c.upload_s, c.comm_s) == (0.0, 0.0, 0.0)
+    assert c.compute_s > 0
+
+
+def test_walk_swaps_below_mem_req():
+    w = workload(atoms=(NORM, A0, A1), attack_steps=1, slots=1)
+    fits = WALK.cost(w, state(memory=1e9))
+    budget, _ = min_budget(w)
+    assert budget < fits.mem_req_bytes
+    tight = WALK.cost(w, state(memory=budget))
+    assert tight.swapped
+    assert tight.write_bytes > 0
+    assert tight.read_bytes > fits.read_bytes
+    assert tight.data_access_s > fits.data_access_s
+    assert tight.compute_s == fits.compute_s  # swapping costs time, not FLOPs
+
+
+def test_walk_write_bandwidth_and_latency_enter_data_access():
+    w = workload(atoms=(NORM, A0, A1), attack_steps=1, slots=1)
+    budget, _ = min_budget(w)
+    slow = WALK.cost(w, state(memory=budget, dev=device(write_mbps=1e-5, latency_ms=0.0)))
+    fast = WALK.cost(w, state(memory=budget, dev=device(write_mbps=1e-4, latency_ms=0.0)))
+    assert slow.read_bytes == fast.read_bytes and slow.write_bytes == fast.write_bytes
+    # only the write bandwidth differs: 10 B/s against 100 B/s
+    assert slow.data_access_s - fast.data_access_s == pytest.approx(
+        slow.write_bytes / 10 - slow.write_bytes / 100)

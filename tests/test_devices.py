@@ -1,0 +1,306 @@
+"""Device, app and network profiles: the shipped files load and hold REFERENCE.md's numbers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from edgefl.devices.catalog import PROFILES_DIR, load_catalog
+from edgefl.devices.profile import AppProfile, DeviceProfile, NetworkProfile, load_profile
+from edgefl.errors import EdgeflError
+
+ROOT = Path(__file__).resolve().parents[1]
+PROFILES = ROOT / "device_profiles"
+
+# REFERENCE.md, FedProphet's device pools: (peak FLOP/s, memory bytes, effective bandwidth B/s).
+REF_DEVICES = {
+    "gtx_1650m": (3.103e12, 4e9, 16e9),
+    "tx2": (1.3e12, 4e9, 1.5e9),
+    "kcu1500": (2e11, 2e9, 2e9),
+    "vc709": (1.02e11, 2e9, 1.5e9),
+    "radeon_hd_6870": (2.72e12, 1e9, 16e9),
+    "quadro_m2200": (2.122e12, 4e9, 1.5e9),
+    "a12_gpu": (4.88e11, 4e9, 1.5e9),
+    "geforce_750": (1.11e12, 1e9, 16e9),
+    "grid_k240q": (2.289e12, 1e9, 16e9),
+    "radeon_rx_6300m": (3.686e12, 2e9, 16e9),
+    "rx_7600": (21.75e12, 8e9, 16e9),
+    "rx_6800": (16.17e12, 16e9, 16e9),
+    "arc_a770": (19.66e12, 16e9, 16e9),
+    "quadro_p5000": (5.304e12, 16e9, 1.5e9),
+    "rtx_3080m": (18.98e12, 8e9, 16e9),
+    "rtx_4090m": (32.98e12, 16e9, 16e9),
+    "a17_gpu": (2.147e12, 8e9, 1.5e9),
+    "p104_101": (8.617e12, 4e9, 16e9),
+    "tesla_v100": (15.67e12, 32e9, 16e9),
+    "rtx_4080m": (24.72e12, 12e9, 16e9),
+    "rtx_3090": (35.58e12, 24e9, 16e9),
+    "adreno_750": (4.730e12, 24e9, 1.5e9),
+    "ryzen_9_3950": (1.038e12, 8e9, 16e9),
+    "m2_gpu": (3.600e12, 24e9, 16e9),
+}
+
+REF_POOLS = {
+    "low": {"gtx_1650m", "tx2", "kcu1500", "vc709", "radeon_hd_6870", "quadro_m2200", "a12_gpu",
+            "geforce_750", "grid_k240q", "radeon_rx_6300m"},
+    "mid": {"rx_7600", "rx_6800", "arc_a770", "quadro_p5000", "rtx_3080m", "rtx_4090m", "a17_gpu",
+            "gtx_1650m", "tx2", "p104_101"},
+    "high": {"tesla_v100", "rtx_4080m", "rtx_3090", "quadro_p5000", "rtx_3080m", "adreno_750",
+             "ryzen_9_3950", "rtx_4090m", "m2_gpu", "a17_gpu"},
+}
+
+# REFERENCE.md, co-running apps: share of peak performance left for training.
+REF_APPS = {
+    "idle": 1.0,
+    "video_1080p": 0.735,
+    "video_4k": 0.459,
+    "inference": 0.524,
+    "object_detection": 0.167,
+    "web_browsing": 0.231,
+}
+
+# REFERENCE.md, networks: up / down in Mbit/s, latency in ms.
+REF_NETWORKS = {
+    "dsl": ([1, 20], [3, 145], [11, 40]),
+    "cable": ([1, 50], [25, 1000], [13, 27]),
+    "4g": ([1, 30], [9, 60], [30, 50]),
+    "5g": ([24, 58], [501, 635], [4, 10]),
+    "wifi": ([1, 50], [25, 300], [10, 50]),
+    "fiber": ([250, 1000], [30, 5000], [10, 12]),
+    "satellite": ([3, 5], [12, 350], [594, 624]),
+}
+
+
+def test_profiles_dir_is_the_repository_folder() -> None:
+    assert PROFILES_DIR == PROFILES
+
+
+@pytest.mark.parametrize("path", sorted(PROFILES.glob("*.toml")), ids=lambda p: p.stem)
+def test_every_device_profile_loads(path: Path) -> None:
+    p = load_profile(path, DeviceProfile)
+    assert p.name == path.stem
+
+
+@pytest.mark.parametrize("path", sorted((PROFILES / "apps").glob("*.toml")), ids=lambda p: p.stem)
+def test_every_app_profile_loads(path: Path) -> None:
+    assert load_profile(path, AppProfile).name == path.stem
+
+
+@pytest.mark.parametrize("path", sorted((PROFILES / "networks").glob("*.toml")),
+                         ids=lambda p: p.stem)
+def test_every_network_profile_loads(path: Path) -> None:
+    assert load_profile(path, NetworkProfile).name == path.stem
+
+
+def test_catalog_holds_every_file() -> None:
+    catalog = load_catalog()
+    assert set(catalog.devices) == {p.stem for p in PROFILES.glob("*.toml")}
+    assert set(catalog.apps) == {p.stem for p in (PROFILES / "apps").glob("*.toml")}
+    assert set(catalog.networks) == {p.stem for p in (PROFILES / "networks").glob("*.toml")}
+
+
+@pytest.mark.parametrize("pool", sorted(REF_POOLS))
+def test_reference_pools_have_their_ten_devices(pool: str) -> None:
+    names = [d.name for d in load_catalog().pool(pool)]
+    assert len(names) == 10
+    assert set(names) == REF_POOLS[pool]
+    assert pool in load_catalog().pools()
+
+
+def test_tx2_units() -> None:
+    tx2 = load_catalog().devices["tx2"]
+    # 1.3e12 FLOP/s, 4e9 B and 1.5e9 B/s, in the files' units (GFLOP/s, MB, MB/s).
+    assert tx2.compute_gflops == pytest.approx(1300)
+    assert tx2.memory_mb == pytest.approx(4000)
+    assert tx2.storage_read_mbps == pytest.approx(1500)
+    assert tx2.memory_bytes == pytest.approx(4e9)
+    assert tx2.flops == pytest.approx(1.3e12)
+
+
+@pytest.mark.parametrize("name", sorted(REF_DEVICES))
+def test_reference_device_numbers(name: str) -> None:
+    flops, memory, bandwidth = REF_DEVICES[name]
+    d = load_catalog().devices[name]
+    assert d.flops == pytest.approx(flops, rel=1e-9)
+    assert d.compute_gflops == pytest.approx(flops / 1e9, rel=1e-9)
+    assert d.memory_bytes == pytest.approx(memory, rel=1e-9)
+    assert d.storage_read_mbps * 1e6 == pytest.approx(bandwidth, rel=1e-9)
+
+
+@pytest.mark.parametrize("name", sorted(REF_APPS))
+def test_reference_apps(name: str) -> None:
+    app = load_catalog().apps[name]
+    assert app.perf_left == pytest.approx(REF_APPS[name])
+    assert 0 < app.memory_left <= 1
+
+
+def test_exactly_the_reference_apps() -> None:
+    assert set(load_catalog().apps) == set(REF_APPS)
+
+
+@pytest.mark.parametrize("name", sorted(REF_NETWORKS))
+def test_reference_networks(name: str) -> None:
+    up, down, latency = REF_NETWORKS[name]
+    net = load_catalog().networks[name]
+    assert net.up_mbps == pytest.approx(up)
+    assert net.down_mbps == pytest.approx(down)
+    assert net.latency_ms == pytest.approx(latency)
+
+
+def test_exactly_the_reference_networks() -> None:
+    assert set(load_catalog().networks) == set(REF_NETWORKS)
+
+
+# load_profile errors -----------------------------------------------------------------------------
+
+DEVICE = """\
+name = "{name}"
+description = "A test board"
+source = "made up"
+pools = ["test"]
+memory_mb = {memory_mb}
+compute_gflops = 10.0
+storage_read_mbps = 100.0
+storage_write_mbps = 50.0
+storage_latency_ms = 0.1
+networks = {networks}
+"""
+
+APP = """\
+name = "busy"
+description = "Busy"
+source = "made up"
+perf_left = {perf_left}
+memory_left = 0.5
+"""
+
+NETWORK = """\
+name = "slow"
+description = "Slow"
+source = "made up"
+up_mbps = {up}
+down_mbps = [1.0, 2.0]
+latency_ms = [10.0, 20.0]
+"""
+
+
+def device_text(name: str = "board", memory_mb: str = "100.0",
+                networks: str = '["wifi", "4g"]') -> str:
+    return DEVICE.format(name=name, memory_mb=memory_mb, networks=networks)
+
+
+def expect_error(path: Path, cls: type, key: str) -> EdgeflError:
+    with pytest.raises(EdgeflError) as info:
+        load_profile(path, cls)
+    err = info.value
+    assert err.key == key
+    assert err.where == str(path)
+    assert str(path) in str(err)
+    assert key in str(err)
+    assert "\n" not in str(err)
+    return err
+
+
+def test_valid_made_up_profile_loads(tmp_path: Path) -> None:
+    path = tmp_path / "board.toml"
+    path.write_text(device_text())
+    p = load_profile(path, DeviceProfile)
+    assert p.memory_bytes == 100e6
+    assert p.flops == 10e9
+    assert p.networks == ["wifi", "4g"]
+    assert p.pools == ["test"]
+
+
+def test_networks_default_to_all(tmp_path: Path) -> None:
+    path = tmp_path / "board.toml"
+    path.write_text("\n".join(line for line in device_text().splitlines()
+                              if not line.startswith("networks")))
+    assert set(load_profile(path, DeviceProfile).networks) == set(REF_NETWORKS)
+
+
+@pytest.mark.parametrize("key", ["name", "memory_mb", "compute_gflops", "storage_read_mbps",
+                                 "storage_latency_ms", "source"])
+def test_missing_required_key(tmp_path: Path, key: str) -> None:
+    path = tmp_path / "board.toml"
+    path.write_text("\n".join(line for line in device_text().splitlines()
+                              if not line.startswith(f"{key} ")))
+    expect_error(path, DeviceProfile, key)
+
+
+def test_name_must_match_file_stem(tmp_path: Path) -> None:
+    path = tmp_path / "board.toml"
+    path.write_text(device_text(name="other"))
+    err = expect_error(path, DeviceProfile, "name")
+    assert "board" in err.fix
+
+
+@pytest.mark.parametrize("memory_mb", ["-5.0", "0"])
+def test_memory_must_be_positive(tmp_path: Path, memory_mb: str) -> None:
+    path = tmp_path / "board.toml"
+    path.write_text(device_text(memory_mb=memory_mb))
+    expect_error(path, DeviceProfile, "memory_mb")
+
+
+def test_memory_wrong_type(tmp_path: Path) -> None:
+    path = tmp_path / "board.toml"
+    path.write_text(device_text(memory_mb='"lots"'))
+    expect_error(path, DeviceProfile, "memory_mb")
+
+
+@pytest.mark.parametrize("networks", ['["wifi", "6g"]', "[]"])
+def test_unknown_or_empty_network(tmp_path: Path, networks: str) -> None:
+    path = tmp_path / "board.toml"
+    path.write_text(device_text(networks=networks))
+    expect_error(path, DeviceProfile, "networks")
+
+
+def test_unknown_profile_key(tmp_path: Path) -> None:
+    path = tmp_path / "board.toml"
+    path.write_text(device_text() + 'pool = ["low"]\n')
+    expect_error(path, DeviceProfile, "pool")
+
+
+@pytest.mark.parametrize("perf_left", ["1.5", "0", "-0.2"])
+def test_app_perf_left_must_be_a_fraction(tmp_path: Path, perf_left: str) -> None:
+    path = tmp_path / "busy.toml"
+    path.write_text(APP.format(perf_left=perf_left))
+    expect_error(path, AppProfile, "perf_left")
+
+
+def test_app_valid_fraction_loads(tmp_path: Path) -> None:
+    path = tmp_path / "busy.toml"
+    path.write_text(APP.format(perf_left="1.0"))
+    assert load_profile(path, AppProfile).perf_left == 1.0
+
+
+@pytest.mark.parametrize("up", ["[5.0, 1.0]", "[0.0, 1.0]", "[1.0]"])
+def test_network_range_must_be_low_high(tmp_path: Path, up: str) -> None:
+    path = tmp_path / "slow.toml"
+    path.write_text(NETWORK.format(up=up))
+    expect_error(path, NetworkProfile, "up_mbps")
+
+
+def test_bad_toml(tmp_path: Path) -> None:
+    path = tmp_path / "board.toml"
+    path.write_text(device_text() + "memory_mb = = 3\n")
+    expect_error(path, DeviceProfile, "syntax")
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    expect_error(tmp_path / "ghost.toml", DeviceProfile, "file")
+
+
+def test_catalog_from_another_folder(tmp_path: Path) -> None:
+    (tmp_path / "apps").mkdir()
+    (tmp_path / "networks").mkdir()
+    (tmp_path / "board.toml").write_text(device_text())
+    (tmp_path / "apps" / "busy.toml").write_text(APP.format(perf_left="0.5"))
+    (tmp_path / "networks" / "slow.toml").write_text(NETWORK.format(up="[1.0, 2.0]"))
+    catalog = load_catalog(tmp_path)
+    assert list(catalog.devices) == ["board"]
+    assert [d.name for d in catalog.pool("test")] == ["board"]
+    assert catalog.pool("low") == []
+    assert catalog.pools() == ["test"]
+    assert catalog.apps["busy"].perf_left == 0.5
+    assert catalog.networks["slow"].up_mbps == [1.0, 2.0]

@@ -1,0 +1,116 @@
+"""The SimPy engine: straggler-bound rounds, waits, spans; and seeded runs end to end."""
+
+from __future__ import annotations
+
+import csv
+import itertools
+from pathlib import Path
+
+import pytest
+import torch
+
+from edgefl.config import load_scenario
+from edgefl.devices.pool import DeviceState
+from edgefl.devices.profile import DeviceProfile
+from edgefl.experiment import prepare, run
+from edgefl.sim.cost import ClientCost
+from edgefl.sim.engine import PHASES, Federation
+
+ROOT = Path(__file__).resolve().parent.parent
+QUICKSTART = ROOT / "scenarios" / "quickstart.toml"
+
+DEV = DeviceProfile(name="toy", description="", source="hand", memory_mb=1.0, compute_gflops=1.0,
+                    storage_read_mbps=1.0, storage_write_mbps=1.0, storage_latency_ms=0.0)
+STATE = DeviceState(DEV, "idle", 1e6, 1e9, "wifi", 1.0, 1.0, 0.0)
+
+
+def cost(download: float, access: float, compute: float, upload: float) -> ClientCost:
+    return ClientCost(compute_s=compute, data_access_s=access, download_s=download,
+                      upload_s=upload, mem_req_bytes=0.0, swapped=False)
+
+
+# busy: client 3: 1 + 2 + 3 + 4 = 10 s; client 7: 0.5 + 0 + 20 + 1.5 = 22 s; client 9: 4 s
+JOBS = [(3, STATE, cost(1.0, 2.0, 3.0, 4.0)), (7, STATE, cost(0.5, 0.0, 20.0, 1.5)),
+        (9, STATE, cost(1.0, 1.0, 1.0, 1.0))]
+
+
+def test_round_time_is_the_straggler_plus_server_time():
+    fed = Federation(server_s=5.0)
+    record = fed.run_round(0, JOBS)
+    assert record.start_s == 0.0
+    assert record.end_s == pytest.approx(22.0 + 5.0)
+    assert record.duration_s == pytest.approx(27.0)
+    assert record.server_s == 5.0
+    assert fed.now == pytest.approx(27.0)
+    assert record.straggler.client == 7
+    finish = {c.client: c.finish_s for c in record.clients}
+    assert finish == pytest.approx({3: 10.0, 7: 22.0, 9: 4.0})
+    # waiting: from a client's last upload to the straggler's
+    waits = {c.client: c.wait_s for c in record.clients}
+    assert waits == pytest.approx({3: 22.0 - 10.0, 7: 0.0, 9: 22.0 - 4.0})
+
+
+def test_two_rounds_accumulate_the_clock():
+    fed = Federation(server_s=5.0)
+    first = fed.run_round(0, JOBS)
+    second = fed.run_round(1, [(3, STATE, cost(1.0, 1.0, 1.0, 1.0))])
+    assert second.start_s == pytest.approx(first.end_s) == pytest.approx(27.0)
+    assert second.end_s == pytest.approx(27.0 + 4.0 + 5.0)
+    assert second.duration_s == pytest.approx(9.0)
+    assert second.clients[0].finish_s == pytest.approx(31.0)
+    assert second.clients[0].wait_s == 0.0
+    assert fed.now == pytest.approx(36.0)
+
+
+def test_spans_cover_each_client_contiguously():
+    fed = Federation(server_s=5.0)
+    fed.run_round(0, JOBS)
+    fed.run_round(1, JOBS)
+    for round_, start in ((0, 0.0), (1, 27.0)):
+        for k, _, c in JOBS:
+            spans = sorted((s for s in fed.spans if s.round == round_ and s.client == k),
+                           key=lambda s: s.start_s)
+            phases = [s.phase for s in spans]
+            durations = (c.download_s, c.data_access_s, c.compute_s, c.upload_s)
+            assert phases[:4] == list(PHASES)
+            assert spans[0].start_s == pytest.approx(start)
+            for a, b in itertools.pairwise(spans):
+                assert b.start_s == pytest.approx(a.end_s)
+            for s, seconds in zip(spans, durations, strict=False):
+                assert s.end_s - s.start_s == pytest.approx(seconds)
+            if k == 7:  # the straggler does not wait
+                assert phases == list(PHASES)
+            else:
+                assert phases == [*PHASES, "wait"]
+                assert spans[-1].end_s == pytest.approx(start + 22.0)
+
+
+@pytest.fixture
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _run(out: Path) -> tuple[list[dict[str, str]], str]:
+    scenario = load_scenario(QUICKSTART, [
+        "rounds=2", "training.local_iters=2", "attack.steps=2", "evaluation.steps=2",
+        "data.test_samples=64", "fleet.sample_fraction=0.25", "device=cpu"])
+    run(prepare(scenario, str(QUICKSTART)), out, progress=False)
+    with open(out / "metrics.csv", newline="") as f:
+        metrics = list(csv.DictReader(f))
+    return metrics, (out / "clients.csv").read_text()
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_same_seed_same_simulated_times(tmp_path):
+    metrics_a, clients_a = _run(tmp_path / "a")
+    metrics_b, clients_b = _run(tmp_path / "b")
+    assert len(metrics_a) == 2
+    columns = ["sim_time_s", "compute_s", "data_access_s", "comm_s"]
+    assert [[r[c] for c in columns] for r in metrics_a] == [
+        [r[c] for c in columns] for r in metrics_b]
+    assert clients_a == clients_b
+    assert float(metrics_a[1]["sim_time_s"]) > float(metrics_a[0]["sim_time_s"]) > 0
+    assert len(clients_a.splitlines()) == 1 + 2 * 5  # header + 5 clients (20 x 0.25) x 2 rounds

@@ -1,0 +1,137 @@
+"""Per-atom profiles and the memory estimators, checked against hand counts on tiny models."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from edgefl.models.base import AtomModel, build_model
+from edgefl.profiling import mem_req, optimizer_slots, paper_mem_req, profile_model
+from edgefl.profiling.atoms import AtomProfile
+
+CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
+CIFAR_STD = (0.2470, 0.2435, 0.2616)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def linear_model() -> AtomModel:
+    torch.manual_seed(0)
+    return AtomModel([("fc", nn.Linear(4, 3))], (4,))
+
+
+def conv_model() -> AtomModel:
+    """conv: Conv2d(1, 2, 3, padding=1) + ReLU on 1x4x4; flat: no weights; fc: Linear(32, 3)."""
+    torch.manual_seed(0)
+    return AtomModel([
+        ("conv", nn.Sequential(nn.Conv2d(1, 2, 3, padding=1), nn.ReLU())),
+        ("flat", nn.Flatten()),
+        ("fc", nn.Linear(32, 3)),
+    ], (1, 4, 4))
+
+
+def test_linear_atom_profile():
+    (atom,) = profile_model(linear_model(), "lin").atoms
+    assert atom.name == "fc"
+    assert atom.macs == 4 * 3  # one MAC per weight per sample
+    assert atom.flops == 2 * 4 * 3
+    assert atom.params == 4 * 3 + 3  # weight + bias
+    assert atom.param_bytes == 4 * (4 * 3 + 3)
+    assert (atom.in_elems, atom.out_elems) == (4, 3)
+    assert atom.weighted_in_elems == 4  # the Linear's input
+    assert atom.saved_bytes == 4 * 4  # Linear saves its input: 4 floats x 4 B per sample
+
+
+def test_conv_model_profile():
+    profile = profile_model(conv_model(), "conv")
+    conv, flat, fc = profile.atoms
+    assert [a.name for a in profile.atoms] == ["conv", "flat", "fc"]
+    # conv 1 -> 2 channels, 3x3 kernel, 4x4 output positions (padding 1): 2 x 16 x 9
+    assert conv.macs == 2 * 16 * 9 == 288
+    assert conv.params == 2 * 1 * 3 * 3 + 2
+    assert (conv.in_elems, conv.out_elems) == (1 * 4 * 4, 2 * 4 * 4)
+    assert conv.weighted_in_elems == 16
+    # the conv saves its input (16 floats) and the ReLU its output (32 floats)
+    assert conv.saved_bytes == 4 * (16 + 32)
+    assert (flat.macs, flat.params, flat.weighted_in_elems) == (0, 0, 0)
+    assert (flat.in_elems, flat.out_elems) == (32, 32)
+    assert fc.macs == 32 * 3
+    assert fc.params == 32 * 3 + 3
+    assert fc.weighted_in_elems == 32
+    assert profile.params == 20 + 0 + 99
+    assert profile.input_bytes == 4 * 16
+
+
+def test_weighted_inputs_sum_conv_and_bn_inputs():
+    model = AtomModel([("block", nn.Sequential(
+        nn.Conv2d(1, 2, 3, padding=1, bias=False), nn.BatchNorm2d(2), nn.ReLU()))], (1, 4, 4))
+    (atom,) = profile_model(model).atoms
+    assert atom.weighted_in_elems == 16 + 32  # conv input 1x4x4 + BN input 2x4x4
+    assert atom.params == 18 + 2 + 2  # conv weight, BN weight and bias
+
+
+def test_profile_does_not_depend_on_profiling_batch():
+    a = profile_model(conv_model(), batch=2).atoms
+    b = profile_model(conv_model(), batch=5).atoms
+    assert a == b
+
+
+@pytest.mark.parametrize(("optimizer", "momentum", "slots"), [
+    ("sgd", 0.0, 0), ("sgd", 0.9, 1), ("adam", 0.0, 2), ("adam", 0.9, 2)])
+def test_optimizer_slots(optimizer, momentum, slots):
+    assert optimizer_slots(optimizer, momentum) == slots
+
+
+def test_mem_req_linear_by_hand():
+    atoms = profile_model(linear_model()).atoms
+    batch, slots = 8, 1
+    state = (2 + slots) * 4 * 15  # params, grads, momentum: 3 x 60 B
+    saved = batch * 16
+    adv_workspace = 4 * batch * (2 * 4 + (4 + 3))  # clean + adversarial batch, largest in+out
+    clean_workspace = 4 * batch * (4 + (4 + 3))
+    assert mem_req(atoms, batch, slots) == state + saved + adv_workspace == 788
+    assert mem_req(atoms, batch, slots, adversarial=False) == state + saved + clean_workspace
+
+
+def test_mem_req_three_atoms_by_hand():
+    atoms = profile_model(conv_model()).atoms
+    batch, slots = 4, 0
+    state = 2 * 4 * (20 + 99)
+    saved = batch * (4 * (16 + 32) + 0 + 4 * 32)  # conv+ReLU, flatten, Linear input
+    # largest in+out: conv 16 + 32 = 48, flat 32 + 32 = 64, fc 32 + 3 = 35
+    workspace = 4 * batch * (2 * 16 + 64)
+    assert mem_req(atoms, batch, slots) == state + saved + workspace
+
+
+def test_paper_mem_req_by_hand():
+    lin = profile_model(linear_model()).atoms
+    assert paper_mem_req(lin, 8, 1) == 4 * ((2 + 1) * 15 + 8 * 4) == 308
+    atoms = profile_model(conv_model()).atoms
+    params, features = 20 + 99, 16 + 32
+    assert paper_mem_req(atoms, 64, 0) == 4 * (2 * params + 64 * features)
+    assert paper_mem_req(atoms, 64, 1) == 4 * (3 * params + 64 * features)
+
+
+def test_paper_mem_req_adam_uses_release_s5():
+    """REFERENCE.md and memory.py's docstring: s = 5 for Adam in the release's MemReq."""
+    atom = AtomProfile("a", macs=0.0, params=100, in_elems=1, out_elems=1, saved_bytes=0.0,
+                       weighted_in_elems=10)
+    slots = optimizer_slots("adam", 0.9)
+    assert paper_mem_req([atom], 2, slots) == 4 * (5 * 100 + 2 * 10)
+
+
+def test_vgg16_cifar10_matches_release_figures():
+    model = build_model("vgg16", 10, (3, 32, 32), CIFAR_MEAN, CIFAR_STD)
+    profile = profile_model(model, "vgg16")
+    assert profile.params == pytest.approx(15.25e6, rel=0.005)
+    assert paper_mem_req(profile.atoms, 64, slots=1) == pytest.approx(301.7e6, rel=0.01)
+    # norm atom + 13 conv atoms, the last holding the classifier
+    assert len(profile.atoms) == 14
+    assert profile.atoms[0].params == 0
