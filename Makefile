@@ -9,9 +9,7 @@ SCENARIO ?= scenarios/quickstart.toml
 $(BIN)/edgefl: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	# torch 2.13 first: the pinned torchvision below matches it, and on a CPU-only machine
-	# a local CPU wheel of it is preferred over the registry's CUDA build.
-	$(BIN)/pip install --quiet "torch==2.13.0" "torchvision==0.28.0"
+	# Plain torch + torchvision from the registry: a matching pair that also runs on a CPU.
 	$(BIN)/pip install --quiet -e ".[dev]"
 	touch $@
 

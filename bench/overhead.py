@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import os
 import statistics
 import tempfile
 import time
@@ -119,7 +120,7 @@ def load_digits_bare(s: Scenario, device: torch.device) -> tuple[
     rng = np.random.default_rng(s.seed)
     clients = []
     for part in np.array_split(rng.permutation(cut), s.fleet.clients):
-        keep = torch.from_numpy(part[int(round(s.data.val_fraction * len(part))):])
+        keep = torch.from_numpy(part[round(s.data.val_fraction * len(part)):])
         clients.append((train_x[keep].to(device), train_y[keep].to(device)))
     return clients, test_x.to(device), test_y.to(device), mean, std
 
@@ -218,6 +219,7 @@ def main(argv: list[str] | None = None) -> None:
     overrides = [f"rounds={args.rounds}", f'device="{args.device}"', *args.overrides]
     scenario = load_scenario(args.scenario, overrides)
     check_supported(scenario)
+    load_before = os.getloadavg()[0]
     warm = [*overrides, "rounds=1"]
     time_edgefl(args.scenario, warm)
     time_bare(load_scenario(args.scenario, warm))
@@ -232,12 +234,15 @@ def main(argv: list[str] | None = None) -> None:
         for runs, timer in timers:
             runs.append(timer())
     edge, bare = median_timing(edge_runs), median_timing(bare_runs)
+    load_after = os.getloadavg()[0]
 
     s = scenario
     per_round = max(1, round(s.fleet.sample_fraction * s.fleet.clients))
     evals = sum(1 for r in range(s.rounds) if (r + 1) % s.evaluation.every == 0 or r + 1 == s.rounds)
     print(f"torch {torch.__version__}, device {resolve_device(s.device)}, "
-          f"threads {torch.get_num_threads()}")
+          f"threads {torch.get_num_threads()}, {os.cpu_count()} CPUs, load average "
+          f"{load_before:.1f} before / {load_after:.1f} after (other work on the machine skews "
+          "both sides)")
     print(f"{args.scenario.name}: {s.method}, {s.model.name}, {s.rounds} rounds x {per_round} "
           f"clients x {s.training.local_iters} iters of PGD-{s.attack.steps} at batch "
           f"{s.training.batch_size}; {evals} evaluations (PGD-{s.evaluation.steps}); "
@@ -249,8 +254,11 @@ def main(argv: list[str] | None = None) -> None:
                         ("rounds", edge.rounds_s, bare.rounds_s),
                         ("total", edge.total_s, bare.total_s)]:
         print(f"{label:<12} {e:>9.2f} {b:>9.2f} {e / b:>12.2f}")
-    print(f"per round:   edgefl {edge.rounds_s / s.rounds:.2f} s, bare {bare.rounds_s / s.rounds:.2f} s,"
-          f" overhead {(edge.rounds_s - bare.rounds_s) / s.rounds:+.2f} s")
+    spread = [f"{min(t.total_s for t in runs):.2f}-{max(t.total_s for t in runs):.2f}"
+              for runs in (edge_runs, bare_runs)]
+    print(f"per round: edgefl {edge.rounds_s / s.rounds:.2f} s, bare {bare.rounds_s / s.rounds:.2f} "
+          f"s, overhead {(edge.rounds_s - bare.rounds_s) / s.rounds:+.2f} s; total range over "
+          f"repeats: edgefl {spread[0]} s, bare {spread[1]} s")
 
 
 if __name__ == "__main__":

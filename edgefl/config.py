@@ -96,6 +96,7 @@ class Scenario:
     rounds: int = 20
     seed: int = 0
     device: str = "auto"  # auto | cpu | cuda | cuda:N
+    threads: int = 0  # CPU threads for PyTorch (0 = PyTorch's default); 1 is fastest for tiny models
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     fleet: FleetConfig = field(default_factory=FleetConfig)
@@ -182,6 +183,7 @@ def validate(s: Scenario, where: str) -> None:
     checks: list[tuple[str, bool, str]] = [
         ("rounds", s.rounds >= 1, "must be at least 1"),
         ("seed", s.seed >= 0, "must be a non-negative integer"),
+        ("threads", s.threads >= 0, "must be 0 (PyTorch's default) or a positive count"),
         ("data.alpha", s.data.alpha > 0, "must be positive"),
         ("data.skew_s", 0 <= s.data.skew_s < 100, "must be a percentage in [0, 100)"),
         ("data.shards_per_client", s.data.shards_per_client >= 1, "must be at least 1"),

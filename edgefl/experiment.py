@@ -51,6 +51,8 @@ class Experiment:
 def prepare(scenario: Scenario, where: str) -> Experiment:
     """Load data, build model and fleet, and check every device can run the workload at all."""
     device = resolve_device(scenario.device)
+    if scenario.threads:
+        torch.set_num_threads(scenario.threads)
     data = load_dataset(scenario.data, where)
     splits = split_clients(data.train_y.numpy(), scenario.fleet.clients, scenario.data,
                            scenario.seed, where)

@@ -60,3 +60,20 @@ def conv_bn(cin: int, cout: int, pool: bool) -> list[nn.Module]:
     if pool:
         layers.append(nn.MaxPool2d(2))
     return layers
+
+
+def plain_cnn(
+    widths: Sequence[int], pools: Sequence[bool], num_classes: int, input_shape: tuple[int, ...],
+    mean: Sequence[float], std: Sequence[float],
+) -> AtomModel:
+    """norm | one conv atom per width (optionally pooled) | the last one holds a linear head."""
+    c, h, w = input_shape
+    atoms: list[tuple[str, nn.Module]] = [("norm", Normalize(mean, std))]
+    for i, (cout, pool) in enumerate(zip(widths, pools, strict=True)):
+        atoms.append((f"conv{i + 1}", nn.Sequential(*conv_bn(c, cout, pool))))
+        c = cout
+    shrink = 2 ** sum(pools)
+    last_name, last = atoms[-1]
+    head = [nn.Flatten(), nn.Linear(c * (h // shrink) * (w // shrink), num_classes)]
+    atoms[-1] = (last_name, nn.Sequential(*last.children(), *head))
+    return AtomModel(atoms, input_shape)

@@ -37,10 +37,10 @@ def make_vgg(
             atoms.append((f"conv{len(atoms)}", nn.Sequential(*conv_bn(cin, cout, pool))))
             cin = cout
     flat = cin * (h // 2**pools) * (w // 2**pools)
-    head = nn.Sequential(nn.Flatten(), nn.Linear(flat, 512), nn.ReLU(inplace=True),
-                         nn.Linear(512, 512), nn.ReLU(inplace=True), nn.Linear(512, num_classes))
+    head = [nn.Flatten(), nn.Linear(flat, 512), nn.ReLU(inplace=True),
+            nn.Linear(512, 512), nn.ReLU(inplace=True), nn.Linear(512, num_classes)]
     last_name, last = atoms[-1]
-    atoms[-1] = (last_name, nn.Sequential(*last.children(), *head.children()))
+    atoms[-1] = (last_name, nn.Sequential(*last.children(), *head))
     return AtomModel(atoms, input_shape)
 
 
