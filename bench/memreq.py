@@ -23,7 +23,7 @@ How the peak is measured:
   dataset is on the GPU and before the model is moved there (so the weights count).
 - CPU: there is no allocator peak counter. PyTorch's CPU allocator reports every allocation and
   free to the profiler when `torch.profiler.profile(profile_memory=True)` is on (c10's
-  ProfiledCPUMemoryReporter; oneDNN scratch memory goes through the same allocator). The
+  ProfiledCPUMemoryReporter; the buffers oneDNN convolutions take from it show up too). The
   benchmark walks the profiler's raw allocation events in time order, sums their signed sizes,
   takes the peak of that running total, and adds the bytes of the model's parameters and buffers,
   which were allocated before profiling began. This counts what the allocator hands out (tensor
@@ -34,10 +34,11 @@ Run:
     .venv/bin/python bench/memreq.py --batch 128          # one batch size for every model
     .venv/bin/python bench/memreq.py --models vgg16 --device cuda
 
-Defaults (digits_cnn batch 32, the 3x32x32 models batch 64) finish in about two minutes on a
-2-core CPU (vgg16 alone about a minute); `--batch 128` doubles the work. The profiler's start/stop
-lines (`USDT: ... profiler_start`) go to stderr and are not part of the figures. Figures only:
-nothing is asserted.
+Defaults (digits_cnn batch 32, the 3x32x32 models batch 64) finish in about 20 s on an idle 2-core
+CPU (two minutes when other work shares it); `--batch 128` doubles the work. `--iters 1` measures
+only the first, cold iteration, whose peak is lower (no gradients or momentum yet while
+attacking). The profiler's start/stop lines (`USDT: ... profiler_start`) go to stderr and are not
+part of the figures. Figures only: nothing is asserted.
 """
 
 from __future__ import annotations

@@ -26,8 +26,13 @@ Run:
     .venv/bin/python bench/overhead.py --set evaluation.every=1000   # evaluate only at the end
     .venv/bin/python bench/overhead.py --set training.local_iters=30 --device cpu
 
-`--set KEY=VALUE` takes the same overrides as `edgefl run --set`. The defaults take about a minute
-on a 2-core CPU. Figures only: nothing is asserted.
+`--set KEY=VALUE` takes the same overrides as `edgefl run --set`. Both sides run with `--threads`
+torch CPU threads, 1 by default: on a small shared machine two OpenMP threads competing with other
+work made single runs 3-30x slower at random, and the ratio is about what edgefl adds around the
+same tensor work, which the thread count scales alike on both sides (`--threads 0` keeps torch's
+default). The load average before and after is printed, since other work on the machine skews
+the figures. The defaults take about a minute and a half on a 2-core CPU. Figures only: nothing
+is asserted.
 """
 
 from __future__ import annotations
@@ -213,16 +218,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch CPU threads for both sides (default 1; 0 = torch's default)")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="KEY=VALUE", help="scenario override, as `edgefl run --set`")
     args = parser.parse_args(argv)
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
     overrides = [f"rounds={args.rounds}", f'device="{args.device}"', *args.overrides]
     scenario = load_scenario(args.scenario, overrides)
     check_supported(scenario)
     load_before = os.getloadavg()[0]
     warm = [*overrides, "rounds=1"]
-    time_edgefl(args.scenario, warm)
-    time_bare(load_scenario(args.scenario, warm))
+    cold = (time_edgefl(args.scenario, warm), time_bare(load_scenario(args.scenario, warm)))
 
     edge_runs: list[Timing] = []
     bare_runs: list[Timing] = []
@@ -245,7 +253,7 @@ def main(argv: list[str] | None = None) -> None:
           "both sides)")
     print(f"{args.scenario.name}: {s.method}, {s.model.name}, {s.rounds} rounds x {per_round} "
           f"clients x {s.training.local_iters} iters of PGD-{s.attack.steps} at batch "
-          f"{s.training.batch_size}; {evals} evaluations (PGD-{s.evaluation.steps}); "
+          f"{s.training.batch_size}; {evals} evaluation(s) (PGD-{s.evaluation.steps}); "
           f"median of {args.repeats}")
     head = f"{'part':<12} {'edgefl s':>9} {'bare s':>9} {'edgefl/bare':>12}"
     print(head)
@@ -259,6 +267,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"per round: edgefl {edge.rounds_s / s.rounds:.2f} s, bare {bare.rounds_s / s.rounds:.2f} "
           f"s, overhead {(edge.rounds_s - bare.rounds_s) / s.rounds:+.2f} s; total range over "
           f"repeats: edgefl {spread[0]} s, bare {spread[1]} s")
+    print(f"cold first run in this process (1 round, imports and caches included, not in the "
+          f"table): edgefl {cold[0].total_s:.2f} s, bare {cold[1].total_s:.2f} s")
 
 
 if __name__ == "__main__":

@@ -3,20 +3,25 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 
 import torch
 from torch import nn
 
 from edgefl.registry import Registry
 
+Loss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (model output, target) -> scalar
+
 
 class Attack(ABC):
-    """Crafts adversarial inputs within an L-inf ball of radius eps around x, clipped to [0, 1]."""
+    """Crafts adversarial inputs that raise `loss` (cross-entropy unless given) within an eps ball."""
 
-    def __init__(self, eps: float = 8 / 255, step_size: float = 2 / 255, steps: int = 10) -> None:
+    def __init__(self, eps: float = 8 / 255, step_size: float = 2 / 255, steps: int = 10,
+                 loss: Loss = nn.functional.cross_entropy) -> None:
         self.eps = eps
         self.step_size = step_size
         self.steps = steps
+        self.loss = loss
 
     def __call__(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Adversarial x for `model`, crafted with the model in eval mode (BN statistics fixed)."""
@@ -38,9 +43,9 @@ def make_attack(name: str, eps: float, step_size: float, steps: int) -> Attack:
     return ATTACKS.get(name)(eps=eps, step_size=step_size, steps=steps)
 
 
-def input_gradient(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """d CE(model(x), y) / d x."""
+def input_gradient(model: nn.Module, x: torch.Tensor, y: torch.Tensor,
+                   loss: Loss = nn.functional.cross_entropy) -> torch.Tensor:
+    """d loss(model(x), y) / d x."""
     x = x.clone().requires_grad_(True)
-    loss = nn.functional.cross_entropy(model(x), y)
-    (grad,) = torch.autograd.grad(loss, x)
+    (grad,) = torch.autograd.grad(loss(model(x), y), x)
     return grad

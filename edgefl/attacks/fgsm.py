@@ -13,4 +13,4 @@ class FGSM(Attack):
     """One signed-gradient step of size eps (step_size and steps are not used)."""
 
     def perturb(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return (x + self.eps * input_gradient(model, x, y).sign()).clamp(0, 1)
+        return (x + self.eps * input_gradient(model, x, y, self.loss).sign()).clamp(0, 1)

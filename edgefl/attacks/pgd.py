@@ -17,6 +17,6 @@ class PGD(Attack):
         delta = torch.empty_like(x).uniform_(-self.eps, self.eps)
         x_adv = (x + delta).clamp(0, 1)
         for _ in range(self.steps):
-            x_adv = x_adv + self.step_size * input_gradient(model, x_adv, y).sign()
+            x_adv = x_adv + self.step_size * input_gradient(model, x_adv, y, self.loss).sign()
             x_adv = torch.min(torch.max(x_adv, x - self.eps), x + self.eps).clamp(0, 1)
         return x_adv

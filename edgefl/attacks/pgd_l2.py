@@ -1,0 +1,33 @@
+"""PGD in an L2 ball, for intermediate features (FedProphet §5.1, Eq. 7: the input z_{m-1} of
+module m is perturbed within ||delta||_2 <= eps_{m-1}). Features have no [0, 1] box; a lower bound
+(0 after a ReLU) can be kept. The release's step size is 2 eps / T.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from edgefl.attacks.base import ATTACKS, Attack, input_gradient
+
+
+def _per_sample_norm(t: torch.Tensor) -> torch.Tensor:
+    return t.flatten(1).norm(dim=1).clamp_min(1e-12).view(-1, *([1] * (t.dim() - 1)))
+
+
+@ATTACKS.register("pgd_l2")
+class PGDL2(Attack):
+    lower: float | None = None  # clamp perturbed features from below (e.g. 0 after a ReLU)
+
+    def perturb(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        delta = torch.randn_like(x)
+        delta = delta / _per_sample_norm(delta) * self.eps * torch.rand(
+            len(x), *([1] * (x.dim() - 1)), device=x.device)
+        for _ in range(self.steps):
+            grad = input_gradient(model, self._clamp(x + delta), y, self.loss)
+            delta = delta + self.step_size * grad / _per_sample_norm(grad)
+            delta = delta * (self.eps / _per_sample_norm(delta)).clamp(max=1.0)
+        return self._clamp(x + delta)
+
+    def _clamp(self, x: torch.Tensor) -> torch.Tensor:
+        return x if self.lower is None else x.clamp_min(self.lower)

@@ -1,0 +1,92 @@
+"""Memory-constrained model partition (FedProphet §6.1, Alg. 1) and the auxiliary heads.
+
+Greedy over the atoms: an atom joins the current module while training the module together with
+the auxiliary head at its end still fits R_min; otherwise the module is closed and a new one
+starts. The last module needs no head (its last atom holds the classifier). An atom that does not
+fit R_min on its own stops the partition with an error naming it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from torch import nn
+
+from edgefl.errors import EdgeflError
+from edgefl.models import AtomModel
+from edgefl.profiling import AtomProfile, mem_req, paper_mem_req, profile_model
+from edgefl.profiling.atoms import BYTES
+from edgefl.profiling.memory import paper_scale
+
+
+def aux_head(out_shape: tuple[int, ...], classes: int, input_side: int) -> nn.Sequential:
+    """A linear layer to the classes, after k x k average pooling when the map is at least k wide
+    (k = 7 for ImageNet-size inputs, 4 for smaller ones, as in the release)."""
+    k = 7 if input_side >= 64 else 4
+    if len(out_shape) == 3 and out_shape[-1] >= k:
+        c, h, w = out_shape
+        return nn.Sequential(nn.AvgPool2d(k), nn.Flatten(), nn.Linear(c * (h // k) * (w // k), classes))
+    return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(out_shape), classes))
+
+
+def head_profile(out_shape: tuple[int, ...], classes: int, input_side: int) -> AtomProfile:
+    return profile_model(AtomModel([("head", aux_head(out_shape, classes, input_side))], out_shape)).atoms[0]
+
+
+@dataclass(frozen=True)
+class Estimator:
+    """MemReq of training a run of atoms with an optional head, in the scenario's accounting."""
+
+    batch: int
+    slots: int
+    accounting: str  # walk | paper
+    classes: int
+
+    def __call__(self, atoms: Sequence[AtomProfile], head: AtomProfile | None) -> float:
+        if self.accounting == "paper":  # the release adds the head's input, weights and logits
+            extra = 0.0 if head is None else BYTES * (
+                self.batch * (atoms[-1].out_elems + self.classes) + paper_scale(self.slots) * head.params)
+            return paper_mem_req(atoms, self.batch, self.slots) + extra
+        return mem_req([*atoms, *([head] if head else [])], self.batch, self.slots)
+
+
+@dataclass(frozen=True)
+class Module:
+    index: int
+    start: int  # first atom
+    stop: int  # one past the last atom
+    names: tuple[str, ...]
+    mem_bytes: float  # MemReq with its head
+    flops: float  # forward FLOPs per sample with its head
+    out_shape: tuple[int, ...]
+    head: AtomProfile | None  # None for the last module
+
+
+def partition(
+    atoms: Sequence[AtomProfile], heads: Sequence[AtomProfile], need: Estimator, r_min: float
+) -> list[Module]:
+    """Alg. 1: `heads[i]` is the head that would follow atom i."""
+    bounds: list[tuple[int, int]] = []
+    start = 0
+    for i in range(len(atoms)):
+        if need(atoms[i:i + 1], heads[i]) > r_min:
+            raise EdgeflError("partition", f"atom {atoms[i].name}",
+                              f"needs {need(atoms[i:i + 1], heads[i]) / 1e6:.1f} MB with its head, more "
+                              f"than R_min = {r_min / 1e6:.1f} MB; raise fleet.reserved_memory_mb "
+                              "or lower training.batch_size")
+        if i > start and need(atoms[start:i + 1], heads[i]) > r_min:
+            bounds.append((start, i))
+            start = i
+    bounds.append((start, len(atoms)))
+    return [_module(n, a, b, atoms, heads if b < len(atoms) else None, need)
+            for n, (a, b) in enumerate(bounds)]
+
+
+def _module(n: int, a: int, b: int, atoms: Sequence[AtomProfile], heads: Sequence[AtomProfile] | None,
+            need: Estimator) -> Module:
+    head = heads[b - 1] if heads is not None else None
+    flops = sum(x.flops for x in atoms[a:b]) + (head.flops if head else 0.0)
+    return Module(n, a, b, tuple(x.name for x in atoms[a:b]), need(atoms[a:b], head), flops,
+                  atoms[b - 1].out_shape, head)
