@@ -91,6 +91,19 @@ class CostConfig:
 
 
 @dataclass
+class FedProphetConfig:
+    """FedProphet's knobs (Tang et al. §5-6; defaults from its release)."""
+
+    mu: float = 1e-5  # strong-convexity weight on the module output (Eq. 7)
+    alpha: float = 0.3  # APA's starting scale of the feature perturbation (0.4 for Caltech)
+    alpha_step: float = 0.1  # APA step (Eq. 10)
+    delta: float = 0.05  # APA threshold on the clean/adversarial accuracy ratio (Eq. 10)
+    patience: float = 0.1  # advance a module after this share of its round budget without gain
+    val_samples: int = 512  # validation samples (from the clients' slices) the server scores
+    apa_samples: int = 512  # client samples the perturbation size d* is measured on (Eq. 9)
+
+
+@dataclass
 class Scenario:
     method: str = "jfat"
     rounds: int = 20
@@ -104,6 +117,7 @@ class Scenario:
     attack: AttackConfig = field(default_factory=AttackConfig)
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
     cost: CostConfig = field(default_factory=CostConfig)
+    fedprophet: FedProphetConfig = field(default_factory=FedProphetConfig)
 
 
 def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
@@ -213,6 +227,13 @@ def validate(s: Scenario, where: str) -> None:
         ("cost.accounting", s.cost.accounting in ("walk", "paper"), "must be walk or paper"),
         ("cost.server_s", s.cost.server_s >= 0, "must be non-negative (seconds)"),
         ("cost.paper_access_s", s.cost.paper_access_s >= 0, "must be non-negative (seconds)"),
+        ("fedprophet.mu", s.fedprophet.mu >= 0, "must be non-negative"),
+        ("fedprophet.alpha", s.fedprophet.alpha > 0, "must be positive"),
+        ("fedprophet.alpha_step", s.fedprophet.alpha_step >= 0, "must be non-negative"),
+        ("fedprophet.delta", 0 <= s.fedprophet.delta < 1, "must be in [0, 1)"),
+        ("fedprophet.patience", 0 < s.fedprophet.patience <= 1, "must be a fraction in (0, 1]"),
+        ("fedprophet.val_samples", s.fedprophet.val_samples >= 1, "must be at least 1"),
+        ("fedprophet.apa_samples", s.fedprophet.apa_samples >= 1, "must be at least 1"),
     ]
     if s.data.partition == "skew":
         checks.append(("data.skew_s", (s.fleet.clients - 1) * s.data.skew_s < 100,

@@ -73,7 +73,7 @@ def prepare(scenario: Scenario, where: str) -> Experiment:
     a = scenario.attack
     attack = None if a.name == "none" else make_attack(a.name, a.eps, a.step_size, a.steps)
     torch.manual_seed(scenario.seed)
-    ctx = Context(scenario, data, splits, profile, new_model, device, attack)
+    ctx = Context(scenario, where, data, splits, profile, new_model, device, attack)
     pool = DevicePool(load_catalog(), scenario.fleet, scenario.seed)
     method = METHODS.get(scenario.method)(ctx)
     check_budgets(pool, method, where)
@@ -140,8 +140,9 @@ def _test_set(exp: Experiment) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _round(exp: Experiment, fed: Federation, cost_model: Any, t: int) -> tuple[RoundRecord, float]:
     jobs, updates = [], []
-    for k in exp.pool.sample_clients(t):
-        state = exp.pool.state(k, t)
+    states = {k: exp.pool.state(k, t) for k in exp.pool.sample_clients(t)}
+    exp.method.begin_round(t, states)
+    for k, state in states.items():
         workload = exp.method.plan(t, k, state)
         updates.append(exp.method.train(t, k, workload))
         jobs.append((k, state, cost_model.cost(workload, state)))

@@ -24,6 +24,7 @@ class Context:
     """What every method gets: the scenario, the data on the training device, the model factory."""
 
     scenario: Scenario
+    where: str  # the scenario file, for error messages
     data: Dataset
     splits: list[ClientSplit]
     profile: ModelProfile
@@ -57,6 +58,9 @@ class Method(ABC):
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
+
+    def begin_round(self, round_: int, states: dict[int, DeviceState]) -> None:  # noqa: B027
+        """Called with every selected client's state before any `plan` of the round."""
 
     @abstractmethod
     def plan(self, round_: int, client: int, state: DeviceState) -> Workload:

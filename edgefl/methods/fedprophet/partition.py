@@ -65,16 +65,17 @@ class Module:
 
 
 def partition(
-    atoms: Sequence[AtomProfile], heads: Sequence[AtomProfile], need: Estimator, r_min: float
+    atoms: Sequence[AtomProfile], heads: Sequence[AtomProfile], need: Estimator, r_min: float,
+    where: str = "partition",
 ) -> list[Module]:
-    """Alg. 1: `heads[i]` is the head that would follow atom i."""
+    """Alg. 1: `heads[i]` is the head that would follow atom i; errors name `where`."""
     bounds: list[tuple[int, int]] = []
     start = 0
     for i in range(len(atoms)):
         if need(atoms[i:i + 1], heads[i]) > r_min:
-            raise EdgeflError("partition", f"atom {atoms[i].name}",
-                              f"needs {need(atoms[i:i + 1], heads[i]) / 1e6:.1f} MB with its head, more "
-                              f"than R_min = {r_min / 1e6:.1f} MB; raise fleet.reserved_memory_mb "
+            raise EdgeflError(where, "fleet.reserved_memory_mb",
+                              f"atom {atoms[i].name} needs {need(atoms[i:i + 1], heads[i]) / 1e6:.3f} MB "
+                              f"with its head, more than R_min = {r_min / 1e6:.3f} MB; raise R_min "
                               "or lower training.batch_size")
         if i > start and need(atoms[start:i + 1], heads[i]) > r_min:
             bounds.append((start, i))

@@ -1,0 +1,144 @@
+"""Datasets as in-memory tensors in [0, 1]: scikit-learn's digits (bundled) and CIFAR-10.
+
+Digits ship inside scikit-learn, so the quickstart needs no download. CIFAR-10 loads through
+torchvision from `data.root`; when it is missing, the error names the files and the `--download`
+way to fetch them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from edgefl.config import DataConfig
+from edgefl.errors import EdgeflError
+from edgefl.registry import Registry
+
+
+@dataclass(frozen=True)
+class Dataset:
+    train_x: torch.Tensor  # (N, C, H, W) float in [0, 1]
+    train_y: torch.Tensor  # (N,) int64
+    test_x: torch.Tensor
+    test_y: torch.Tensor
+    num_classes: int
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return tuple(self.train_x.shape[1:])
+
+
+CIFAR10_FILES = [*(f"data_batch_{i}" for i in range(1, 6)), "test_batch"]
+Loader = Callable[[DataConfig, str], Dataset]
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """What is known without the data: the input shape and classes (for partitions and dry runs)."""
+
+    input_shape: tuple[int, ...]
+    num_classes: int
+    load: Loader
+
+
+DATASETS: Registry[DatasetSpec] = Registry("dataset")
+
+
+def register(name: str, input_shape: tuple[int, ...], classes: int) -> Callable[[Loader], Loader]:
+    def add(load: Loader) -> Loader:
+        DATASETS.register(name)(DatasetSpec(input_shape, classes, load))
+        return load
+
+    return add
+
+
+def load_dataset(cfg: DataConfig, where: str) -> Dataset:
+    return DATASETS.get(cfg.dataset).load(cfg, where)
+
+
+def _with_stats(x: np.ndarray, y: np.ndarray, tx: np.ndarray, ty: np.ndarray,
+                classes: int) -> Dataset:
+    """Wrap arrays (N, C, H, W in [0, 1]) with per-channel mean/std of the training split."""
+    mean = tuple(float(v) for v in x.mean(axis=(0, 2, 3)))
+    std = tuple(float(v) for v in x.std(axis=(0, 2, 3)))
+    return Dataset(torch.from_numpy(x).float(), torch.from_numpy(y).long(),
+                   torch.from_numpy(tx).float(), torch.from_numpy(ty).long(), classes, mean, std)
+
+
+@register("digits", (1, 8, 8), 10)
+def digits(cfg: DataConfig, where: str) -> Dataset:
+    """1797 8x8 grey digits from scikit-learn, a fixed 80/20 train/test split."""
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    images = (bunch.images / 16.0).astype(np.float32)[:, None]
+    labels = bunch.target.astype(np.int64)
+    order = np.random.default_rng(0).permutation(len(labels))  # fixed, so seeds share a test set
+    cut = int(0.8 * len(order))
+    tr, te = order[:cut], order[cut:]
+    return _with_stats(images[tr], labels[tr], images[te], labels[te], 10)
+
+
+@register("cifar10", (3, 32, 32), 10)
+def cifar10(cfg: DataConfig, where: str) -> Dataset:
+    """CIFAR-10 through torchvision, from `data.root` (downloaded only with data.download)."""
+    root = Path(cfg.root).expanduser()
+    _require(where, "CIFAR-10", root / "cifar-10-batches-py", CIFAR10_FILES, cfg.download)
+    try:
+        from torchvision.datasets import CIFAR10
+
+        train = CIFAR10(str(root), train=True, download=cfg.download)
+        test = CIFAR10(str(root), train=False, download=cfg.download)
+    except (OSError, RuntimeError) as exc:
+        raise _unloadable(where, "CIFAR-10", root, exc) from None
+
+    def arrays(ds: CIFAR10) -> tuple[np.ndarray, np.ndarray]:
+        return (ds.data.transpose(0, 3, 1, 2).astype(np.float32) / 255.0,
+                np.asarray(ds.targets, dtype=np.int64))
+
+    return _with_stats(*arrays(train), *arrays(test), 10)
+
+
+@register("caltech256", (3, 224, 224), 256)
+def caltech256(cfg: DataConfig, where: str) -> Dataset:
+    """Caltech-256 (256 object classes, the clutter class left out) resized to 224x224, a seeded
+    80/20 split. Held in memory as float32: about 18 GB, so a large machine."""
+    root = Path(cfg.root).expanduser()
+    _require(where, "Caltech-256", root / "caltech256", ["256_ObjectCategories"], cfg.download)
+    try:
+        from torchvision import transforms
+        from torchvision.datasets import Caltech256
+
+        ds = Caltech256(str(root), download=cfg.download, transform=transforms.Compose(
+            [transforms.Lambda(lambda im: im.convert("RGB")), transforms.Resize((224, 224)),
+             transforms.PILToTensor()]))
+    except (OSError, RuntimeError) as exc:
+        raise _unloadable(where, "Caltech-256", root, exc) from None
+    keep = [i for i, y in enumerate(ds.y) if y < 256]
+    x = np.stack([ds[i][0].numpy() for i in keep]).astype(np.float32) / 255.0
+    y = np.asarray([ds.y[i] for i in keep], dtype=np.int64)
+    order = np.random.default_rng(0).permutation(len(y))
+    cut = int(0.8 * len(order))
+    return _with_stats(x[order[:cut]], y[order[:cut]], x[order[cut:]], y[order[cut:]], 256)
+
+
+def _require(where: str, name: str, folder: Path, files: list[str], download: bool) -> None:
+    """Stop with the missing files named, unless a download was asked for."""
+    missing = [f for f in files if not (folder / f).exists()]
+    if missing and not download:
+        raise EdgeflError(
+            where, "data.dataset",
+            f"{name} not found: {', '.join(missing)} missing in {folder}; put the files there, "
+            "or rerun with --download (needs the internet)")
+
+
+def _unloadable(where: str, name: str, root: Path, exc: Exception) -> EdgeflError:
+    return EdgeflError(where, "data.download",
+                       f"{name} could not be loaded into {root} ({exc}); fetch the files "
+                       "elsewhere, or check that torchvision matches torch")

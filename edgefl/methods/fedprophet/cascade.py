@@ -1,0 +1,80 @@
+"""Adversarial cascade learning on the client (FedProphet §5.1, Eq. 7 and Eq. 11).
+
+A client assigned modules m..M_k trains them jointly on the features z_{m-1} of the fixed modules
+before them, through the auxiliary head of M_k, with the loss CE(head(z_{M_k}), y) + mu/2 ||z_{M_k}||^2
+on adversarial inputs: PGD within the input L-inf ball eps_0 for the first module, within an L2 ball
+eps_{m-1} on the features for later ones. The fixed prefix is run under no_grad in eval mode, which
+gives the same features the release caches once per stage switch.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from edgefl.attacks import Attack
+from edgefl.attacks.pgd_l2 import PGDL2
+from edgefl.execution.local import batch_indices
+
+
+class Exit(nn.Module):
+    """Modules m..M_k followed by the head of M_k (the identity after the last module)."""
+
+    def __init__(self, stack: nn.Sequential, head: nn.Module) -> None:
+        super().__init__()
+        self.stack = stack
+        self.head = head
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        return self.head(self.stack(z))
+
+
+def cascade_loss(exit_: Exit, z: torch.Tensor, y: torch.Tensor, mu: float) -> torch.Tensor:
+    """Eq. 7 / 11: CE through the head plus mu/2 ||z_out||^2 (mean over the batch)."""
+    out = exit_.stack(z)
+    reg = 0.5 * mu * out.flatten(1).pow(2).sum(1).mean() if mu else 0.0
+    return nn.functional.cross_entropy(exit_.head(out), y) + reg
+
+
+def feature_attack(eps: float, steps: int, lower: float | None) -> PGDL2:
+    """L2 PGD on features with the release's step 2 eps / T."""
+    attack = PGDL2(eps=eps, step_size=2 * eps / steps, steps=steps)
+    attack.lower = lower
+    return attack
+
+
+def train_cascade(
+    prefix: nn.Sequential, exit_: Exit, x: torch.Tensor, y: torch.Tensor,
+    optimizer: torch.optim.Optimizer, iters: int, batch: int, attack: Attack | None, mu: float,
+    gen: torch.Generator,
+) -> float:
+    """`iters` adversarial steps on modules m..M_k; returns the mean loss."""
+    prefix.eval()
+    exit_.train()
+    total = torch.zeros((), device=x.device)
+    for idx in batch_indices(len(x), min(batch, len(x)), iters, gen):
+        with torch.no_grad():
+            z = prefix(x[idx.to(x.device)])
+        yb = y[idx.to(x.device)]
+        if attack is not None:
+            z = attack(exit_, z, yb)
+        loss = cascade_loss(exit_, z, yb, mu)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        total += loss.detach()
+    return float(total) / iters
+
+
+def output_perturbation(prefix: nn.Sequential, module: nn.Sequential, x: torch.Tensor,
+                        attack: Attack) -> float:
+    """E[d*] of Eq. 9: the mean L2 size of the change in the module's output that a PGD attack on
+    its input (within the eps it was trained with) can cause."""
+    module.eval()
+    with torch.no_grad():
+        z = prefix(x)
+        clean = module(z)
+    attack.loss = lambda out, target: (out - target).flatten(1).pow(2).sum(1).mean()
+    z_adv = attack(module, z, clean)
+    with torch.no_grad():
+        return float((module(z_adv) - clean).flatten(1).norm(dim=1).mean())

@@ -1,0 +1,75 @@
+"""FedProphet's server-side rules as pure functions (Tang et al., FedProphet §6.2-6.3).
+
+* Differentiated Module Assignment (Eq. 12-13): a client trains modules m..M_k, M_k the largest
+  whose memory fits its available memory R_k(t) and whose FLOPs stay within P_k(t) / P_min(t)
+  times the FLOPs of module m alone.
+* Adaptive Perturbation Adjustment (Eq. 9-10): eps_m = alpha x E[d*_m]; alpha moves by a step when
+  the clean/adversarial validation accuracy ratio leaves (1 +- Delta) times the previous module's
+  final ratio, and never drops below where it started.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+def assign_modules(
+    m: int, modules: int, fits: Callable[[int], bool], flops: Callable[[int], float],
+    perf: float, perf_min: float,
+) -> int:
+    """The largest M_k >= m with fits(M_k) and flops(M_k) <= perf / perf_min x flops(m).
+
+    `fits(n)` and `flops(n)` describe training modules m..n jointly with module n's head.
+    Module m alone is always assigned: the partition made it fit R_min.
+    """
+    allowed = perf / perf_min * flops(m)
+    last = m
+    for n in range(m + 1, modules):
+        if not (fits(n) and flops(n) <= allowed):
+            break
+        last = n
+    return last
+
+
+def adjust_alpha(alpha: float, ratio: float, previous: float, delta: float, step: float,
+                 floor: float) -> float:
+    """Eq. 10: raise alpha when clean/adv grew past (1 + delta) x the previous module's final
+    ratio (too little robustness), lower it when below (1 - delta) x, never under `floor`."""
+    if ratio > (1 + delta) * previous:
+        return alpha + step
+    if ratio < (1 - delta) * previous:
+        return max(floor, alpha - step)
+    return alpha
+
+
+def accuracy_ratio(clean: float, adv: float) -> float:
+    """C / A, infinite when nothing survives the attack."""
+    return clean / adv if adv > 0 else float("inf")
+
+
+@dataclass
+class StageControl:
+    """When to fix the current module: its round budget (rounds / M) ran out, or the validation
+    score (clean + adversarial accuracy) has not improved for `patience` of that budget."""
+
+    budget: int
+    patience: int
+    started: int = 0
+    best: float = -1.0
+    best_round: int = 0
+
+    def record(self, round_: int, score: float) -> bool:
+        """Record a round's score; True when it is the best of the stage so far."""
+        if score > self.best:
+            self.best, self.best_round = score, round_
+            return True
+        return False
+
+    def done(self, round_: int) -> bool:
+        """After `round_`, is the stage over?"""
+        return (round_ + 1 - self.started >= self.budget
+                or round_ - self.best_round >= self.patience)
+
+    def restart(self, round_: int) -> None:
+        self.started, self.best, self.best_round = round_ + 1, -1.0, round_ + 1

@@ -1,0 +1,223 @@
+"""FedProphet, the server loop (Tang, Wang et al., FedProphet, Alg. 2).
+
+The backbone is partitioned into modules that fit R_min (Alg. 1). Module by module, each round:
+the server scales the feature perturbation (APA, Eq. 10), assigns every selected client modules
+m..M_k (DMA, Eq. 12-13), the clients run adversarial cascade learning (Eq. 7, 11) and upload only
+what they trained, and the server partially averages each module and head over the clients that
+trained it (Eq. 14-15; normalised over those clients, as the heads' Eq. 15 is). A module is fixed
+when its round budget runs out or validation stalls; its best state is restored, and the clients
+measure d* (Eq. 9) for the next module's perturbation. With FedBN (training.fedbn) BatchNorm stays
+local to each client, as in jFAT.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from edgefl.attacks import Attack, make_attack
+from edgefl.devices.pool import DeviceState
+from edgefl.execution.local import evaluate, make_optimizer, seed_everything
+from edgefl.methods.aggregate import State, bn_keys, keep_local, partial_average, state_bytes
+from edgefl.methods.base import METHODS, ClientUpdate, Context, Method
+from edgefl.methods.fedprophet.cascade import Exit, feature_attack, output_perturbation, train_cascade
+from edgefl.methods.fedprophet.coordinator import StageControl, accuracy_ratio, adjust_alpha, assign_modules
+from edgefl.methods.fedprophet.partition import Estimator, aux_head, head_profile, partition
+from edgefl.profiling import optimizer_slots
+from edgefl.sim.workload import Workload
+
+
+class Backbone(nn.Module):
+    """The global model and one auxiliary head per module but the last."""
+
+    def __init__(self, model: nn.Sequential, heads: nn.ModuleDict) -> None:
+        super().__init__()
+        self.model = model
+        self.heads = heads
+
+
+@METHODS.register("fedprophet")
+class FedProphet(Method):
+    def __init__(self, ctx: Context) -> None:
+        super().__init__(ctx)
+        s = ctx.scenario
+        self.cfg = s.fedprophet
+        self.slots = optimizer_slots(s.training.optimizer, s.training.momentum)
+        model = ctx.new_model().to(ctx.device)
+        side = ctx.data.input_shape[-1]
+        atoms = ctx.profile.atoms
+        heads = [head_profile(a.out_shape, ctx.data.num_classes, side) for a in atoms]
+        self.need = Estimator(s.training.batch_size, self.slots, s.cost.accounting, ctx.data.num_classes)
+        self.modules = partition(atoms, heads, self.need, s.fleet.reserved_memory_mb * 1e6, ctx.where)
+        self.net = Backbone(model, nn.ModuleDict({
+            str(mod.index): aux_head(mod.out_shape, ctx.data.num_classes, side)
+            for mod in self.modules if mod.head is not None}).to(ctx.device))
+        self.local_keys = bn_keys(self.net) if s.training.fedbn else set()
+        self.local_states: dict[int, State] = {}
+        self.m = 0  # the module being trained
+        budget = math.ceil(s.rounds / len(self.modules))
+        self.stage = StageControl(budget, max(1, math.ceil(self.cfg.patience * budget)))
+        self.alpha = self.cfg.alpha
+        self.eps = 0.0  # L2 radius on the current module's input features (module > 0)
+        self.d_star = 0.0
+        self.lower: float | None = None
+        self.prev_ratio = 1.0  # C*/A* of the previous module
+        self.best: tuple[State, dict[int, State], float, float] | None = None
+        self.val = (0.0, 0.0)
+        self.perf_min = 0.0
+        self.assignment: dict[int, int] = {}  # client -> M_k this round
+        self.final = False
+
+    # --- planning ---------------------------------------------------------------------------
+    def begin_round(self, round_: int, states: dict[int, DeviceState]) -> None:
+        self.perf_min = min(s.flops for s in states.values())
+        self.assignment = {}
+
+    def last_module(self, state: DeviceState) -> int:
+        """DMA (Eq. 12-13) for one client."""
+        mods, m = self.modules, self.m
+        atoms = self.ctx.profile.atoms
+
+        def span(n: int) -> tuple[Any, Any]:
+            return atoms[mods[m].start:mods[n].stop], mods[n].head
+
+        def flops(n: int) -> float:
+            run, head = span(n)
+            return sum(a.flops for a in run) + (head.flops if head else 0.0)
+
+        return assign_modules(m, len(mods), lambda n: self.need(*span(n)) <= state.memory_bytes,
+                              flops, state.flops, self.perf_min or state.flops)
+
+    def plan(self, round_: int, client: int, state: DeviceState) -> Workload:
+        last = self.assignment[client] = self.last_module(state)
+        first, end = self.modules[self.m], self.modules[last]
+        head = [end.head] if end.head else []
+        keys = self.trained_keys(last)
+        s = self.net.state_dict()
+        held = self.local_keys if client in self.local_states else set()
+        attack = self.ctx.attack_for(round_)
+        t = self.ctx.scenario.training
+        return Workload(
+            atoms=(*self.ctx.profile.atoms[first.start:end.stop], *head), batch=t.batch_size,
+            iterations=t.local_iters, attack_steps=attack.steps if attack else 0, slots=self.slots,
+            download_bytes=state_bytes(s, keys - held), upload_bytes=state_bytes(s, keys))
+
+    def trained_keys(self, last: int) -> set[str]:
+        """State keys of modules m..last and the head of `last`."""
+        names = {n for mod in self.modules[self.m:last + 1] for n in mod.names}
+        return {k for k in self.net.state_dict()
+                if (k.startswith("model.") and k.split(".")[1] in names)
+                or k.startswith(f"heads.{last}.")}
+
+    # --- client training --------------------------------------------------------------------
+    def train(self, round_: int, client: int, workload: Workload) -> ClientUpdate:
+        gen = seed_everything(self.ctx.scenario.seed, round_, client)
+        last = self.assignment[client]
+        net = copy.deepcopy(self.net)
+        if client in self.local_states:
+            net.load_state_dict(keep_local(net.state_dict(), self.local_states[client], self.local_keys))
+        prefix, exit_ = self.split(net, self.m, last)
+        x, y = self.ctx.client_data(client)
+        t = self.ctx.scenario.training
+        opt = make_optimizer(list(exit_.parameters()), t, self.ctx.lr(round_))
+        loss = train_cascade(prefix, exit_, x, y, opt, workload.iterations, workload.batch,
+                             self.client_attack(round_), self.cfg.mu, gen)
+        state = {k: v.detach().clone() for k, v in net.state_dict().items()}
+        if self.local_keys:
+            self.local_states.setdefault(client, {}).update({k: state[k] for k in self.local_keys})
+        keys = self.trained_keys(last)
+        return ClientUpdate(client, {k: state[k] for k in keys}, len(x), loss)
+
+    def split(self, net: Backbone, m: int, last: int) -> tuple[nn.Sequential, Exit]:
+        """(fixed prefix before module m, modules m..last with the head of `last`)."""
+        atoms = list(net.model.children())
+        first, end = self.modules[m], self.modules[last]
+        head = net.heads[str(last)] if end.head is not None else nn.Identity()
+        return nn.Sequential(*atoms[:first.start]), Exit(nn.Sequential(*atoms[first.start:end.stop]), head)
+
+    def client_attack(self, round_: int) -> Attack | None:
+        attack = self.ctx.attack_for(round_)
+        if attack is None or self.m == 0:
+            return attack
+        return feature_attack(self.eps, attack.steps, self.lower)
+
+    # --- server -----------------------------------------------------------------------------
+    def aggregate(self, round_: int, updates: list[ClientUpdate]) -> None:
+        new = partial_average(self.net.state_dict(), [u.state for u in updates],
+                              [u.num_samples for u in updates])
+        self.net.load_state_dict(new)
+        self.val = self.validate()
+        if self.stage.record(round_, sum(self.val)):
+            self.best = (copy.deepcopy(self.net.state_dict()), copy.deepcopy(self.local_states), *self.val)
+        if self.m > 0:
+            ratio = accuracy_ratio(*self.val)
+            self.alpha = adjust_alpha(self.alpha, ratio, self.prev_ratio, self.cfg.delta,
+                                      self.cfg.alpha_step, self.cfg.alpha)
+            self.eps = self.alpha * self.d_star
+        last_round = round_ + 1 == self.ctx.scenario.rounds
+        if last_round or (self.stage.done(round_) and self.m + 1 < len(self.modules)):
+            self.restore_best()
+            if not last_round:
+                self.next_module(round_)
+        self.final = last_round
+
+    def restore_best(self) -> None:
+        assert self.best is not None
+        state, local, clean, adv = self.best
+        self.net.load_state_dict(state)
+        self.local_states = local
+        self.prev_ratio = accuracy_ratio(clean, adv)
+
+    def next_module(self, round_: int) -> None:
+        """Fix module m, measure d* on the clients' data (Eq. 9), start module m + 1."""
+        prefix, exit_ = self.split(self.net, self.m, self.m)
+        x, _ = self.samples([s.train for s in self.ctx.splits], self.cfg.apa_samples)
+        self.d_star = output_perturbation(prefix, exit_.stack, x, self.apa_attack())
+        with torch.no_grad():
+            self.lower = 0.0 if float(exit_.stack(prefix(x)).min()) >= 0 else None
+        self.m += 1
+        self.alpha = self.cfg.alpha
+        self.eps = self.alpha * self.d_star
+        self.stage.restart(round_)
+        self.best = None
+
+    def apa_attack(self) -> Attack:
+        """The attack module m was trained against, on its input."""
+        a = self.ctx.scenario.attack
+        if self.m == 0:
+            return make_attack("pgd", a.eps, a.step_size, a.steps)
+        return feature_attack(self.eps, a.steps, self.lower)
+
+    def samples(self, parts: list[np.ndarray], n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Up to n training-set samples from the clients' index sets, in client order."""
+        idx = torch.from_numpy(np.concatenate(parts)[:n]).to(self.ctx.device)
+        return self.ctx.data.train_x[idx], self.ctx.data.train_y[idx]
+
+    def validate(self) -> tuple[float, float]:
+        """Clean and adversarial accuracy of modules 1..m with head m on the clients' validation
+        slices (C_m, A_m of Eq. 10), against the input attack."""
+        x, y = self.samples([s.val for s in self.ctx.splits], self.cfg.val_samples)
+        if len(y) == 0:
+            return 0.0, 0.0
+        a = self.ctx.scenario.attack
+        return evaluate(self.cascade(self.m), x, y, make_attack("pgd", a.eps, a.step_size, a.steps))
+
+    def cascade(self, m: int) -> nn.Module:
+        prefix, exit_ = self.split(self.net, 0, m)
+        return nn.Sequential(prefix, exit_)
+
+    def global_model(self) -> nn.Module:
+        """Modules 1..m with head m while training; the whole backbone after the last round."""
+        return self.net.model if self.final else self.cascade(self.m)
+
+    def round_info(self) -> dict[str, Any]:
+        return {"module": self.m + 1, "modules": len(self.modules),
+                "max_assigned": max(self.assignment.values(), default=self.m) + 1,
+                "eps": round(self.eps if self.m else self.ctx.scenario.attack.eps, 5),
+                "alpha": round(self.alpha, 3),
+                "val_clean": round(self.val[0], 4), "val_adv": round(self.val[1], 4)}
