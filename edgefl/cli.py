@@ -1,4 +1,4 @@
-"""The `edgefl` command: run | plot | devices (list, show, validate).
+"""The `edgefl` command: run | plot | partition | devices (list, show, validate).
 
 Bad input ends with one line naming the file, the key and the fix, and exit code 2.
 """
@@ -44,6 +44,12 @@ def parser() -> argparse.ArgumentParser:
     plot.add_argument("--out", type=Path, help="PNG file (default RUN/accuracy.png of the first run)")
     plot.set_defaults(func=cmd_plot)
 
+    part = sub.add_parser("partition", help="FedProphet's modules for a scenario's model and R_min")
+    part.add_argument("scenario", type=Path)
+    part.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    part.add_argument("--json", action="store_true", help="print a JSON list of modules")
+    part.set_defaults(func=cmd_partition)
+
     dev = sub.add_parser("devices", help="device profiles")
     dsub = dev.add_subparsers(dest="devices_command", required=True)
     ls = dsub.add_parser("list", help="list device profiles")
@@ -81,6 +87,37 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
     out = plot_accuracy(args.runs, args.out or args.runs[0] / "accuracy.png")
     print(out)
+    return 0
+
+
+def cmd_partition(args: argparse.Namespace) -> int:
+    """Partition without the data: the dataset's input shape and classes are known in advance."""
+    import json
+
+    from edgefl.config import load_scenario
+    from edgefl.data.datasets import DATASETS
+    from edgefl.methods.fedprophet.partition import partition_model
+    from edgefl.models import build_model
+    from edgefl.profiling import profile_model
+
+    s = load_scenario(args.scenario, args.overrides)
+    spec = DATASETS.get(s.data.dataset)
+    channels = spec.input_shape[0]
+    model = build_model(s.model.name, spec.num_classes, spec.input_shape, [0.5] * channels,
+                        [0.25] * channels)
+    profile = profile_model(model, s.model.name)
+    _, modules = partition_model(profile, spec.num_classes, spec.input_shape[-1], s, str(args.scenario))
+    rows = [{"index": m.index, "atoms": list(m.names), "mem_bytes": m.mem_bytes, "flops": m.flops,
+             "out_shape": list(m.out_shape)} for m in modules]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{s.model.name} on {s.data.dataset}, batch {s.training.batch_size}, "
+          f"{s.cost.accounting} MemReq, R_min {s.fleet.reserved_memory_mb} MB: {len(rows)} modules")
+    print(f"{'module':<8}{'MemReq MB':>11}{'MFLOPs/sample':>15}  {'output':<16}atoms")
+    for r in rows:
+        print(f"{r['index'] + 1:<8}{r['mem_bytes'] / 1e6:>11.1f}{r['flops'] / 1e6:>15.2f}  "
+              f"{'x'.join(map(str, r['out_shape'])):<16}{', '.join(r['atoms'])}")
     return 0
 
 

@@ -27,7 +27,7 @@ from edgefl.methods.aggregate import State, bn_keys, keep_local, partial_average
 from edgefl.methods.base import METHODS, ClientUpdate, Context, Method
 from edgefl.methods.fedprophet.cascade import Exit, feature_attack, output_perturbation, train_cascade
 from edgefl.methods.fedprophet.coordinator import StageControl, accuracy_ratio, adjust_alpha, assign_modules
-from edgefl.methods.fedprophet.partition import Estimator, aux_head, head_profile, partition
+from edgefl.methods.fedprophet.partition import aux_head, partition_model
 from edgefl.profiling import optimizer_slots
 from edgefl.sim.workload import Workload
 
@@ -50,10 +50,7 @@ class FedProphet(Method):
         self.slots = optimizer_slots(s.training.optimizer, s.training.momentum)
         model = ctx.new_model().to(ctx.device)
         side = ctx.data.input_shape[-1]
-        atoms = ctx.profile.atoms
-        heads = [head_profile(a.out_shape, ctx.data.num_classes, side) for a in atoms]
-        self.need = Estimator(s.training.batch_size, self.slots, s.cost.accounting, ctx.data.num_classes)
-        self.modules = partition(atoms, heads, self.need, s.fleet.reserved_memory_mb * 1e6, ctx.where)
+        self.need, self.modules = partition_model(ctx.profile, ctx.data.num_classes, side, s, ctx.where)
         self.net = Backbone(model, nn.ModuleDict({
             str(mod.index): aux_head(mod.out_shape, ctx.data.num_classes, side)
             for mod in self.modules if mod.head is not None}).to(ctx.device))
@@ -72,6 +69,7 @@ class FedProphet(Method):
         self.perf_min = 0.0
         self.assignment: dict[int, int] = {}  # client -> M_k this round
         self.final = False
+        self.info = self.describe()
 
     # --- planning ---------------------------------------------------------------------------
     def begin_round(self, round_: int, states: dict[int, DeviceState]) -> None:
@@ -159,6 +157,7 @@ class FedProphet(Method):
             self.alpha = adjust_alpha(self.alpha, ratio, self.prev_ratio, self.cfg.delta,
                                       self.cfg.alpha_step, self.cfg.alpha)
             self.eps = self.alpha * self.d_star
+        self.info = self.describe()
         last_round = round_ + 1 == self.ctx.scenario.rounds
         if last_round or (self.stage.done(round_) and self.m + 1 < len(self.modules)):
             self.restore_best()
@@ -216,6 +215,10 @@ class FedProphet(Method):
         return self.net.model if self.final else self.cascade(self.m)
 
     def round_info(self) -> dict[str, Any]:
+        """The module trained in the round just aggregated, its perturbation and validation."""
+        return self.info
+
+    def describe(self) -> dict[str, Any]:
         return {"module": self.m + 1, "modules": len(self.modules),
                 "max_assigned": max(self.assignment.values(), default=self.m) + 1,
                 "eps": round(self.eps if self.m else self.ctx.scenario.attack.eps, 5),

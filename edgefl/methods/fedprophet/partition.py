@@ -14,9 +14,10 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from edgefl.config import Scenario
 from edgefl.errors import EdgeflError
 from edgefl.models import AtomModel
-from edgefl.profiling import AtomProfile, mem_req, paper_mem_req, profile_model
+from edgefl.profiling import AtomProfile, ModelProfile, mem_req, optimizer_slots, paper_mem_req, profile_model
 from edgefl.profiling.atoms import BYTES
 from edgefl.profiling.memory import paper_scale
 
@@ -91,3 +92,12 @@ def _module(n: int, a: int, b: int, atoms: Sequence[AtomProfile], heads: Sequenc
     flops = sum(x.flops for x in atoms[a:b]) + (head.flops if head else 0.0)
     return Module(n, a, b, tuple(x.name for x in atoms[a:b]), need(atoms[a:b], head), flops,
                   atoms[b - 1].out_shape, head)
+
+
+def partition_model(profile: ModelProfile, classes: int, input_side: int, s: Scenario,
+                    where: str) -> tuple[Estimator, list[Module]]:
+    """Partition a profiled model with the scenario's batch, optimizer, accounting and R_min."""
+    need = Estimator(s.training.batch_size, optimizer_slots(s.training.optimizer, s.training.momentum),
+                     s.cost.accounting, classes)
+    heads = [head_profile(a.out_shape, classes, input_side) for a in profile.atoms]
+    return need, partition(profile.atoms, heads, need, s.fleet.reserved_memory_mb * 1e6, where)
