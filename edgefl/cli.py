@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -14,6 +15,8 @@ from edgefl.errors import EdgeflError
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # fvcore scripts a few helpers with torch.jit, which recent torch warns about on every start
+    warnings.filterwarnings("ignore", message=r".*torch\.jit\.script.* is deprecated")
     args = parser().parse_args(argv)
     try:
         return int(args.func(args))
@@ -107,17 +110,16 @@ def cmd_partition(args: argparse.Namespace) -> int:
                         [0.25] * channels)
     profile = profile_model(model, s.model.name)
     _, modules = partition_model(profile, spec.num_classes, spec.input_shape[-1], s, str(args.scenario))
-    rows = [{"index": m.index, "atoms": list(m.names), "mem_bytes": m.mem_bytes, "flops": m.flops,
-             "out_shape": list(m.out_shape)} for m in modules]
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print(json.dumps([{"index": m.index, "atoms": list(m.names), "mem_bytes": m.mem_bytes,
+                           "flops": m.flops, "out_shape": list(m.out_shape)} for m in modules], indent=2))
         return 0
     print(f"{s.model.name} on {s.data.dataset}, batch {s.training.batch_size}, "
-          f"{s.cost.accounting} MemReq, R_min {s.fleet.reserved_memory_mb} MB: {len(rows)} modules")
+          f"{s.cost.accounting} MemReq, R_min {s.fleet.reserved_memory_mb} MB: {len(modules)} modules")
     print(f"{'module':<8}{'MemReq MB':>11}{'MFLOPs/sample':>15}  {'output':<16}atoms")
-    for r in rows:
-        print(f"{r['index'] + 1:<8}{r['mem_bytes'] / 1e6:>11.1f}{r['flops'] / 1e6:>15.2f}  "
-              f"{'x'.join(map(str, r['out_shape'])):<16}{', '.join(r['atoms'])}")
+    for m in modules:
+        print(f"{m.index + 1:<8}{m.mem_bytes / 1e6:>11.1f}{m.flops / 1e6:>15.2f}  "
+              f"{'x'.join(map(str, m.out_shape)):<16}{', '.join(m.names)}")
     return 0
 
 

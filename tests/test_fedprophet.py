@@ -1,0 +1,649 @@
+"""FedProphet (Tang, Wang et al.): partition (Alg. 1), the release's MemReq, DMA (Eq. 12-13), APA
+(Eq. 9-10), stage control, the partial average (Eq. 14-15), the strong-convexity term (Eq. 7), the
+L2 feature attack, workloads, and a digits run end to end.
+
+Expected values come from the paper's formulas and REFERENCE.md ("The release's cost accounting":
+MemReq = 4 B x (s P + batch F), s = 3 for SGD with momentum; VGG16-BN / CIFAR-10 / batch 64 needs
+301.7 MB and 7 modules at R_min = 60 MB; ResNet34 / Caltech-256 / batch 32 needs 1130.5 MB and 7
+modules at 224 MB).
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from edgefl.attacks.pgd_l2 import PGDL2
+from edgefl.cli import main
+from edgefl.config import load_scenario
+from edgefl.devices.pool import DeviceState
+from edgefl.errors import EdgeflError
+from edgefl.experiment import Experiment, prepare, run
+from edgefl.methods.aggregate import partial_average
+from edgefl.methods.fedprophet.cascade import Exit, cascade_loss, output_perturbation
+from edgefl.methods.fedprophet.coordinator import StageControl, accuracy_ratio, adjust_alpha, assign_modules
+from edgefl.methods.fedprophet.partition import Estimator, head_profile, partition, partition_model
+from edgefl.models import build_model
+from edgefl.profiling import AtomProfile, ModelProfile, paper_mem_req, profile_model
+
+ROOT = Path(__file__).resolve().parents[1]
+SCENARIOS = ROOT / "scenarios"
+QUICKSTART = SCENARIOS / "fedprophet-quickstart.toml"
+TINY = ["rounds=4", "training.local_iters=2", "attack.steps=2", "evaluation.steps=2",
+        "data.test_samples=64", "fedprophet.val_samples=64", "fedprophet.apa_samples=64"]
+INPUT_EPS = 0.2  # attack.eps of the quickstart
+MB = 1e6
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def single_thread(fn):
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return fn()
+    finally:
+        torch.set_num_threads(threads)
+
+
+def atom(name: str, params: int, weighted: int, out: int, macs: float = 100.0) -> AtomProfile:
+    return AtomProfile(name=name, macs=macs, params=params, in_elems=out, out_elems=out, saved_bytes=0.0,
+                       weighted_in_elems=weighted, out_shape=(out,))
+
+
+# --- 1. partition in the release's accounting ------------------------------------------------------
+
+PAPER_MODELS = {
+    # name: (model, classes, input shape, scenario, batch, R_min MB, whole MemReq MB, params)
+    "vgg16": ("vgg16", 10, (3, 32, 32), "fedprophet-cifar10.toml", 64, 60.0, 301.7, 15.25e6),
+    "resnet34": ("resnet34", 256, (3, 224, 224), "fedprophet-caltech256.toml", 32, 224.0, 1130.5, 21.42e6),
+}
+
+
+@pytest.fixture(scope="module", params=list(PAPER_MODELS))
+def paper_case(request: pytest.FixtureRequest):
+    name, classes, shape, scenario, batch, r_min, whole, params = PAPER_MODELS[request.param]
+
+    def build() -> ModelProfile:
+        model = build_model(name, classes, shape, [0.5] * shape[0], [0.25] * shape[0])
+        return profile_model(model, name)
+
+    profile = single_thread(build)
+    s = load_scenario(SCENARIOS / scenario)
+    return profile, classes, shape, s, batch, r_min, whole, params
+
+
+def test_scenarios_carry_the_papers_settings(paper_case):
+    _, _, _, s, batch, r_min, _, _ = paper_case
+    assert s.cost.accounting == "paper"
+    assert s.training.batch_size == batch
+    assert s.training.optimizer == "sgd" and s.training.momentum > 0
+    assert s.fleet.reserved_memory_mb == r_min
+
+
+def test_whole_model_memreq_matches_the_release(paper_case):
+    profile, _, _, _, batch, _, whole, params = paper_case
+    assert profile.params == pytest.approx(params, rel=0.01)
+    # SGD with momentum: one optimizer slot, the release's s = 3
+    assert paper_mem_req(profile.atoms, batch, 1) / MB == pytest.approx(whole, rel=0.01)
+
+
+def test_partition_gives_the_papers_seven_modules(paper_case):
+    profile, classes, shape, s, batch, r_min, _, _ = paper_case
+    need, modules = partition_model(profile, classes, shape[-1], s, "test")
+    assert (need.batch, need.slots, need.accounting, need.classes) == (batch, 1, "paper", classes)
+    assert len(modules) == 7
+    # contiguous, in order, covering every atom once
+    assert modules[0].start == 0
+    assert modules[-1].stop == len(profile.atoms)
+    for a, b in itertools.pairwise(modules):
+        assert b.start == a.stop
+    assert [n for m in modules for n in m.names] == [a.name for a in profile.atoms]
+    assert [m.index for m in modules] == list(range(7))
+    for m in modules:
+        assert m.stop > m.start
+        assert m.names == tuple(a.name for a in profile.atoms[m.start:m.stop])
+        assert m.mem_bytes <= r_min * MB
+        assert m.out_shape == profile.atoms[m.stop - 1].out_shape
+    assert modules[-1].head is None
+    assert all(m.head is not None for m in modules[:-1])
+
+
+def test_partition_is_greedy(paper_case):
+    """Alg. 1: a module closes only when its next atom (with the head that would then follow it)
+    no longer fits R_min. The last atom holds the classifier: a module ending there needs no head."""
+    profile, classes, shape, s, _, r_min, _, _ = paper_case
+    need, modules = partition_model(profile, classes, shape[-1], s, "test")
+    atoms = profile.atoms
+    for mod, nxt in itertools.pairwise(modules):
+        i = nxt.start
+        head = head_profile(atoms[i].out_shape, classes, shape[-1]) if i < len(atoms) - 1 else None
+        assert need(atoms[mod.start:i + 1], head) > r_min * MB, (mod.names, atoms[i].name)
+        # and the module as closed fits, with its own head
+        assert need(atoms[mod.start:mod.stop], head_profile(atoms[mod.stop - 1].out_shape, classes,
+                                                            shape[-1])) <= r_min * MB
+
+
+def test_module_mem_and_flops_are_its_atoms_and_head(paper_case):
+    profile, classes, shape, s, _, _, _, _ = paper_case
+    need, modules = partition_model(profile, classes, shape[-1], s, "test")
+    for m in modules:
+        run_ = profile.atoms[m.start:m.stop]
+        head = None if m is modules[-1] else head_profile(run_[-1].out_shape, classes, shape[-1])
+        assert m.head == head
+        assert m.mem_bytes == pytest.approx(need(run_, head))
+        assert m.flops == pytest.approx(sum(a.flops for a in run_) + (head.flops if head else 0.0))
+
+
+@pytest.fixture(scope="module")
+def vgg() -> ModelProfile:
+    model = build_model("vgg16", 10, (3, 32, 32), [0.5] * 3, [0.25] * 3)
+    return single_thread(lambda: profile_model(model, "vgg16"))
+
+
+def cifar(r_min: float):
+    return load_scenario(SCENARIOS / "fedprophet-cifar10.toml", [f"fleet.reserved_memory_mb={r_min}"])
+
+
+def test_an_atom_that_cannot_fit_r_min_is_named(vgg):
+    """conv1 of VGG16-BN (Conv 3->64 without bias + BN: P = 1728 + 128; its conv and BN read
+    3x32x32 + 64x32x32 = 68608 elements), with its head (4x4 average pooling to 64x8x8, then
+    Linear(4096, 10): 40970 parameters): 4 x (3 x 1856 + 64 x 68608) + 4 x (64 x (65536 + 10)
+    + 3 x 40970) = 34 857 336 B."""
+    profile = vgg
+    assert profile.atoms[1].name == "conv1"
+    conv1 = 4 * (3 * 1856 + 64 * 68608) + 4 * (64 * (65536 + 10) + 3 * 40970)
+    assert conv1 == 34_857_336
+    with pytest.raises(EdgeflError) as err:
+        partition_model(profile, 10, 32, cifar(34.8), "cifar.toml")
+    text = str(err.value)
+    assert "atom conv1 " in text and "34.857" in text
+    assert err.value.where == "cifar.toml" and err.value.key == "fleet.reserved_memory_mb"
+    # conv1 fits at 34.9 MB; conv2 (38.3 MB with its head) does not
+    with pytest.raises(EdgeflError, match="atom conv2 "):
+        partition_model(profile, 10, 32, cifar(34.9), "cifar.toml")
+
+
+def sized(*sizes: int) -> list[AtomProfile]:
+    return [atom(f"a{i}", params=n, weighted=0, out=4) for i, n in enumerate(sizes)]
+
+
+def additive(atoms, head) -> float:
+    """A MemReq that is the atoms' sizes plus the head's (sizes in `params`)."""
+    return sum(a.params for a in atoms) + (head.params if head is not None else 0)
+
+
+def test_partition_closes_a_module_when_the_next_atom_would_not_fit():
+    """Atom sizes 3, 4, 2, 5, 1; every head costs 1, but the last atom's head costs 0 (a module
+    ending there has none either way)."""
+    atoms = sized(3, 4, 2, 5, 1)
+    heads = sized(1, 1, 1, 1, 0)
+
+    def cut(r_min: float) -> list[tuple[list[int], float]]:
+        return [([int(n[1:]) for n in m.names], m.mem_bytes)
+                for m in partition(atoms, heads, additive, r_min, where="w")]
+
+    # 3+4+2 + 1 = 10 fits, + 5 does not; then 5+1 with no head
+    assert cut(10) == [([0, 1, 2], 10), ([3, 4], 6)]
+    assert cut(9) == [([0, 1], 8), ([2, 3, 4], 8)]
+    assert cut(6) == [([0], 4), ([1], 5), ([2], 3), ([3, 4], 6)]
+    assert cut(100) == [([0, 1, 2, 3, 4], 15)]
+    modules = partition(atoms, heads, additive, 10, where="w")
+    assert [m.head for m in modules] == [heads[2], None]
+    assert [(m.start, m.stop, m.index) for m in modules] == [(0, 3, 0), (3, 5, 1)]
+    assert [m.flops for m in modules] == [2 * 100 * 4, 2 * 100 * 2]  # atoms' + head's 2 x MACs
+    with pytest.raises(EdgeflError, match="atom a3 "):  # 5 + 1 > 5
+        partition(atoms, heads, additive, 5, where="w")
+
+
+def test_the_last_atom_is_judged_without_a_head():
+    """The module ending at the last atom has no head (its mem_bytes counts none), so whether the
+    last atom fits, alone or joined to the module before it, must not count `heads[-1]`."""
+    atoms = sized(3, 4, 2)
+    heads = sized(1, 1, 100)
+    modules = partition(atoms, heads, additive, 10, where="w")
+    assert [(m.names, m.mem_bytes, m.head) for m in modules] == [(("a0", "a1", "a2"), 9, None)]
+    modules = partition(atoms, heads, additive, 7, where="w")
+    assert [(m.names, m.mem_bytes) for m in modules] == [(("a0",), 4), (("a1", "a2"), 6)]
+
+
+def test_cli_partition_json(capsys: pytest.CaptureFixture[str]):
+    assert single_thread(lambda: main(["partition", str(SCENARIOS / "fedprophet-cifar10.toml"),
+                                       "--json"])) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert isinstance(rows, list) and len(rows) == 7
+    for r in rows:
+        assert {"atoms", "mem_bytes", "flops"} <= set(r)
+        assert r["atoms"] and 0 < r["mem_bytes"] <= 60 * MB and r["flops"] > 0
+    names = [n for r in rows for n in r["atoms"]]
+    assert names[0] == "norm" and names[-1] == "conv13" and len(names) == len(set(names)) == 14
+
+
+# --- 2. the Estimator by hand ------------------------------------------------------------------------
+
+def test_estimator_paper_accounting_by_hand():
+    """4 B x (s P + batch F) + 4 B x (batch x (out_elems + classes) + s x head params)."""
+    a1 = atom("a1", params=10, weighted=20, out=6)
+    a2 = atom("a2", params=7, weighted=9, out=4)
+    head = atom("head", params=15, weighted=4, out=3)
+    sgd_m = Estimator(batch=5, slots=1, accounting="paper", classes=3)  # s = 3
+    assert sgd_m([a1, a2], None) == 4 * (3 * 17 + 5 * 29)  # 784
+    assert sgd_m([a1, a2], head) == 784 + 4 * (5 * (4 + 3) + 3 * 15)  # + 320
+    assert sgd_m([a1], head) == 4 * (3 * 10 + 5 * 20) + 4 * (5 * (6 + 3) + 3 * 15)
+    adam = Estimator(batch=5, slots=2, accounting="paper", classes=3)  # s = 5
+    assert adam([a1, a2], head) == 4 * (5 * 17 + 5 * 29) + 4 * (5 * 7 + 5 * 15)
+    sgd = Estimator(batch=5, slots=0, accounting="paper", classes=3)  # s = 2
+    assert sgd([a1, a2], head) == 4 * (2 * 17 + 5 * 29) + 4 * (5 * 7 + 2 * 15)
+
+
+# --- 3. Differentiated Module Assignment -------------------------------------------------------------
+
+COSTS = [10.0, 5.0, 5.0, 20.0, 1.0]  # forward FLOPs of modules 0..4
+
+
+def joint_flops(m: int):
+    return lambda n: sum(COSTS[m:n + 1])
+
+
+def everything_fits(_n: int) -> bool:
+    return True
+
+
+def test_dma_memory_limited():
+    assert assign_modules(0, 5, lambda n: n <= 2, joint_flops(0), perf=100.0, perf_min=1.0) == 2
+    assert assign_modules(1, 5, lambda n: n <= 3, joint_flops(1), perf=100.0, perf_min=1.0) == 3
+    assert assign_modules(0, 5, everything_fits, joint_flops(0), perf=100.0, perf_min=1.0) == 4
+
+
+def test_dma_flops_limited():
+    # perf / perf_min = 2: at most 2 x 10 = 20 FLOPs from module 0: 0..2 costs 20, 0..3 costs 40
+    assert assign_modules(0, 5, everything_fits, joint_flops(0), perf=6e9, perf_min=3e9) == 2
+    # from module 1 at most 2 x 5 = 10: 1..2 costs 10, 1..3 costs 30
+    assert assign_modules(1, 5, everything_fits, joint_flops(1), perf=6e9, perf_min=3e9) == 2
+    # ratio 1.4: 14 allowed, 0..1 costs 15
+    assert assign_modules(0, 5, everything_fits, joint_flops(0), perf=1.4, perf_min=1.0) == 0
+    # ratio 4: 40 allowed, 0..3 costs 40, 0..4 costs 41
+    assert assign_modules(0, 5, everything_fits, joint_flops(0), perf=4.0, perf_min=1.0) == 3
+
+
+def test_dma_both_limits_take_the_tighter():
+    assert assign_modules(0, 5, lambda n: n <= 1, joint_flops(0), perf=4.0, perf_min=1.0) == 1
+    assert assign_modules(0, 5, lambda n: n <= 3, joint_flops(0), perf=2.0, perf_min=1.0) == 2
+
+
+def test_dma_slowest_client_gets_only_module_m():
+    for m in range(4):
+        assert assign_modules(m, 5, everything_fits, joint_flops(m), perf=3e9, perf_min=3e9) == m
+    assert assign_modules(4, 5, everything_fits, joint_flops(4), perf=100.0, perf_min=1.0) == 4
+
+
+def test_dma_stops_at_the_first_module_that_fails():
+    """M_k = n requires training m..n jointly: a failure at n ends the search even if a later
+    n' would pass (never a gap)."""
+    assert assign_modules(0, 5, lambda n: n != 2, joint_flops(0), perf=100.0, perf_min=1.0) == 1
+    dip = [10.0, 15.0, 20.0, 10.0, 10.0]  # not a real cumulative cost: n = 1 fails, n = 2 passes
+
+    def flops(n: int) -> float:
+        return dip[n]
+
+    assert assign_modules(0, 5, everything_fits, flops, perf=1.2, perf_min=1.0) == 0
+
+
+@pytest.fixture
+def digits() -> Experiment:
+    return single_thread(lambda: prepare(load_scenario(QUICKSTART, TINY), "fedprophet-quickstart.toml"))
+
+
+def device_state(exp: Experiment, memory: float, flops: float) -> DeviceState:
+    return DeviceState(exp.pool.devices[0], "idle", memory, flops, "wifi", 1e6, 1e6, 0.01)
+
+
+def test_last_module_through_the_method(digits: Experiment):
+    method = digits.method
+    modules = method.modules
+    assert len(modules) >= 2
+    slow = device_state(digits, 1e12, 1e9)
+    fast = device_state(digits, 1e12, 100e9)
+    method.begin_round(0, {0: slow, 1: fast})
+    assert method.perf_min == 1e9
+    assert method.last_module(slow) == 0
+    # the whole backbone's FLOPs are well within 100 x module 1's
+    assert sum(a.flops for a in digits.ctx.profile.atoms) <= 100 * modules[0].flops
+    assert method.last_module(fast) == len(modules) - 1
+    # Eq. 12: the fast client with only module 1's memory (with its head) trains module 1 alone
+    atoms = digits.ctx.profile.atoms
+    two = method.need(atoms[modules[0].start:modules[1].stop], modules[1].head)
+    assert two > modules[0].mem_bytes
+    assert method.last_module(device_state(digits, modules[0].mem_bytes, 100e9)) == 0
+    assert method.last_module(device_state(digits, two - 1, 100e9)) == 0
+    assert method.last_module(device_state(digits, two, 100e9)) >= 1
+
+
+# --- 11. workloads -----------------------------------------------------------------------------------
+
+def tensor_bytes(state: dict[str, torch.Tensor], keys: list[str]) -> int:
+    total = 0
+    for k in keys:
+        v = state[k]
+        assert v.dtype in (torch.float32, torch.int64), k
+        total += v.numel() * (8 if v.dtype == torch.int64 else 4)
+    return total
+
+
+def test_workloads_carry_the_assigned_modules_and_head(digits: Experiment):
+    method = digits.method
+    atoms = digits.ctx.profile.atoms
+    last = len(method.modules) - 1
+    slow = device_state(digits, 1e12, 1e9)
+    fast = device_state(digits, 1e12, 100e9)
+    method.begin_round(0, {0: slow, 1: fast})
+    state = method.net.state_dict()
+    mods = method.modules
+    t = digits.scenario.training
+
+    def keys(names: tuple[str, ...], head: int | None) -> list[str]:
+        out = [k for k in state if k.startswith("model.") and k.split(".")[1] in names]
+        return out + ([k for k in state if k.startswith(f"heads.{head}.")] if head is not None else [])
+
+    # the slowest client: module 1 and its head
+    w = method.plan(0, 0, slow)
+    head = head_profile(atoms[mods[0].stop - 1].out_shape, digits.ctx.data.num_classes,
+                        digits.ctx.data.input_shape[-1])
+    assert w.atoms == (*atoms[:mods[0].stop], head)
+    expected = tensor_bytes(state, keys(tuple(a.name for a in atoms[:mods[0].stop]), 0))
+    assert w.download_bytes == w.upload_bytes == expected
+    assert (w.batch, w.iterations, w.attack_steps, w.slots) == (t.batch_size, t.local_iters, 2, 1)
+    # the prophet: every module, no head after the last
+    w = method.plan(0, 1, fast)
+    assert method.assignment == {0: 0, 1: last}
+    assert w.atoms == tuple(atoms)
+    everything = tensor_bytes(state, [k for k in state if k.startswith("model.")])
+    assert w.download_bytes == w.upload_bytes == everything
+    assert everything > expected
+
+
+# --- 4. Adaptive Perturbation Adjustment -------------------------------------------------------------
+
+def test_apa_raises_alpha_when_the_ratio_grew():
+    assert adjust_alpha(0.3, ratio=2.2, previous=2.0, delta=0.05, step=0.1, floor=0.3) == pytest.approx(0.4)
+
+
+def test_apa_lowers_alpha_when_the_ratio_fell_but_not_below_the_floor():
+    assert adjust_alpha(0.5, ratio=1.8, previous=2.0, delta=0.05, step=0.1, floor=0.3) == pytest.approx(0.4)
+    assert adjust_alpha(0.3, ratio=1.8, previous=2.0, delta=0.05, step=0.1, floor=0.3) == pytest.approx(0.3)
+    assert adjust_alpha(0.35, ratio=1.0, previous=2.0, delta=0.05, step=0.1, floor=0.3) == pytest.approx(0.3)
+
+
+def test_apa_keeps_alpha_within_the_band():
+    for ratio in (1.91, 2.0, 2.09):
+        assert adjust_alpha(0.4, ratio, 2.0, delta=0.05, step=0.1, floor=0.3) == 0.4
+    # exactly (1 + Delta) x the previous ratio is not above it
+    assert adjust_alpha(0.4, 1.05, 1.0, delta=0.05, step=0.1, floor=0.3) == 0.4
+
+
+def test_accuracy_ratio():
+    assert accuracy_ratio(0.6, 0.3) == pytest.approx(2.0)
+    assert accuracy_ratio(0.5, 0.0) == math.inf
+
+
+# --- 5. stage control --------------------------------------------------------------------------------
+
+def test_stage_ends_when_the_budget_runs_out():
+    stage = StageControl(budget=3, patience=10)
+    for r, score in enumerate([0.1, 0.2, 0.3]):
+        assert stage.record(r, score)
+        assert stage.done(r) == (r == 2)
+
+
+def test_stage_ends_after_patience_rounds_without_improvement():
+    stage = StageControl(budget=100, patience=2)
+    assert stage.record(0, 0.5)
+    assert not stage.done(0)
+    assert not stage.record(1, 0.4)
+    assert not stage.done(1)
+    assert not stage.record(2, 0.5)  # equal is no improvement
+    assert stage.done(2)
+
+
+def test_improvement_resets_the_patience():
+    stage = StageControl(budget=100, patience=2)
+    stage.record(0, 0.5)
+    stage.record(1, 0.4)
+    assert stage.record(2, 0.6)
+    assert not stage.done(2)
+    stage.record(3, 0.1)
+    assert not stage.done(3)
+    stage.record(4, 0.1)
+    assert stage.done(4)
+
+
+def test_restart_gives_the_next_stage_its_own_budget():
+    stage = StageControl(budget=2, patience=5)
+    stage.record(0, 0.9)
+    stage.record(1, 0.95)
+    assert stage.done(1)
+    stage.restart(1)
+    assert stage.record(2, 0.1)  # a new stage keeps no best from the last one
+    assert not stage.done(2)
+    stage.record(3, 0.2)
+    assert stage.done(3)
+
+
+# --- 6. partial average ------------------------------------------------------------------------------
+
+def test_partial_average_eq_14_15():
+    g = {"w": torch.tensor([1.0, 1.0]), "head": torch.tensor([5.0]), "kept": torch.tensor([7.0, -7.0]),
+         "count": torch.tensor(100)}
+    a = {"w": torch.tensor([2.0, -4.0]), "count": torch.tensor(2)}
+    b = {"w": torch.tensor([6.0, 8.0]), "count": torch.tensor(10)}
+    c = {"head": torch.tensor([3.0])}
+    out = partial_average(g, [a, b, c], [1.0, 3.0, 5.0])
+    assert torch.allclose(out["w"], torch.tensor([(1 * 2 + 3 * 6) / 4, (1 * -4 + 3 * 8) / 4]))  # 5, 5
+    assert torch.equal(out["head"], torch.tensor([3.0]))
+    assert torch.equal(out["kept"], g["kept"])
+    assert out["count"].dtype == torch.int64 and int(out["count"]) == (1 * 2 + 3 * 10) // 4  # 8
+    assert set(out) == set(g)
+    assert torch.equal(g["w"], torch.tensor([1.0, 1.0]))  # the global state is not modified
+
+
+# --- 7. the strong-convexity term (Eq. 7) ------------------------------------------------------------
+
+def test_mu_term_gradient_on_the_module_output():
+    torch.manual_seed(0)
+    batch, features, classes, mu = 6, 5, 4, 0.3
+    fc = nn.Linear(features, classes)
+    exit_ = Exit(nn.Sequential(nn.Identity()), fc)
+    z = torch.randn(batch, features)
+    y = torch.randint(0, classes, (batch,))
+
+    def grad(mu_: float) -> torch.Tensor:
+        zz = z.clone().requires_grad_(True)
+        (g,) = torch.autograd.grad(cascade_loss(exit_, zz, y, mu_), zz)
+        return g
+
+    # CE alone, by hand: (softmax(W z + b) - onehot(y)) W / batch
+    with torch.no_grad():
+        p = torch.softmax(fc(z), dim=1) - nn.functional.one_hot(y, classes).float()
+        ce = p @ fc.weight / batch
+    assert torch.allclose(grad(0.0), ce, atol=1e-6)
+    assert torch.allclose(grad(mu), ce + mu * z / batch, atol=1e-6)
+    # and the loss value: CE + mean over the batch of mu / 2 ||z||^2
+    with torch.no_grad():
+        value = nn.functional.cross_entropy(fc(z), y) + mu / 2 * (z**2).sum(1).mean()
+        assert float(cascade_loss(exit_, z, y, mu)) == pytest.approx(float(value), rel=1e-6)
+
+
+# --- 8. PGD in an L2 ball ----------------------------------------------------------------------------
+
+def test_pgd_l2_stays_in_the_ball_per_sample():
+    torch.manual_seed(1)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(12, 16), nn.ReLU(), nn.Linear(16, 3))
+    x = torch.randn(10, 3, 2, 2)
+    x[0] *= 100  # samples of very different sizes share no radius
+    y = torch.randint(0, 3, (10,))
+    eps = 0.3
+    x_adv = PGDL2(eps=eps, step_size=0.2, steps=7)(model, x, y)
+    assert x_adv.shape == x.shape
+    norms = (x_adv - x).flatten(1).norm(dim=1)
+    assert (norms <= eps * (1 + 1e-5)).all()
+    assert (norms > 0).all()
+
+
+def test_pgd_l2_respects_the_lower_bound():
+    torch.manual_seed(2)
+    model = nn.Sequential(nn.Linear(8, 3))
+    x = torch.relu(torch.randn(16, 8))  # post-ReLU features, many exact zeros
+    y = torch.randint(0, 3, (16,))
+    attack = PGDL2(eps=2.0, step_size=1.0, steps=5)
+    attack.lower = 0.0
+    x_adv = attack(model, x, y)
+    assert float(x_adv.min()) >= 0.0
+    assert ((x_adv - x).flatten(1).norm(dim=1) <= 2.0 * (1 + 1e-5)).all()
+    attack.lower = None  # without a bound a large radius does go negative
+    assert float(attack(model, x, y).min()) < 0.0
+
+
+def test_pgd_l2_reaches_the_boundary_on_a_linear_model():
+    """Two-class linear model: the CE input gradient is p_wrong (w_wrong - w_true), the same
+    direction at every point, so the L2-optimal perturbation is eps (w_wrong - w_true) / ||.||."""
+    torch.manual_seed(3)
+    fc = nn.Linear(6, 2)
+    x = torch.randn(8, 6)
+    y = torch.randint(0, 2, (8,))
+    eps = 0.5
+    x_adv = PGDL2(eps=eps, step_size=eps / 2, steps=40)(fc, x, y)
+    with torch.no_grad():
+        w = fc.weight
+        direction = w[1 - y] - w[y]
+        best = eps * direction / direction.norm(dim=1, keepdim=True)
+    delta = x_adv - x
+    assert torch.allclose(delta.norm(dim=1), torch.full((8,), eps), rtol=1e-4)
+    assert torch.allclose(delta, best, atol=1e-3)
+
+
+# --- 9. d* (Eq. 9) -----------------------------------------------------------------------------------
+
+def test_output_perturbation_on_a_diagonal_linear_module():
+    """z -> W z with W = diag(3, 1, -0.5, 0.2): the largest ||W d|| over ||d|| <= eps is
+    eps x sigma_max(W) = 3 eps, reached along the first axis."""
+    torch.manual_seed(4)
+    lin = nn.Linear(4, 4, bias=False)
+    with torch.no_grad():
+        lin.weight.copy_(torch.diag(torch.tensor([3.0, 1.0, -0.5, 0.2])))
+    eps = 0.5
+    x = torch.randn(32, 4)
+    attack = PGDL2(eps=eps, step_size=eps / 2, steps=30)
+    d_star = output_perturbation(nn.Sequential(), nn.Sequential(lin), x, attack)
+    assert d_star == pytest.approx(3 * eps, rel=0.01)
+    assert d_star <= 3 * eps * (1 + 1e-5)  # never beyond the operator norm
+
+
+def test_output_perturbation_goes_through_the_prefix():
+    """A fixed prefix z -> 2 z before the module changes the input it is measured on, not the
+    bound: a linear module's output change depends only on the perturbation."""
+    torch.manual_seed(5)
+    lin = nn.Linear(3, 3, bias=False)
+    with torch.no_grad():
+        lin.weight.copy_(torch.diag(torch.tensor([0.5, 2.0, 1.0])))
+    prefix = nn.Sequential(nn.Linear(3, 3, bias=False))
+    with torch.no_grad():
+        prefix[0].weight.copy_(2 * torch.eye(3))
+    d_star = output_perturbation(prefix, nn.Sequential(lin), torch.randn(16, 3),
+                                 PGDL2(eps=0.25, step_size=0.125, steps=30))
+    assert d_star == pytest.approx(2.0 * 0.25, rel=0.01)
+
+
+# --- 10. digits end to end ---------------------------------------------------------------------------
+
+def read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        rows = list(reader)
+        return list(reader.fieldnames or []), rows
+
+
+def sets(items: list[str]) -> list[str]:
+    return [arg for item in items for arg in ("--set", item)]
+
+
+@pytest.fixture(scope="module")
+def cli_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path]:
+    out = tmp_path_factory.mktemp("fedprophet") / "run"
+    rc = single_thread(lambda: main(["run", str(QUICKSTART), "--out", str(out), "--quiet", *sets(TINY)]))
+    return rc, out
+
+
+@pytest.fixture(scope="module")
+def api_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Experiment, Path]:
+    out = tmp_path_factory.mktemp("fedprophet_api") / "run"
+
+    def go() -> Experiment:
+        exp = prepare(load_scenario(QUICKSTART, TINY), str(QUICKSTART))
+        run(exp, out, progress=False)
+        return exp
+
+    return single_thread(go), out
+
+
+def test_cli_run_trains_two_modules_without_swapping(cli_run: tuple[int, Path]):
+    rc, out = cli_run
+    assert rc == 0
+    header, rows = read_csv(out / "metrics.csv")
+    assert {"module", "eps", "alpha", "val_clean", "val_adv"} <= set(header)
+    assert [int(r["round"]) for r in rows] == [0, 1, 2, 3]
+    modules = [int(r["module"]) for r in rows]
+    assert modules[0] == 1 and max(modules) == 2
+    assert modules == sorted(modules)
+    for r in rows:
+        assert 0.0 <= float(r["val_clean"]) <= 1.0 and 0.0 <= float(r["val_adv"]) <= 1.0
+        if int(r["module"]) == 1:
+            assert float(r["eps"]) == pytest.approx(INPUT_EPS)
+        else:
+            assert float(r["eps"]) > 0 and float(r["eps"]) != pytest.approx(INPUT_EPS)
+    _, clients = read_csv(out / "clients.csv")
+    assert clients and all(int(c["swapped"]) == 0 for c in clients)
+
+
+def test_feature_eps_is_alpha_times_d_star(api_run: tuple[Experiment, Path]):
+    exp, out = api_run
+    method = exp.method
+    header, rows = read_csv(out / "metrics.csv")
+    assert {"module", "eps", "alpha", "val_clean", "val_adv"} <= set(header)
+    assert len(method.modules) == 2  # 4 rounds, 2 modules: a budget of 2 rounds each
+    assert method.stage.budget == 2
+    later = [r for r in rows if int(r["module"]) == 2]
+    assert later, "module 2 was never trained"
+    assert method.d_star > 0
+    for r in later:
+        alpha = float(r["alpha"])
+        assert alpha >= exp.scenario.fedprophet.alpha - 1e-9  # never below its start
+        assert float(r["eps"]) == pytest.approx(alpha * method.d_star, abs=1e-5)
+        assert float(r["eps"]) != pytest.approx(INPUT_EPS)
+    _, clients = read_csv(out / "clients.csv")
+    assert all(int(c["swapped"]) == 0 for c in clients)
+
+
+def test_after_the_last_round_the_global_model_is_the_backbone(api_run: tuple[Experiment, Path]):
+    exp, _ = api_run
+    assert exp.method.final
+    assert exp.method.global_model() is exp.method.net.model
+
+
+def test_the_cli_and_the_api_run_agree(cli_run: tuple[int, Path], api_run: tuple[Experiment, Path]):
+    _, cli_rows = read_csv(cli_run[1] / "metrics.csv")
+    _, api_rows = read_csv(api_run[1] / "metrics.csv")
+    keys = ("module", "eps", "alpha", "val_clean", "val_adv", "clean_acc", "adv_acc")
+    assert [[r[k] for k in keys] for r in cli_rows] == [[r[k] for k in keys] for r in api_rows]
