@@ -435,7 +435,7 @@ def test_restart_gives_the_next_stage_its_own_budget():
     stage.record(0, 0.9)
     stage.record(1, 0.95)
     assert stage.done(1)
-    stage.restart(1)
+    stage.restart(2)  # the next stage's first round
     assert stage.record(2, 0.1)  # a new stage keeps no best from the last one
     assert not stage.done(2)
     stage.record(3, 0.2)
@@ -500,6 +500,20 @@ def test_pgd_l2_stays_in_the_ball_per_sample():
     norms = (x_adv - x).flatten(1).norm(dim=1)
     assert (norms <= eps * (1 + 1e-5)).all()
     assert (norms > 0).all()
+
+
+def test_pgd_l2_projects_only_what_leaves_the_ball():
+    """A loss -||x' - (x + c)||^2 with ||c|| = eps / 2 peaks inside the ball: normalised steps of
+    size s end within s of x + c, not on the sphere."""
+    torch.manual_seed(6)
+    x = torch.randn(5, 4)
+    c = torch.randn(5, 4)
+    eps, s = 1.0, 0.02
+    c = 0.5 * eps * c / c.norm(dim=1, keepdim=True)
+    attack = PGDL2(eps=eps, step_size=s, steps=200)
+    attack.loss = lambda out, target: -(out - target).pow(2).sum()
+    x_adv = attack(nn.Identity(), x, x + c)
+    assert ((x_adv - (x + c)).norm(dim=1) <= s * (1 + 1e-3)).all()
 
 
 def test_pgd_l2_respects_the_lower_bound():

@@ -71,5 +71,6 @@ class StageControl:
         return (round_ + 1 - self.started >= self.budget
                 or round_ - self.best_round >= self.patience)
 
-    def restart(self, round_: int) -> None:
-        self.started, self.best, self.best_round = round_ + 1, -1.0, round_ + 1
+    def restart(self, first_round: int) -> None:
+        """A new stage begins at `first_round`."""
+        self.started, self.best, self.best_round = first_round, -1.0, first_round

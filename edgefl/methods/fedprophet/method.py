@@ -69,10 +69,12 @@ class FedProphet(Method):
         self.perf_min = 0.0
         self.assignment: dict[int, int] = {}  # client -> M_k this round
         self.final = False
-        self.info = self.describe()
+        self.switch = False  # module m is fixed; the next round starts module m + 1
 
     # --- planning ---------------------------------------------------------------------------
     def begin_round(self, round_: int, states: dict[int, DeviceState]) -> None:
+        if self.switch:
+            self.next_module(round_)
         self.perf_min = min(s.flops for s in states.values())
         self.assignment = {}
 
@@ -157,13 +159,10 @@ class FedProphet(Method):
             self.alpha = adjust_alpha(self.alpha, ratio, self.prev_ratio, self.cfg.delta,
                                       self.cfg.alpha_step, self.cfg.alpha)
             self.eps = self.alpha * self.d_star
-        self.info = self.describe()
-        last_round = round_ + 1 == self.ctx.scenario.rounds
-        if last_round or (self.stage.done(round_) and self.m + 1 < len(self.modules)):
+        self.final = round_ + 1 == self.ctx.scenario.rounds
+        self.switch = not self.final and self.stage.done(round_) and self.m + 1 < len(self.modules)
+        if self.final or self.switch:
             self.restore_best()
-            if not last_round:
-                self.next_module(round_)
-        self.final = last_round
 
     def restore_best(self) -> None:
         assert self.best is not None
@@ -173,7 +172,7 @@ class FedProphet(Method):
         self.prev_ratio = accuracy_ratio(clean, adv)
 
     def next_module(self, round_: int) -> None:
-        """Fix module m, measure d* on the clients' data (Eq. 9), start module m + 1."""
+        """Fix module m, measure d* on the clients' data (Eq. 9), start module m + 1 at `round_`."""
         prefix, exit_ = self.split(self.net, self.m, self.m)
         x, _ = self.samples([s.train for s in self.ctx.splits], self.cfg.apa_samples)
         self.d_star = output_perturbation(prefix, exit_.stack, x, self.apa_attack())
@@ -184,6 +183,7 @@ class FedProphet(Method):
         self.eps = self.alpha * self.d_star
         self.stage.restart(round_)
         self.best = None
+        self.switch = False
 
     def apa_attack(self) -> Attack:
         """The attack module m was trained against, on its input."""
@@ -216,9 +216,6 @@ class FedProphet(Method):
 
     def round_info(self) -> dict[str, Any]:
         """The module trained in the round just aggregated, its perturbation and validation."""
-        return self.info
-
-    def describe(self) -> dict[str, Any]:
         return {"module": self.m + 1, "modules": len(self.modules),
                 "max_assigned": max(self.assignment.values(), default=self.m) + 1,
                 "eps": round(self.eps if self.m else self.ctx.scenario.attack.eps, 5),

@@ -73,12 +73,13 @@ def partition(
     bounds: list[tuple[int, int]] = []
     start = 0
     for i in range(len(atoms)):
-        if need(atoms[i:i + 1], heads[i]) > r_min:
+        head = heads[i] if i + 1 < len(atoms) else None  # the classifier atom needs no head
+        if need(atoms[i:i + 1], head) > r_min:
             raise EdgeflError(where, "fleet.reserved_memory_mb",
-                              f"atom {atoms[i].name} needs {need(atoms[i:i + 1], heads[i]) / 1e6:.3f} MB "
+                              f"atom {atoms[i].name} needs {need(atoms[i:i + 1], head) / 1e6:.3f} MB "
                               f"with its head, more than R_min = {r_min / 1e6:.3f} MB; raise R_min "
                               "or lower training.batch_size")
-        if i > start and need(atoms[start:i + 1], heads[i]) > r_min:
+        if i > start and need(atoms[start:i + 1], head) > r_min:
             bounds.append((start, i))
             start = i
     bounds.append((start, len(atoms)))
