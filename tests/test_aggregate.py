@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 import torch
 from torch import nn
 
@@ -86,14 +85,6 @@ def test_state_bytes_counts_numel_times_element_size():
 
 
 # ------------------------------------------------------------------ FedBN through jFAT
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def experiment(fedbn: bool):

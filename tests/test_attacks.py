@@ -18,14 +18,6 @@ from edgefl.attacks import ATTACKS, Attack, make_attack
 from edgefl.execution.local import evaluate
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def linear(w_0: list[float], w_1: list[float], bias: tuple[float, float] = (0.0, 0.0)) -> nn.Sequential:
     """Flatten + Linear(d, 2) with rows w_0 (class 0) and w_1 (class 1)."""
     fc = nn.Linear(len(w_0), 2)

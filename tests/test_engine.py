@@ -7,7 +7,6 @@ import itertools
 from pathlib import Path
 
 import pytest
-import torch
 
 from edgefl.config import load_scenario
 from edgefl.devices.pool import DeviceState
@@ -85,14 +84,6 @@ def test_spans_cover_each_client_contiguously():
                 assert spans[-1].end_s == pytest.approx(start + 22.0)
 
 
-@pytest.fixture
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def _run(out: Path) -> tuple[list[dict[str, str]], str]:
     scenario = load_scenario(QUICKSTART, [
         "rounds=2", "training.local_iters=2", "attack.steps=2", "evaluation.steps=2",
@@ -103,7 +94,6 @@ def _run(out: Path) -> tuple[list[dict[str, str]], str]:
     return metrics, (out / "clients.csv").read_text()
 
 
-@pytest.mark.usefixtures("one_thread")
 def test_same_seed_same_simulated_times(tmp_path):
     metrics_a, clients_a = _run(tmp_path / "a")
     metrics_b, clients_b = _run(tmp_path / "b")

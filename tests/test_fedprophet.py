@@ -42,14 +42,6 @@ INPUT_EPS = 0.2  # attack.eps of the quickstart
 MB = 1e6
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def single_thread(fn):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -9,14 +9,6 @@ from edgefl.models import MODELS, AtomModel, build_model
 from edgefl.models.base import Normalize
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def input_shape(name: str) -> tuple[int, int, int]:
     return (1, 8, 8) if name == "digits_cnn" else (3, 32, 32)
 

@@ -14,14 +14,6 @@ CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR_STD = (0.2470, 0.2435, 0.2616)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def linear_model() -> AtomModel:
     torch.manual_seed(0)
     return AtomModel([("fc", nn.Linear(4, 3))], (4,))

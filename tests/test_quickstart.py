@@ -26,14 +26,6 @@ MICROCONTROLLERS = {"esp32_s3": 8.5e6, "stm32h747": 9.0e6}  # memory_mb in devic
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def sets(items: list[str]) -> list[str]:
     return [arg for item in items for arg in ("--set", item)]
 

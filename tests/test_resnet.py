@@ -15,14 +15,6 @@ CIFAR = (3, 32, 32)
 MEAN, STD = [0.5, 0.4, 0.3], [0.25, 0.2, 0.15]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def build(name: str, classes: int, shape: tuple[int, int, int] = CIFAR) -> AtomModel:
     torch.manual_seed(0)
     c = shape[0]
@@ -34,7 +26,7 @@ def n_params(model: nn.Module) -> int:
 
 
 @pytest.fixture(scope="module")
-def resnet34_caltech(one_thread) -> ModelProfile:
+def resnet34_caltech() -> ModelProfile:
     return profile_model(build("resnet34", 256, CALTECH), "resnet34")
 
 

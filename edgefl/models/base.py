@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
 
 import torch
 from torch import nn
 
 from edgefl.registry import Registry
+
+C = TypeVar("C")
 
 
 class Normalize(nn.Module):
@@ -62,18 +66,34 @@ def conv_bn(cin: int, cout: int, pool: bool) -> list[nn.Module]:
     return layers
 
 
+def with_head(atoms: list[tuple[str, nn.Module]], head: list[nn.Module],
+              input_shape: tuple[int, ...]) -> AtomModel:
+    """The AtomModel whose last atom also holds the classifier `head`."""
+    name, last = atoms[-1]
+    body = list(last.children()) if isinstance(last, nn.Sequential) else [last]
+    return AtomModel([*atoms[:-1], (name, nn.Sequential(*body, *head))], input_shape)
+
+
+def register_family(configs: Mapping[str, C], make: Callable[..., AtomModel]) -> None:
+    """Register one builder per config: make(config, num_classes, input_shape, mean, std)."""
+    for name, config in configs.items():
+        MODELS.register(name)(functools.partial(make, config))
+
+
 def plain_cnn(
     widths: Sequence[int], pools: Sequence[bool], num_classes: int, input_shape: tuple[int, ...],
-    mean: Sequence[float], std: Sequence[float],
+    mean: Sequence[float], std: Sequence[float], pooled: int = 0,
 ) -> AtomModel:
-    """norm | one conv atom per width (optionally pooled) | the last one holds a linear head."""
+    """norm | one conv atom per width (optionally max-pooled) | the last one holds a linear head,
+    after adaptive average pooling to `pooled` x `pooled` when `pooled` > 0."""
     c, h, w = input_shape
     atoms: list[tuple[str, nn.Module]] = [("norm", Normalize(mean, std))]
     for i, (cout, pool) in enumerate(zip(widths, pools, strict=True)):
         atoms.append((f"conv{i + 1}", nn.Sequential(*conv_bn(c, cout, pool))))
         c = cout
     shrink = 2 ** sum(pools)
-    last_name, last = atoms[-1]
-    head = [nn.Flatten(), nn.Linear(c * (h // shrink) * (w // shrink), num_classes)]
-    atoms[-1] = (last_name, nn.Sequential(*last.children(), *head))
-    return AtomModel(atoms, input_shape)
+    if pooled:
+        head = [nn.AdaptiveAvgPool2d(pooled), nn.Flatten(), nn.Linear(c * pooled**2, num_classes)]
+    else:
+        head = [nn.Flatten(), nn.Linear(c * (h // shrink) * (w // shrink), num_classes)]
+    return with_head(atoms, head, input_shape)

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from torch import nn
-
-from edgefl.models.base import MODELS, AtomModel, Normalize, conv_bn, plain_cnn
+from edgefl.models.base import MODELS, AtomModel, plain_cnn
 
 CNN4_WIDTHS = (32, 64, 128, 256)
 CNN4_POOLED_SIDE = 2  # the head sees a 2x2 map whatever the input size (32x32 inputs already give 2x2)
@@ -33,16 +31,9 @@ def cnn4(
     224x224 Caltech inputs CNN4 stays smaller than ResNet10 (plain_cnn's flatten would give a
     256 x 14 x 14 -> classes layer); on 32x32 inputs it is a no-op and CNN4 equals plain_cnn's.
     """
-    c, h, w = input_shape
+    _, h, w = input_shape
     shrink = 2 ** len(CNN4_WIDTHS)
     if h < shrink or w < shrink:
         raise ValueError(f"cnn4 pools {len(CNN4_WIDTHS)} times and needs a side >= {shrink}, got {h}x{w}")
-    atoms: list[tuple[str, nn.Module]] = [("norm", Normalize(mean, std))]
-    for i, cout in enumerate(CNN4_WIDTHS):
-        atoms.append((f"conv{i + 1}", nn.Sequential(*conv_bn(c, cout, pool=True))))
-        c = cout
-    head = [nn.AdaptiveAvgPool2d(CNN4_POOLED_SIDE), nn.Flatten(),
-            nn.Linear(c * CNN4_POOLED_SIDE**2, num_classes)]
-    last_name, last = atoms[-1]
-    atoms[-1] = (last_name, nn.Sequential(*last.children(), *head))
-    return AtomModel(atoms, input_shape)
+    return plain_cnn(CNN4_WIDTHS, [True] * len(CNN4_WIDTHS), num_classes, input_shape, mean, std,
+                     pooled=CNN4_POOLED_SIDE)

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from edgefl.models.base import MODELS, AtomModel, Normalize
+from edgefl.models.base import AtomModel, Normalize, register_family, with_head
 
 WIDTHS = (64, 128, 256, 512)
 LAYERS: dict[str, tuple[int, int, int, int]] = {
@@ -81,19 +81,7 @@ def make_resnet(
     atoms: list[tuple[str, nn.Module]] = [("norm", Normalize(mean, std)), ("stem", stem(c, min(h, w)))]
     atoms += blocks(layers)
     head = [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(WIDTHS[-1], num_classes)]
-    last_name, last = atoms[-1]
-    atoms[-1] = (last_name, nn.Sequential(last, *head))
-    return AtomModel(atoms, input_shape)
+    return with_head(atoms, head, input_shape)
 
 
-def _register(name: str) -> None:
-    @MODELS.register(name)
-    def builder(
-        num_classes: int, input_shape: tuple[int, ...], mean: Sequence[float],
-        std: Sequence[float],
-    ) -> AtomModel:
-        return make_resnet(LAYERS[name], num_classes, input_shape, mean, std)
-
-
-for _name in LAYERS:
-    _register(_name)
+register_family(LAYERS, make_resnet)

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from torch import nn
 
-from edgefl.models.base import MODELS, AtomModel, Normalize, conv_bn
+from edgefl.models.base import AtomModel, Normalize, conv_bn, register_family, with_head
 
 CONFIGS: dict[str, list[int | str]] = {
     "vgg11": [64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"],
@@ -39,19 +39,7 @@ def make_vgg(
     flat = cin * (h // 2**pools) * (w // 2**pools)
     head = [nn.Flatten(), nn.Linear(flat, 512), nn.ReLU(inplace=True),
             nn.Linear(512, 512), nn.ReLU(inplace=True), nn.Linear(512, num_classes)]
-    last_name, last = atoms[-1]
-    atoms[-1] = (last_name, nn.Sequential(*last.children(), *head))
-    return AtomModel(atoms, input_shape)
+    return with_head(atoms, head, input_shape)
 
 
-def _register(name: str) -> None:
-    @MODELS.register(name)
-    def builder(
-        num_classes: int, input_shape: tuple[int, ...], mean: Sequence[float],
-        std: Sequence[float],
-    ) -> AtomModel:
-        return make_vgg(CONFIGS[name], num_classes, input_shape, mean, std)
-
-
-for _name in CONFIGS:
-    _register(_name)
+register_family(CONFIGS, make_vgg)
