@@ -59,7 +59,10 @@ class TrainingConfig:
     lr_decay: float = 0.994  # x per round
     momentum: float = 0.9
     weight_decay: float = 1e-4
-    fedbn: bool = True  # keep BatchNorm local to each client
+    local_epochs: float = 0.0  # local work in epochs over the client's data (0 = use local_iters)
+    objective: str = "pgd_at"  # local adversarial training: pgd_at (Madry) | trades | mart
+    beta: float = 6.0  # TRADES / MART robustness weight
+    fedbn: bool = True  # keep BatchNorm local to each client (jfat; fedavg_at averages BN)
     warmup_rounds: int = 0  # clean (non-adversarial) rounds first
 
 
@@ -217,6 +220,8 @@ def validate(s: Scenario, where: str) -> None:
         ("training.momentum", 0 <= s.training.momentum < 1, "must be in [0, 1)"),
         ("training.weight_decay", s.training.weight_decay >= 0, "must be non-negative"),
         ("training.warmup_rounds", s.training.warmup_rounds >= 0, "must be non-negative"),
+        ("training.local_epochs", s.training.local_epochs >= 0, "must be 0 (use local_iters) or positive"),
+        ("training.beta", s.training.beta >= 0, "must be non-negative"),
         ("attack.eps", s.attack.eps >= 0, "must be non-negative"),
         ("attack.step_size", s.attack.step_size >= 0, "must be non-negative"),
         ("attack.steps", s.attack.steps >= 1, "must be at least 1"),
@@ -254,6 +259,7 @@ def _check_names(s: Scenario, where: str) -> None:
     from edgefl.attacks import ATTACKS
     from edgefl.data import DATASETS, PARTITIONS
     from edgefl.devices.catalog import load_catalog
+    from edgefl.execution.objectives import OBJECTIVES
     from edgefl.methods import METHODS
     from edgefl.models import MODELS
 
@@ -263,6 +269,7 @@ def _check_names(s: Scenario, where: str) -> None:
         ("data.dataset", s.data.dataset, DATASETS.names()),
         ("data.partition", s.data.partition, PARTITIONS.names()),
         ("attack.name", s.attack.name, [*ATTACKS.names(), "none"]),
+        ("training.objective", s.training.objective, OBJECTIVES.names()),
         ("evaluation.attack", s.evaluation.attack, ATTACKS.names()),
     ]
     catalog = load_catalog()

@@ -9,7 +9,7 @@ from torch import nn
 
 from edgefl.config import load_scenario
 from edgefl.experiment import prepare
-from edgefl.methods import jfat
+from edgefl.methods import fedavg as fedavg_family
 from edgefl.methods.aggregate import bn_keys, fedavg, keep_local, state_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -112,13 +112,13 @@ def start_of_round_1(exp, monkeypatch):
     glob = {k: v.clone() for k, v in method.model.state_dict().items()}
 
     seen = {}
-    real = jfat.train_local
+    real = fedavg_family.train_local
 
     def spy(model, *args, **kwargs):
         seen.update({k: v.detach().clone() for k, v in model.state_dict().items()})
         return real(model, *args, **kwargs)
 
-    monkeypatch.setattr(jfat, "train_local", spy)
+    monkeypatch.setattr(fedavg_family, "train_local", spy)
     method.train(1, 0, method.plan(1, 0, exp.pool.state(0, 1)))
     return updates, glob, seen
 

@@ -7,11 +7,15 @@ the client's samples, so a (seed, round, client) always sees the same batches.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
 from edgefl.attacks import Attack
 from edgefl.config import TrainingConfig
+from edgefl.execution.objectives import PGDAT, Objective
 
 
 def resolve_device(name: str) -> torch.device:
@@ -40,20 +44,32 @@ def batch_indices(n: int, batch: int, iters: int, gen: torch.Generator) -> list[
     return [order[i * batch:(i + 1) * batch] for i in range(iters)]
 
 
+@dataclass
+class Hooks:
+    """What a method adds to local training: a penalty on the loss (FedProx, FedCurv) and a
+    correction of the gradients before each step (SCAFFOLD's control variates)."""
+
+    penalty: Callable[[nn.Module], torch.Tensor] | None = None
+    correct: Callable[[nn.Module], None] | None = None
+
+
 def train_local(
     model: nn.Module, x: torch.Tensor, y: torch.Tensor, optimizer: torch.optim.Optimizer,
     iters: int, batch: int, attack: Attack | None, gen: torch.Generator,
+    objective: Objective | None = None, hooks: Hooks | None = None,
 ) -> float:
-    """Run `iters` (adversarial) SGD steps; returns the mean training loss."""
+    """Run `iters` (adversarial) SGD steps; returns the mean training loss (penalty excluded)."""
+    objective = objective or PGDAT()
+    hooks = hooks or Hooks()
     model.train()
     total = torch.zeros((), device=x.device)
     for idx in batch_indices(len(x), min(batch, len(x)), iters, gen):
         xb, yb = x[idx.to(x.device)], y[idx.to(x.device)]
-        if attack is not None:
-            xb = attack(model, xb, yb)
-        loss = nn.functional.cross_entropy(model(xb), yb)
+        loss = objective.loss(model, xb, yb, attack)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        (loss + hooks.penalty(model) if hooks.penalty else loss).backward()
+        if hooks.correct:
+            hooks.correct(model)
         optimizer.step()
         total += loss.detach()
     return float(total) / iters

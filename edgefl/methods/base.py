@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -51,6 +51,7 @@ class ClientUpdate:
     state: dict[str, torch.Tensor]
     num_samples: int
     loss: float
+    extra: dict[str, Any] = field(default_factory=dict)  # method-specific uploads (e.g. a Fisher)
 
 
 class Method(ABC):

@@ -1,0 +1,79 @@
+"""Local adversarial training objectives, selectable for any method (`training.objective`).
+
+* `pgd_at`: Madry et al., ICLR 2018: CE on the PGD example.
+* `trades`: Zhang et al., ICML 2019: CE(f(x), y) + beta KL(f(x) || f(x')), x' crafted to
+  maximise that KL.
+* `mart`: Wang et al., ICLR 2020: boosted CE on x' (CE + -log(1 - max_{k != y} p_k(x'))) +
+  beta KL(f(x) || f(x')) (1 - p_y(x)), x' crafted with CE.
+
+Without an attack (clean warm-up rounds) every objective is plain cross-entropy.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from edgefl.attacks import Attack
+from edgefl.registry import Registry
+
+
+class Objective(ABC):
+    def __init__(self, beta: float = 6.0) -> None:
+        self.beta = beta
+
+    def loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, attack: Attack | None) -> torch.Tensor:
+        if attack is None:
+            return F.cross_entropy(model(x), y)
+        return self.adversarial_loss(model, x, y, attack)
+
+    @abstractmethod
+    def adversarial_loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor,
+                         attack: Attack) -> torch.Tensor: ...
+
+
+OBJECTIVES: Registry[type[Objective]] = Registry("objective")
+
+
+def kl_rows(clean_logits: torch.Tensor, adv_logits: torch.Tensor) -> torch.Tensor:
+    """KL(softmax(clean) || softmax(adv)) per sample."""
+    log_p = F.log_softmax(clean_logits, dim=1)
+    return (log_p.exp() * (log_p - F.log_softmax(adv_logits, dim=1))).sum(1)
+
+
+@OBJECTIVES.register("pgd_at")
+class PGDAT(Objective):
+    def adversarial_loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor,
+                         attack: Attack) -> torch.Tensor:
+        return F.cross_entropy(model(attack(model, x, y)), y)
+
+
+@OBJECTIVES.register("trades")
+class TRADES(Objective):
+    def adversarial_loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor,
+                         attack: Attack) -> torch.Tensor:
+        with torch.no_grad():
+            was = model.training
+            target = model.eval()(x)
+            model.train(was)
+        kl_attack = type(attack)(attack.eps, attack.step_size, attack.steps,
+                                 loss=lambda out, t: kl_rows(t, out).mean())
+        x_adv = kl_attack(model, x, target)
+        clean = model(x)
+        return F.cross_entropy(clean, y) + self.beta * kl_rows(clean, model(x_adv)).mean()
+
+
+@OBJECTIVES.register("mart")
+class MART(Objective):
+    def adversarial_loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor,
+                         attack: Attack) -> torch.Tensor:
+        x_adv = attack(model, x, y)
+        clean, adv = model(x), model(x_adv)
+        p_adv = F.softmax(adv, dim=1)
+        others = p_adv.scatter(1, y[:, None], 0.0).max(1).values
+        bce = F.cross_entropy(adv, y) - torch.log(1.0001 - others).mean()
+        p_true = F.softmax(clean, dim=1).gather(1, y[:, None]).squeeze(1)
+        return bce + self.beta * (kl_rows(clean, adv) * (1 - p_true)).mean()

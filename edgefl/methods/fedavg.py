@@ -1,0 +1,119 @@
+"""The FedAvg family of federated adversarial training: every client trains the whole model.
+
+* `fedavg_at` (FedAvgAT / FAT; Shah et al. §2, Zizzo et al.): local adversarial training, then
+  FedAvg of the whole model, BatchNorm included (McMahan et al., Alg. 1).
+* `jfat` (FedProphet §7.2): the same with FedBN (Li et al., ICLR 2021) when `training.fedbn`:
+  a client keeps its own BN parameters and statistics across rounds and downloads everything
+  else (BN only on its first round); the server averages the uploaded BN only for the model it
+  evaluates.
+
+A client whose available memory cannot hold the model swaps, and the cost model charges it.
+Family members change one thing each by overriding a hook: `hooks` (a loss penalty, a gradient
+correction), `after_local` (what a client computes after training), `extra_bytes` (what else is
+sent), `iterations` (local work per round) or `combine` (the aggregation).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import torch
+
+from edgefl.devices.pool import DeviceState
+from edgefl.execution.local import Hooks, make_optimizer, seed_everything, train_local
+from edgefl.execution.objectives import OBJECTIVES
+from edgefl.methods.aggregate import State, bn_keys, fedavg, keep_local, state_bytes
+from edgefl.methods.base import METHODS, ClientUpdate, Context, Method
+from edgefl.profiling import optimizer_slots
+from edgefl.sim.workload import Workload
+
+
+@METHODS.register("fedavg_at")
+class FedAvgAT(Method):
+    fedbn = False
+
+    def __init__(self, ctx: Context) -> None:
+        super().__init__(ctx)
+        t = ctx.scenario.training
+        self.model = ctx.new_model().to(ctx.device)
+        self.local_keys = bn_keys(self.model) if self.fedbn else set()
+        self.local_states: dict[int, State] = {}
+        self.slots = optimizer_slots(t.optimizer, t.momentum)
+        self.objective = OBJECTIVES.get(t.objective)(t.beta)
+
+    # --- hooks ------------------------------------------------------------------------------
+    def iterations(self, round_: int, client: int) -> int:
+        """Local SGD steps: `training.local_iters`, or `training.local_epochs` over the client's data."""
+        t = self.ctx.scenario.training
+        if not t.local_epochs:
+            return t.local_iters
+        return epochs_to_iters(t.local_epochs, len(self.ctx.splits[client].train), t.batch_size)
+
+    def hooks(self, round_: int, client: int, start: State) -> Hooks:
+        """Local-training additions for this client, given the model it starts from."""
+        return Hooks()
+
+    def after_local(self, round_: int, client: int, model: torch.nn.Module, update: ClientUpdate) -> None:
+        """What the client computes after training (e.g. control variates, Fisher)."""
+
+    def extra_bytes(self, client: int) -> tuple[float, float]:
+        """(download, upload) bytes sent beside the model."""
+        return 0.0, 0.0
+
+    def combine(self, round_: int, updates: list[ClientUpdate]) -> State:
+        """The new global state (FedAvg weighted by local sample counts)."""
+        return fedavg([u.state for u in updates], [u.num_samples for u in updates])
+
+    # --- method -----------------------------------------------------------------------------
+    def plan(self, round_: int, client: int, state: DeviceState) -> Workload:
+        t, s = self.ctx.scenario.training, self.model.state_dict()
+        attack = self.ctx.attack_for(round_)
+        down, up = self.extra_bytes(client)
+        return Workload(
+            atoms=self.ctx.profile.atoms, batch=t.batch_size, iterations=self.iterations(round_, client),
+            attack_steps=attack.steps if attack else 0, slots=self.slots,
+            download_bytes=state_bytes(s, set(s) - self.kept_by(client)) + down,
+            upload_bytes=state_bytes(s) + up)
+
+    def kept_by(self, client: int) -> set[str]:
+        """Keys the client already holds locally (FedBN), so it does not download them."""
+        return self.local_keys if client in self.local_states else set()
+
+    def train(self, round_: int, client: int, workload: Workload) -> ClientUpdate:
+        gen = seed_everything(self.ctx.scenario.seed, round_, client)
+        model = copy.deepcopy(self.model)
+        if client in self.local_states:
+            model.load_state_dict(keep_local(model.state_dict(), self.local_states[client], self.local_keys))
+        start = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        x, y = self.ctx.client_data(client)
+        opt = make_optimizer(list(model.parameters()), self.ctx.scenario.training, self.ctx.lr(round_))
+        loss = train_local(model, x, y, opt, workload.iterations, workload.batch,
+                           self.ctx.attack_for(round_), gen, self.objective,
+                           self.hooks(round_, client, start))
+        state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        if self.fedbn:
+            self.local_states[client] = {k: state[k] for k in self.local_keys}
+        update = ClientUpdate(client, state, len(x), loss)
+        self.after_local(round_, client, model, update)
+        return update
+
+    def aggregate(self, round_: int, updates: list[ClientUpdate]) -> None:
+        self.model.load_state_dict(self.combine(round_, updates))
+
+    def global_model(self) -> torch.nn.Module:
+        return self.model
+
+
+@METHODS.register("jfat")
+class JFAT(FedAvgAT):
+    """FedAvgAT with FedBN when `training.fedbn` (the FedProphet release's default)."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.fedbn = ctx.scenario.training.fedbn
+        super().__init__(ctx)
+
+
+def epochs_to_iters(epochs: float, samples: int, batch: int) -> int:
+    """SGD steps that make `epochs` passes over `samples` (at least one)."""
+    return max(1, math.ceil(epochs * samples / batch))
