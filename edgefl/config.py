@@ -79,7 +79,8 @@ class AttackConfig:
 @dataclass
 class EvaluationConfig:
     every: int = 1  # evaluate every N rounds (and always after the last)
-    attack: str = "pgd"
+    attack: str = "pgd"  # the attack behind adv_acc
+    extra: list[str] = field(default_factory=list)  # more attacks, a `<name>_acc` column each
     steps: int = 20
     eps: float = 0.0  # 0 = the training attack's eps
     step_size: float = 0.0  # 0 = the training attack's step size
@@ -107,6 +108,51 @@ class FedProphetConfig:
 
 
 @dataclass
+class ProxConfig:
+    """FedProx (Li et al., MLSys 2020): mu/2 ||w - w_global||^2 on the local loss."""
+
+    mu: float = 0.01
+
+
+@dataclass
+class CurvConfig:
+    """FedCurv (Shah et al. §2.2): lambda sum_j (w - w_j)^T diag(F_j) (w - w_j)."""
+
+    lam: float = 5.0  # Shah et al. use 5 for NIN and VGG
+
+
+@dataclass
+class DynConfig:
+    """FedDynAT's local-epoch schedule (Shah et al. Alg. 2): E_t = floor(E0 gamma^floor(t / F))."""
+
+    e0: float = 50.0
+    gamma: float = 0.5
+    f: int = 5
+
+
+@dataclass
+class SFATConfig:
+    """SFAT (Zhu et al., ICLR 2023): the k_hat lowest-loss clients weighted (1 + a) / (1 - a)."""
+
+    alpha: float = 1 / 6  # (1 + a) / (1 - a) = 1.4 on CIFAR-10; 1/11 on CIFAR-100 and SVHN
+    k_hat: int = 1
+    base: str = "fedavg"  # fedavg | fedprox | scaffold
+
+
+@dataclass
+class GMAConfig:
+    """GMA (Tenison et al., TMLR): sign-agreement soft mask on the averaged update."""
+
+    tau: float = 0.4
+    base: str = "fedavg"  # client side: fedavg | fedprox
+    server: str = "sgd"  # server optimizer: sgd (FedAvg) | adam (FedAdam) | yogi (FedYogi)
+    server_lr: float = 1.0
+    beta1: float = 0.9
+    beta2: float = 0.99
+    adapt_eps: float = 1e-3  # tau of Reddi et al.'s adaptive optimizers
+
+
+@dataclass
 class Scenario:
     method: str = "jfat"
     rounds: int = 20
@@ -121,6 +167,11 @@ class Scenario:
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
     cost: CostConfig = field(default_factory=CostConfig)
     fedprophet: FedProphetConfig = field(default_factory=FedProphetConfig)
+    prox: ProxConfig = field(default_factory=ProxConfig)
+    curv: CurvConfig = field(default_factory=CurvConfig)
+    dyn: DynConfig = field(default_factory=DynConfig)
+    sfat: SFATConfig = field(default_factory=SFATConfig)
+    gma: GMAConfig = field(default_factory=GMAConfig)
 
 
 def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
@@ -239,6 +290,22 @@ def validate(s: Scenario, where: str) -> None:
         ("fedprophet.patience", 0 < s.fedprophet.patience <= 1, "must be a fraction in (0, 1]"),
         ("fedprophet.val_samples", s.fedprophet.val_samples >= 1, "must be at least 1"),
         ("fedprophet.apa_samples", s.fedprophet.apa_samples >= 1, "must be at least 1"),
+        ("prox.mu", s.prox.mu >= 0, "must be non-negative"),
+        ("curv.lam", s.curv.lam >= 0, "must be non-negative"),
+        ("dyn.e0", s.dyn.e0 >= 1, "must be at least one epoch"),
+        ("dyn.gamma", 0 < s.dyn.gamma <= 1, "must be in (0, 1]"),
+        ("dyn.f", s.dyn.f >= 1, "must be at least 1 round"),
+        ("sfat.alpha", 0 <= s.sfat.alpha < 1, "must be in [0, 1)"),
+        ("sfat.k_hat", s.sfat.k_hat >= 1, "must be at least 1"),
+        ("sfat.base", s.sfat.base in ("fedavg", "fedprox", "scaffold"),
+         "must be fedavg, fedprox or scaffold"),
+        ("gma.tau", 0 <= s.gma.tau <= 1, "must be in [0, 1]"),
+        ("gma.base", s.gma.base in ("fedavg", "fedprox"), "must be fedavg or fedprox"),
+        ("gma.server", s.gma.server in ("sgd", "adam", "yogi"), "must be sgd, adam or yogi"),
+        ("gma.server_lr", s.gma.server_lr > 0, "must be positive"),
+        ("gma.beta1", 0 <= s.gma.beta1 < 1, "must be in [0, 1)"),
+        ("gma.beta2", 0 <= s.gma.beta2 < 1, "must be in [0, 1)"),
+        ("gma.adapt_eps", s.gma.adapt_eps > 0, "must be positive"),
     ]
     if s.data.partition == "skew":
         checks.append(("data.skew_s", (s.fleet.clients - 1) * s.data.skew_s < 100,
@@ -272,6 +339,7 @@ def _check_names(s: Scenario, where: str) -> None:
         ("training.objective", s.training.objective, OBJECTIVES.names()),
         ("evaluation.attack", s.evaluation.attack, ATTACKS.names()),
     ]
+    named += [("evaluation.extra", a, ATTACKS.names()) for a in s.evaluation.extra]
     catalog = load_catalog()
     named += [("fleet.devices", d, sorted(catalog.devices)) for d in s.fleet.devices]
     named += [("fleet.apps", a, sorted(catalog.apps)) for a in s.fleet.apps]

@@ -99,8 +99,9 @@ def run(exp: Experiment, out: Path, progress: bool = True) -> dict[str, Any]:
     """Train and simulate every round, writing the run directory as it goes."""
     s = exp.scenario
     eval_cfg = s.evaluation
-    eval_attack = make_attack(eval_cfg.attack, eval_cfg.eps or s.attack.eps,
-                              eval_cfg.step_size or s.attack.step_size, eval_cfg.steps)
+    eval_attack, *extras = [make_attack(name, eval_cfg.eps or s.attack.eps,
+                                        eval_cfg.step_size or s.attack.step_size, eval_cfg.steps)
+                            for name in [eval_cfg.attack, *eval_cfg.extra]]
     test_x, test_y = _test_set(exp)
     cost_model = make_cost_model(s.cost)
     fed = Federation(s.cost.server_s)
@@ -110,7 +111,7 @@ def run(exp: Experiment, out: Path, progress: bool = True) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     with (open(out / "metrics.csv", "w", newline="") as mf,
           open(out / "clients.csv", "w", newline="") as cf):
-        extra = list(exp.method.round_info())
+        extra = [f"{name}_acc" for name in eval_cfg.extra] + list(exp.method.round_info())
         metrics = csv.DictWriter(mf, METRICS + extra)
         clients = csv.DictWriter(cf, CLIENTS)
         metrics.writeheader()
@@ -120,8 +121,11 @@ def run(exp: Experiment, out: Path, progress: bool = True) -> dict[str, Any]:
             record, loss = _round(exp, fed, cost_model, t)
             row = _metrics_row(record, loss, exp.method.round_info())
             if (t + 1) % eval_cfg.every == 0 or t + 1 == s.rounds:
-                clean, adv = evaluate(exp.method.global_model(), test_x, test_y, eval_attack)
+                model = exp.method.global_model()
+                clean, adv = evaluate(model, test_x, test_y, eval_attack)
                 row.update(clean_acc=round(clean, 4), adv_acc=round(adv, 4))
+                for name, attack in zip(eval_cfg.extra, extras, strict=True):
+                    row[f"{name}_acc"] = round(evaluate(model, test_x, test_y, attack)[1], 4)
                 bar.set_postfix(clean=f"{clean:.3f}", adv=f"{adv:.3f}", sim_h=f"{fed.now / 3600:.2f}")
             metrics.writerow(row)
             clients.writerows(_client_row(c) for c in record.clients)

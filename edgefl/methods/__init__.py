@@ -1,6 +1,6 @@
 """Federated methods, one file each (Flower-style strategies), registered by name."""
 
-from edgefl.methods import fedavg, fedprophet  # noqa: F401  (register)
+from edgefl.methods import fedavg, fedcurv, feddyn, fedprophet, fedprox, gma, scaffold, sfat  # noqa: F401  (register)
 from edgefl.methods.base import METHODS, ClientUpdate, Context, Method
 
 __all__ = ["METHODS", "ClientUpdate", "Context", "Method"]

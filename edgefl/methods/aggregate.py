@@ -52,3 +52,30 @@ def partial_average(global_state: State, states: Sequence[State], weights: Seque
         if held:
             out[key] = fedavg([{key: s[key]} for s, _ in held], [w for _, w in held])[key]
     return out
+
+
+def slack_weights(losses: Sequence[float], samples: Sequence[int], alpha: float, k_hat: int) -> list[float]:
+    """SFAT's alpha-slack aggregation weights (Zhu et al., App. D Alg. 1, and its release): the
+    k_hat clients with the smallest N_k/N L_k get (1 + alpha) / (1 - alpha), the others 1, each
+    times N_k, normalised to sum to one."""
+    total = sum(samples)
+    order = sorted(range(len(losses)), key=lambda k: samples[k] / total * losses[k])
+    boost = (1 + alpha) / (1 - alpha)
+    raw = [samples[k] * (boost if k in order[:k_hat] else 1.0) for k in range(len(losses))]
+    return [w / sum(raw) for w in raw]
+
+
+def gma_mask(deltas: Sequence[torch.Tensor], tau: float) -> torch.Tensor:
+    """GMA's soft mask (Tenison et al., Alg. 1): A = |mean_n sign(delta_n)|; 1 where A >= tau,
+    else A."""
+    agreement = torch.stack([d.sign() for d in deltas]).mean(0).abs()
+    return torch.where(agreement >= tau, torch.ones_like(agreement), agreement)
+
+
+def adam_moments(z: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta1: float, beta2: float,
+                 yogi: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """FedAdam / FedYogi moments of the pseudo-gradient g (Reddi et al., ICLR 2021, Alg. 2)."""
+    z = beta1 * z + (1 - beta1) * g
+    g2 = g * g
+    v = v - (1 - beta2) * g2 * torch.sign(v - g2) if yogi else beta2 * v + (1 - beta2) * g2
+    return z, v

@@ -84,4 +84,4 @@ class Method(ABC):
         return {}
 
 
-METHODS: Registry[type[Method]] = Registry("method")
+METHODS: Registry[Callable[[Context], Method]] = Registry("method")  # a class or a factory

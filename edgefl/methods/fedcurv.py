@@ -1,0 +1,74 @@
+"""FedCurvAT (Shah et al., "Adversarial training in communication constrained federated learning",
+§2.2; FedCurv of Shoham et al.): each client adds lambda sum_{j != k} (w - w_j)^T diag(F_j) (w - w_j)
+over the other clients' models and Fisher diagonals from the previous round, and uploads its own
+Fisher diagonal (the mean squared gradient of its loss) beside its model. The penalty needs only
+sum_j F_j and sum_j F_j w_j, which the server sends down (twice the model's parameters)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from edgefl.execution.local import Hooks
+from edgefl.methods.aggregate import State
+from edgefl.methods.base import METHODS, ClientUpdate, Context
+from edgefl.methods.fedavg import FedAvgAT
+
+Tensors = dict[str, torch.Tensor]
+
+
+def curvature_penalty(lam: float, fisher_sum: Tensors, weighted_sum: Tensors, const: torch.Tensor) -> Hooks:
+    """lambda sum_j (w - w_j)^2 F_j = lambda (w^2 sum F_j - 2 w sum F_j w_j + sum F_j w_j^2)."""
+
+    def penalty(model: nn.Module) -> torch.Tensor:
+        quad = torch.stack([(p * p * fisher_sum[n] - 2 * p * weighted_sum[n]).sum()
+                            for n, p in model.named_parameters()]).sum()
+        return lam * (quad + const)
+
+    return Hooks(penalty=penalty)
+
+
+def fisher_diagonal(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch: int = 256) -> Tensors:
+    """Empirical Fisher diagonal: the mean over batches of the squared loss gradient."""
+    sums = {n: torch.zeros_like(p) for n, p in model.named_parameters()}
+    batches = range(0, len(x), batch)
+    for i in batches:
+        model.zero_grad(set_to_none=True)
+        nn.functional.cross_entropy(model(x[i:i + batch]), y[i:i + batch]).backward()
+        for n, p in model.named_parameters():
+            if p.grad is not None:
+                sums[n] += p.grad.detach() ** 2
+    model.zero_grad(set_to_none=True)
+    return {n: s / len(batches) for n, s in sums.items()}
+
+
+@METHODS.register("fedcurv_at")
+class FedCurvAT(FedAvgAT):
+    def __init__(self, ctx: Context) -> None:
+        super().__init__(ctx)
+        self.previous: dict[int, tuple[Tensors, Tensors]] = {}  # client -> (weights, Fisher), last round
+
+    def param_bytes(self) -> float:
+        return float(sum(p.numel() * p.element_size() for p in self.model.parameters()))
+
+    def extra_bytes(self, client: int) -> tuple[float, float]:
+        return 2 * self.param_bytes(), self.param_bytes()
+
+    def hooks(self, round_: int, client: int, start: State) -> Hooks:
+        others = [v for k, v in self.previous.items() if k != client]
+        if not others:
+            return Hooks()
+        names = [n for n, _ in self.model.named_parameters()]
+        f_sum = {n: torch.stack([f[n] for _, f in others]).sum(0) for n in names}
+        fw_sum = {n: torch.stack([f[n] * w[n] for w, f in others]).sum(0) for n in names}
+        const = torch.stack([(f[n] * w[n] ** 2).sum() for w, f in others for n in names]).sum()
+        return curvature_penalty(self.ctx.scenario.curv.lam, f_sum, fw_sum, const)
+
+    def after_local(self, round_: int, client: int, model: nn.Module, update: ClientUpdate) -> None:
+        x, y = self.ctx.client_data(client)
+        weights = {n: p.detach().clone() for n, p in model.named_parameters()}
+        update.extra["curvature"] = (weights, fisher_diagonal(model, x, y))
+
+    def combine(self, round_: int, updates: list[ClientUpdate]) -> State:
+        self.previous = {u.client: u.extra["curvature"] for u in updates}
+        return super().combine(round_, updates)

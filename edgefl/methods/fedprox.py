@@ -1,0 +1,29 @@
+"""FedProx-AT (Li et al., "Federated Optimization in Heterogeneous Networks", MLSys 2020; used as a
+base optimiser in SFAT §5.2): local adversarial training with the proximal term
+mu/2 ||w - w_global||^2 that keeps clients near the round's global model."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from edgefl.execution.local import Hooks
+from edgefl.methods.aggregate import State
+from edgefl.methods.base import METHODS
+from edgefl.methods.fedavg import FedAvgAT
+
+
+def proximal(mu: float, anchor: dict[str, torch.Tensor]) -> Hooks:
+    """mu/2 sum ||w - anchor||^2 over the trainable parameters; its gradient is mu (w - anchor)."""
+
+    def penalty(model: nn.Module) -> torch.Tensor:
+        gaps = [((p - anchor[n]) ** 2).sum() for n, p in model.named_parameters()]
+        return 0.5 * mu * torch.stack(gaps).sum()
+
+    return Hooks(penalty=penalty)
+
+
+@METHODS.register("fedprox_at")
+class FedProxAT(FedAvgAT):
+    def hooks(self, round_: int, client: int, start: State) -> Hooks:
+        return proximal(self.ctx.scenario.prox.mu, start)
