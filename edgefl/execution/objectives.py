@@ -1,8 +1,8 @@
 """Local adversarial training objectives, selectable for any method (`training.objective`).
 
 * `pgd_at`: Madry et al., ICLR 2018: CE on the PGD example.
-* `trades`: Zhang et al., ICML 2019: CE(f(x), y) + beta KL(f(x) || f(x')), x' crafted to
-  maximise that KL.
+* `trades`: Zhang et al., ICML 2019: CE(f(x), y) + beta KL(f(x) || f(x')), x' crafted by PGD
+  (the training attack's eps, step and steps) to maximise that KL.
 * `mart`: Wang et al., ICLR 2020: boosted CE on x' (CE + -log(1 - max_{k != y} p_k(x'))) +
   beta KL(f(x) || f(x')) (1 - p_y(x)), x' crafted with CE.
 
@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from edgefl.attacks import Attack
+from edgefl.attacks.pgd import PGD
 from edgefl.registry import Registry
 
 
@@ -59,8 +60,8 @@ class TRADES(Objective):
             was = model.training
             target = model.eval()(x)
             model.train(was)
-        kl_attack = type(attack)(attack.eps, attack.step_size, attack.steps,
-                                 loss=lambda out, t: kl_rows(t, out).mean())
+        kl_attack = PGD(attack.eps, attack.step_size, attack.steps,
+                        loss=lambda out, t: kl_rows(t, out).mean())
         x_adv = kl_attack(model, x, target)
         clean = model(x)
         return F.cross_entropy(clean, y) + self.beta * kl_rows(clean, model(x_adv)).mean()

@@ -59,9 +59,10 @@ def slack_weights(losses: Sequence[float], samples: Sequence[int], alpha: float,
     k_hat clients with the smallest N_k/N L_k get (1 + alpha) / (1 - alpha), the others 1, each
     times N_k, normalised to sum to one."""
     total = sum(samples)
-    order = sorted(range(len(losses)), key=lambda k: samples[k] / total * losses[k])
+    scores = [n / total * loss for n, loss in zip(samples, losses, strict=True)]
+    threshold = sorted(scores)[k_hat - 1]  # Alg. 1: score <= the k_hat-th smallest (ties included)
     boost = (1 + alpha) / (1 - alpha)
-    raw = [samples[k] * (boost if k in order[:k_hat] else 1.0) for k in range(len(losses))]
+    raw = [n * (boost if score <= threshold else 1.0) for n, score in zip(samples, scores, strict=True)]
     return [w / sum(raw) for w in raw]
 
 
