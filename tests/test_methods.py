@@ -32,6 +32,8 @@ from edgefl.methods.fedavg import epochs_to_iters
 from edgefl.methods.fedcurv import FedCurvAT, curvature_penalty, fisher_diagonal
 from edgefl.methods.feddyn import epoch_schedule
 from edgefl.methods.fedprox import proximal
+from edgefl.profiling.atoms import AtomProfile
+from edgefl.sim.workload import Workload, train_pass_flops
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "scenarios" / "quickstart.toml"
@@ -584,3 +586,35 @@ def test_slack_weights_boost_every_client_tied_with_the_k_hat_th():
     # smallest score, so with K-hat = 1 both get (1 + 1/6) / (1 - 1/6) = 1.4: [1.4, 1.4, 1] / 3.8
     weights = slack_weights([0.2, 0.2, 0.9], [10, 10, 10], 1 / 6, 1)
     assert weights == pytest.approx([1.4 / 3.8, 1.4 / 3.8, 1 / 3.8])
+
+
+# --- what the cost model charges for objectives and FedCurv ------------------------------------------
+
+def test_flops_per_iteration_counts_trades_branches_and_forwards():
+    # atoms: a (100 MACs, weights) then b (50 MACs, weights); forward = 2 x MACs = 200 + 100 = 300
+    # a training pass = forward 300 + backward (input grads but the first atom: 100; weights: 300) = 700
+    # TRADES with T = 2: batch 4 x (2 x 2 x 300 + 2 x 700 + 1 x 300) = 4 x 2900 = 11600
+    a = AtomProfile("a", macs=100.0, params=1, in_elems=1, out_elems=1, saved_bytes=0.0, weighted_in_elems=1)
+    b = AtomProfile("b", macs=50.0, params=1, in_elems=1, out_elems=1, saved_bytes=0.0, weighted_in_elems=1)
+    w = Workload((a, b), batch=4, iterations=3, attack_steps=2, slots=0, download_bytes=0, upload_bytes=0,
+                 train_pairs=2, extra_forwards=1, extra_flops=5.0)
+    assert w.flops_per_iteration() == 11600
+    assert w.flops() == 3 * 11600 + 5.0
+
+
+@pytest.mark.parametrize(("objective", "pairs", "forwards"),
+                         [("pgd_at", 1, 0), ("trades", 2, 1), ("mart", 2, 0)])
+def test_workload_follows_the_objective(objective, pairs, forwards):
+    exp = experiment("fedavg_at", f"training.objective={objective}", "training.warmup_rounds=1")
+    warm = exp.method.plan(0, 0, exp.pool.state(0, 0))  # clean warm-up round: plain CE
+    assert (warm.train_pairs, warm.extra_forwards, warm.attack_steps) == (1, 0, 0)
+    w = exp.method.plan(1, 0, exp.pool.state(0, 1))
+    assert (w.train_pairs, w.extra_forwards) == (pairs, forwards)
+
+
+def test_fedcurv_charges_its_fisher_pass():
+    exp = experiment("fedcurv_at")
+    n = len(exp.ctx.splits[3].train)
+    w = exp.method.plan(0, 3, exp.pool.state(3, 0))
+    assert w.extra_flops == n * train_pass_flops(exp.ctx.profile.atoms) > 0
+    assert experiment("fedavg_at").method.plan(0, 3, exp.pool.state(3, 0)).extra_flops == 0

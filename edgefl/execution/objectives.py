@@ -23,6 +23,9 @@ from edgefl.registry import Registry
 
 
 class Objective(ABC):
+    train_pairs = 1  # (forward, training backward) pairs per step, for the cost model
+    extra_forwards = 0  # forward-only passes per step
+
     def __init__(self, beta: float = 6.0) -> None:
         self.beta = beta
 
@@ -54,6 +57,7 @@ class PGDAT(Objective):
 
 @OBJECTIVES.register("trades")
 class TRADES(Objective):
+    train_pairs, extra_forwards = 2, 1  # clean and adversarial branches; the clean target
     def adversarial_loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor,
                          attack: Attack) -> torch.Tensor:
         with torch.no_grad():
@@ -69,6 +73,7 @@ class TRADES(Objective):
 
 @OBJECTIVES.register("mart")
 class MART(Objective):
+    train_pairs = 2  # clean and adversarial branches
     def adversarial_loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor,
                          attack: Attack) -> torch.Tensor:
         x_adv = attack(model, x, y)

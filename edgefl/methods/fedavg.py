@@ -61,6 +61,10 @@ class FedAvgAT(Method):
         """(download, upload) bytes sent beside the model."""
         return 0.0, 0.0
 
+    def extra_flops(self, client: int) -> float:
+        """One-off FLOPs a client spends per round beside local training."""
+        return 0.0
+
     def combine(self, round_: int, updates: list[ClientUpdate]) -> State:
         """The new global state (FedAvg weighted by local sample counts)."""
         return fedavg([u.state for u in updates], [u.num_samples for u in updates])
@@ -70,11 +74,13 @@ class FedAvgAT(Method):
         t, s = self.ctx.scenario.training, self.model.state_dict()
         attack = self.ctx.attack_for(round_)
         down, up = self.extra_bytes(client)
+        pairs, forwards = (self.objective.train_pairs, self.objective.extra_forwards) if attack else (1, 0)
         return Workload(
             atoms=self.ctx.profile.atoms, batch=t.batch_size, iterations=self.iterations(round_, client),
             attack_steps=attack.steps if attack else 0, slots=self.slots,
             download_bytes=state_bytes(s, set(s) - self.kept_by(client)) + down,
-            upload_bytes=state_bytes(s) + up)
+            upload_bytes=state_bytes(s) + up, train_pairs=pairs, extra_forwards=forwards,
+            extra_flops=self.extra_flops(client))
 
     def kept_by(self, client: int) -> set[str]:
         """Keys the client already holds locally (FedBN), so it does not download them."""

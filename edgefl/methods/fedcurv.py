@@ -13,6 +13,7 @@ from edgefl.execution.local import Hooks
 from edgefl.methods.aggregate import State
 from edgefl.methods.base import METHODS, ClientUpdate, Context
 from edgefl.methods.fedavg import FedAvgAT
+from edgefl.sim.workload import train_pass_flops
 
 Tensors = dict[str, torch.Tensor]
 
@@ -53,6 +54,10 @@ class FedCurvAT(FedAvgAT):
 
     def extra_bytes(self, client: int) -> tuple[float, float]:
         return 2 * self.param_bytes(), self.param_bytes()
+
+    def extra_flops(self, client: int) -> float:
+        """The Fisher pass: a forward and a training backward over the client's data."""
+        return len(self.ctx.splits[client].train) * train_pass_flops(self.ctx.profile.atoms)
 
     def hooks(self, round_: int, client: int, start: State) -> Hooks:
         others = [v for k, v in self.previous.items() if k != client]

@@ -72,7 +72,7 @@ class WalkCost:
                   + (traffic.read_ops + traffic.write_ops) * dev.storage_latency_ms / 1e3)
         down, up = network_seconds(w, state) if self.communication else (0.0, 0.0)
         return ClientCost(
-            compute_s=w.iterations * w.flops_per_iteration() / state.flops,
+            compute_s=w.flops() / state.flops,
             data_access_s=access, download_s=down, upload_s=up, mem_req_bytes=need,
             swapped=walk.evictions > 0, read_bytes=traffic.read_bytes,
             write_bytes=traffic.write_bytes)

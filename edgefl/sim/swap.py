@@ -55,9 +55,10 @@ class ImpossibleBudget(EdgeflError):
 
 
 def iteration_steps(w: Workload) -> list[Step]:
-    """The steps of one iteration: T attack pairs, then the training pair."""
+    """The steps of one iteration: T attack pairs, forward-only passes, then the training pairs."""
     n = len(w.atoms)
     fwd = [Step(i, (("param", i), ("act", i))) for i in range(n)]
+    fwd_only = [Step(i, (("param", i),)) for i in range(n)]
     attack_bwd = [Step(i, (("param", i), ("act", i)), frees=(("act", i),))
                   for i in reversed(range(n))]
     train_bwd = [
@@ -65,7 +66,8 @@ def iteration_steps(w: Workload) -> list[Step]:
              frees=(("act", i), ("grad", i)), dirties=(("param", i), ("opt", i)))
         for i in reversed(range(n))
     ]
-    return (fwd + attack_bwd) * w.attack_steps + fwd + train_bwd
+    attack, train = (fwd + attack_bwd) * w.attack_steps, (fwd + train_bwd) * w.train_pairs
+    return attack + fwd_only * w.extra_forwards + train
 
 
 class SwapWalk:

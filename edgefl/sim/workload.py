@@ -1,7 +1,9 @@
 """Workload: what one client runs in one round, as the cost model sees it.
 
 Each local iteration of adversarial training with PGD-T runs T (forward, input-gradient backward)
-pairs to craft the perturbation, then one (forward, training backward) pair to update the model.
+pairs to craft the perturbation, then (forward, training backward) pairs to update the model: one
+for PGD-AT, two for TRADES and MART (the clean and the adversarial branch), plus any forward-only
+passes (TRADES's clean target). `extra_flops` is one-off work in the round (FedCurv's Fisher pass).
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ class Workload:
     slots: int  # optimizer state tensors per parameter
     download_bytes: float
     upload_bytes: float
+    train_pairs: int = 1  # (forward, training backward) pairs per iteration
+    extra_forwards: int = 0  # forward-only passes per iteration
+    extra_flops: float = 0.0  # one-off FLOPs per round
 
     @property
     def batch_bytes(self) -> float:
@@ -35,6 +40,16 @@ class Workload:
         backward needs weight gradients, and input gradients for every atom but the first.
         """
         fwd = sum(a.flops for a in self.atoms)
-        weights = sum(a.flops for a in self.atoms if a.params)
-        train_bwd = fwd - self.atoms[0].flops + weights
-        return self.batch * (self.attack_steps * 2 * fwd + fwd + train_bwd)
+        return self.batch * (self.attack_steps * 2 * fwd + self.train_pairs * train_pass_flops(self.atoms)
+                             + self.extra_forwards * fwd)
+
+    def flops(self) -> float:
+        """FLOPs of the whole round."""
+        return self.iterations * self.flops_per_iteration() + self.extra_flops
+
+
+def train_pass_flops(atoms: tuple[AtomProfile, ...]) -> float:
+    """Per sample: a forward plus a training backward (weight gradients where there are weights,
+    input gradients for every atom but the first)."""
+    fwd = sum(a.flops for a in atoms)
+    return 2 * fwd - atoms[0].flops + sum(a.flops for a in atoms if a.params)

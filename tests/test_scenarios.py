@@ -1,0 +1,22 @@
+"""Every bundled scenario validates (the paper settings without their data)."""
+
+from pathlib import Path
+
+import pytest
+
+from edgefl.config import load_scenario
+
+SCENARIOS = sorted(Path(__file__).resolve().parents[1].glob("scenarios/*.toml"))
+
+
+def test_the_bundled_scenarios_are_there():
+    names = {p.stem for p in SCENARIOS}
+    assert {"quickstart", "fedprophet-quickstart", "sfat-digits", "feddynat-digits", "gma-digits",
+            "sfat-cifar10", "feddynat-cifar10", "gma-cifar10", "fedprophet-cifar10", "jfat-cifar10",
+            "fedprophet-caltech256", "jfat-caltech256"} <= names
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
+def test_scenario_validates(path: Path):
+    scenario = load_scenario(path)
+    assert scenario.rounds >= 1
