@@ -61,6 +61,10 @@ class FedAvgAT(Method):
         """(download, upload) bytes sent beside the model."""
         return 0.0, 0.0
 
+    def optimizer(self, model: torch.nn.Module, round_: int) -> torch.optim.Optimizer:
+        """The local optimizer (the scenario's)."""
+        return make_optimizer(list(model.parameters()), self.ctx.scenario.training, self.ctx.lr(round_))
+
     def extra_flops(self, client: int) -> float:
         """One-off FLOPs a client spends per round beside local training."""
         return 0.0
@@ -93,8 +97,7 @@ class FedAvgAT(Method):
             model.load_state_dict(keep_local(model.state_dict(), self.local_states[client], self.local_keys))
         start = {k: v.detach().clone() for k, v in model.state_dict().items()}
         x, y = self.ctx.client_data(client)
-        opt = make_optimizer(list(model.parameters()), self.ctx.scenario.training, self.ctx.lr(round_))
-        loss = train_local(model, x, y, opt, workload.iterations, workload.batch,
+        loss = train_local(model, x, y, self.optimizer(model, round_), workload.iterations, workload.batch,
                            self.ctx.attack_for(round_), gen, self.objective,
                            self.hooks(round_, client, start))
         state = {k: v.detach().clone() for k, v in model.state_dict().items()}

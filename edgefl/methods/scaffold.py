@@ -1,6 +1,8 @@
 """SCAFFOLD-AT (Karimireddy et al., ICML 2020, Alg. 1 option II; a base optimiser in SFAT §5.2).
 
-Each local step follows g - c_k + c; after K steps the client's control variate becomes
+Each local step is plain SGD on g - c_k + c (the update rule the control variates are derived for;
+with momentum, c_k would be about 1 / (1 - momentum) too large and training diverges); after K
+steps the client's control variate becomes
 c_k+ = c_k - c + (x - y_k) / (K lr) and it uploads y_k and c_k+ - c_k; the server averages the
 models (global step size 1) and sets c <- c + |S|/N mean(c_k+ - c_k). The control variates travel
 with the model: c down, the change of c_k up.
@@ -23,6 +25,10 @@ class ScaffoldAT(FedAvgAT):
         super().__init__(ctx)
         self.c = {n: torch.zeros_like(p) for n, p in self.model.named_parameters()}
         self.c_local: dict[int, dict[str, torch.Tensor]] = {}
+
+    def optimizer(self, model: nn.Module, round_: int) -> torch.optim.Optimizer:
+        return torch.optim.SGD(model.parameters(), lr=self.ctx.lr(round_),
+                               weight_decay=self.ctx.scenario.training.weight_decay)
 
     def extra_bytes(self, client: int) -> tuple[float, float]:
         size = float(sum(t.numel() * t.element_size() for t in self.c.values()))
