@@ -25,7 +25,7 @@ def final_row(out: Path) -> dict[str, float]:
     header = lines[0].split(",")
     last = dict(zip(header, lines[-1].split(","), strict=True))
     row = {c: 100 * float(last[c]) for c in COLUMNS}
-    row["sim_h"] = json.loads((out / "summary.json").read_text())["sim_time_s"] / 3600
+    row["sim_s"] = json.loads((out / "summary.json").read_text())["sim_time_s"]
     return row
 
 
@@ -42,7 +42,7 @@ def main() -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[])
     args = p.parse_args()
     print(f"{args.scenario}, seeds {args.seeds}, overrides {args.overrides}")
-    print(f"| method | clean % | FGSM % | PGD-20 % | CW % | simulated h |\n|{' --- |' * 6}")
+    print(f"| method | clean % | FGSM % | PGD-20 % | CW % | simulated s |\n|{' --- |' * 6}")
     with tempfile.TemporaryDirectory() as tmp:
         for method in args.methods.split(","):
             rows = []
@@ -51,7 +51,7 @@ def main() -> None:
                 out = Path(tmp) / f"{method}-{seed}"
                 run(prepare(s, args.scenario), out, progress=False)
                 rows.append(final_row(out))
-            cells = [mean_std([r[c] for r in rows]) for c in [*COLUMNS, "sim_h"]]
+            cells = [mean_std([r[c] for r in rows]) for c in [*COLUMNS, "sim_s"]]
             print(f"| {method} | " + " | ".join(cells) + " |", flush=True)
 
 
