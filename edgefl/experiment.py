@@ -28,6 +28,7 @@ from edgefl.execution.local import evaluate, resolve_device
 from edgefl.methods import METHODS, Context, Method
 from edgefl.models import build_model
 from edgefl.profiling import profile_model
+from edgefl.report.trace import chrome_trace
 from edgefl.sim.cost import make_cost_model
 from edgefl.sim.engine import ClientRecord, Federation, RoundRecord
 from edgefl.sim.swap import min_budget
@@ -133,6 +134,8 @@ def run(exp: Experiment, out: Path, progress: bool = True) -> dict[str, Any]:
             cf.flush()
             rows.append(row)
     summary = _summary(exp, rows, time.perf_counter() - started)
+    trace = chrome_trace(fed.spans, [d.name for d in exp.pool.devices])
+    (out / "trace.json").write_text(json.dumps(trace) + "\n")
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
 
