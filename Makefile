@@ -16,7 +16,7 @@ $(BIN)/edgefl: pyproject.toml
 setup: $(BIN)/edgefl
 
 run: setup
-	$(BIN)/edgefl run $(SCENARIO) --out runs/quickstart
+	$(BIN)/edgefl run $(SCENARIO) --out runs/quickstart --overwrite
 	$(BIN)/edgefl plot runs/quickstart
 
 test: setup
