@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import tomllib
-import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -234,7 +233,7 @@ def build(cls: type, raw: Any, where: str, prefix: str) -> Any:
 def check_type(value: Any, hint: Any, where: str, key: str) -> Any:
     """Check one scalar or list value against its annotation; ints are accepted for floats."""
     origin = typing.get_origin(hint)
-    if origin in (list, types.GenericAlias) or origin is list:
+    if origin is list:
         (inner,) = typing.get_args(hint)
         if not isinstance(value, list):
             raise EdgeflError(where, key, f"must be a list of {inner.__name__}, got {value!r}")

@@ -57,8 +57,6 @@ def prepare(scenario: Scenario, where: str) -> Experiment:
     data = load_dataset(scenario.data, where)
     splits = split_clients(data.train_y.numpy(), scenario.fleet.clients, scenario.data,
                            scenario.seed, where)
-    if data.train_x.shape[1:] != data.test_x.shape[1:]:
-        raise EdgeflError(where, "data.dataset", "train and test inputs differ in shape")
     data = type(data)(data.train_x.to(device), data.train_y.to(device), data.test_x.to(device),
                       data.test_y.to(device), data.num_classes, data.mean, data.std)
 

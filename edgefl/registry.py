@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -31,9 +31,3 @@ class Registry(Generic[T]):
 
     def names(self) -> list[str]:
         return sorted(self._items)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._items
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.names())

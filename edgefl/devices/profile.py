@@ -7,7 +7,7 @@ Units are in the key names. The numbers of FedProphet's pools and apps come from
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -79,8 +79,6 @@ def load_profile(path: Path, cls: type[P]) -> P:
 
 
 def _required(cls: type) -> list[str]:
-    from dataclasses import MISSING, fields
-
     return [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING]
 
 

@@ -46,6 +46,3 @@ def paper_mem_req(atoms: Sequence[AtomProfile], batch: int, slots: int) -> float
     features = sum(a.weighted_in_elems for a in atoms)
     return BYTES * (paper_scale(slots) * params + batch * features)
 
-
-def fits(need: float, available: float) -> bool:
-    return need <= available

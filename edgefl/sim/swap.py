@@ -96,7 +96,7 @@ class SwapWalk:
         """Total traffic over all iterations (the batch reads included)."""
         steps = iteration_steps(self.w)
         batch = Traffic(self.w.batch_bytes, 0.0, 1, 0)
-        total, last, state = Traffic(), Traffic(), self._signature()
+        total, state = Traffic(), self._signature()
         for done in range(1, self.w.iterations + 1):
             last = sum((self.step(s) for s in steps), batch)
             total = total + last

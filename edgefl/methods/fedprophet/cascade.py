@@ -9,6 +9,8 @@ gives the same features the release caches once per stage switch.
 
 from __future__ import annotations
 
+import copy
+
 import torch
 from torch import nn
 
@@ -74,6 +76,7 @@ def output_perturbation(prefix: nn.Sequential, module: nn.Sequential, x: torch.T
     with torch.no_grad():
         z = prefix(x)
         clean = module(z)
+    attack = copy.copy(attack)  # the caller's attack keeps its own loss
     attack.loss = lambda out, target: (out - target).flatten(1).pow(2).sum(1).mean()
     z_adv = attack(module, z, clean)
     with torch.no_grad():
