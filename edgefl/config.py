@@ -63,6 +63,8 @@ class TrainingConfig:
     beta: float = 6.0  # TRADES / MART robustness weight
     fedbn: bool = True  # keep BatchNorm local to each client (jfat; fedavg_at averages BN)
     warmup_rounds: int = 0  # clean (non-adversarial) rounds first
+    precision: str = "fp32"  # fp32 | bf16 (autocast on the training device)
+    channels_last: bool = False  # NHWC memory format for conv models (faster on recent GPUs)
 
 
 @dataclass
@@ -152,12 +154,45 @@ class GMAConfig:
 
 
 @dataclass
+class WidthConfig:
+    """HeteroFL / FedDrop / FedRolex (FedProphet §7.2): width-reduced sub-models that fit memory."""
+
+    levels: list[float] = field(default_factory=list)  # allowed fractions (empty = any, as the release)
+    min_fraction: float = 0.0625  # never narrower than this (at least one channel per layer)
+
+
+@dataclass
+class DistillConfig:
+    """FedDF / FedET (FedProphet §7.2): clients train family members, the server distils."""
+
+    family: list[str] = field(default_factory=list)  # models, largest first (empty = model.name only)
+    public_samples: int = 5000  # taken from the training set before the clients' split
+    server_iters: int = 128
+    server_batch: int = 64
+    server_lr: float = 1e-3  # Adam, as FedDF
+    temperature: float = 1.0
+    diversity: float = 0.05  # FedET's lambda on the ensemble-diversity term
+    server_gflops: float = 10000.0  # server FLOP/s (in GFLOP/s) that the distillation time is charged at
+
+
+@dataclass
+class RayConfig:
+    """The Ray executor: client updates on Ray workers (`executor = "ray"`)."""
+
+    address: str = ""  # "" starts a local Ray; "auto" or "ray://HOST:10001" joins a cluster
+    workers: int = 0  # concurrent client tasks (0 = one per CPU)
+    max_retries: int = 3  # a task whose worker dies is retried this many times
+
+
+@dataclass
 class Scenario:
     method: str = "jfat"
     rounds: int = 20
     seed: int = 0
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     threads: int = 0  # CPU threads for PyTorch (0 = PyTorch's default); 1 is fastest for tiny models
+    executor: str = "local"  # local (in-process) | ray
+    checkpoint_every: int = 1  # rounds between checkpoints (0 = none), for `edgefl run --resume`
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     fleet: FleetConfig = field(default_factory=FleetConfig)
@@ -171,6 +206,9 @@ class Scenario:
     dyn: DynConfig = field(default_factory=DynConfig)
     sfat: SFATConfig = field(default_factory=SFATConfig)
     gma: GMAConfig = field(default_factory=GMAConfig)
+    width: WidthConfig = field(default_factory=WidthConfig)
+    distill: DistillConfig = field(default_factory=DistillConfig)
+    ray: RayConfig = field(default_factory=RayConfig)
 
 
 def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
@@ -251,6 +289,8 @@ def validate(s: Scenario, where: str) -> None:
         ("rounds", s.rounds >= 1, "must be at least 1"),
         ("seed", s.seed >= 0, "must be a non-negative integer"),
         ("threads", s.threads >= 0, "must be 0 (PyTorch's default) or a positive count"),
+        ("executor", s.executor in ("local", "ray"), "must be local or ray"),
+        ("checkpoint_every", s.checkpoint_every >= 0, "must be 0 (no checkpoints) or a round count"),
         ("data.alpha", s.data.alpha > 0, "must be positive"),
         ("data.skew_s", 0 <= s.data.skew_s < 100, "must be a percentage in [0, 100)"),
         ("data.shards_per_client", s.data.shards_per_client >= 1, "must be at least 1"),
@@ -272,6 +312,7 @@ def validate(s: Scenario, where: str) -> None:
         ("training.warmup_rounds", s.training.warmup_rounds >= 0, "must be non-negative"),
         ("training.local_epochs", s.training.local_epochs >= 0, "must be 0 (use local_iters) or positive"),
         ("training.beta", s.training.beta >= 0, "must be non-negative"),
+        ("training.precision", s.training.precision in ("fp32", "bf16"), "must be fp32 or bf16"),
         ("attack.eps", s.attack.eps >= 0, "must be non-negative"),
         ("attack.step_size", s.attack.step_size >= 0, "must be non-negative"),
         ("attack.steps", s.attack.steps >= 1, "must be at least 1"),
@@ -305,6 +346,17 @@ def validate(s: Scenario, where: str) -> None:
         ("gma.beta1", 0 <= s.gma.beta1 < 1, "must be in [0, 1)"),
         ("gma.beta2", 0 <= s.gma.beta2 < 1, "must be in [0, 1)"),
         ("gma.adapt_eps", s.gma.adapt_eps > 0, "must be positive"),
+        ("width.levels", all(0 < v <= 1 for v in s.width.levels), "every level must be in (0, 1]"),
+        ("width.min_fraction", 0 < s.width.min_fraction <= 1, "must be in (0, 1]"),
+        ("distill.public_samples", s.distill.public_samples >= 1, "must be at least 1"),
+        ("distill.server_iters", s.distill.server_iters >= 0, "must be non-negative"),
+        ("distill.server_batch", s.distill.server_batch >= 1, "must be at least 1"),
+        ("distill.server_lr", s.distill.server_lr > 0, "must be positive"),
+        ("distill.temperature", s.distill.temperature > 0, "must be positive"),
+        ("distill.diversity", s.distill.diversity >= 0, "must be non-negative"),
+        ("distill.server_gflops", s.distill.server_gflops > 0, "must be positive (GFLOP/s)"),
+        ("ray.workers", s.ray.workers >= 0, "must be 0 (one per CPU) or positive"),
+        ("ray.max_retries", s.ray.max_retries >= 0, "must be non-negative"),
     ]
     if s.data.partition == "skew":
         checks.append(("data.skew_s", (s.fleet.clients - 1) * s.data.skew_s < 100,
@@ -339,6 +391,7 @@ def _check_names(s: Scenario, where: str) -> None:
         ("evaluation.attack", s.evaluation.attack, ATTACKS.names()),
     ]
     named += [("evaluation.extra", a, ATTACKS.names()) for a in s.evaluation.extra]
+    named += [("distill.family", m, MODELS.names()) for m in s.distill.family]
     catalog = load_catalog()
     named += [("fleet.devices", d, sorted(catalog.devices)) for d in s.fleet.devices]
     named += [("fleet.apps", a, sorted(catalog.apps)) for a in s.fleet.apps]

@@ -156,6 +156,7 @@ def test_sfat_with_scaffold_base_also_updates_control_variates():
     updates = sfat_updates(template)
     for u, value in zip(updates, (1.0, 2.0, 6.0), strict=True):
         u.extra["delta_c"] = {n: torch.full_like(p, value) for n, p in method.model.named_parameters()}
+        u.extra["c_local"] = u.extra["delta_c"]
     out = method.combine(1, updates)
     # c = 0 + |S|/N mean(delta_c) = 3/20 x (1 + 2 + 6) / 3 = 0.45
     for n, c in method.c.items():
@@ -439,13 +440,13 @@ def test_scaffold_after_local_control_variate_by_hand():
     update = ClientUpdate(4, {}, 58, 0.0)
     method.after_local(2, 4, local, update)
     for n in names:
-        assert torch.allclose(method.c_local[4][n], torch.full_like(method.c[n], 8.2), atol=1e-5), n
+        assert torch.allclose(update.extra["c_local"][n], torch.full_like(method.c[n], 8.2), atol=1e-5), n
         assert torch.allclose(update.extra["delta_c"][n], torch.full_like(method.c[n], 7.9), atol=1e-5), n
     # a first-time client has c_k = 0: c_k+ = 0 - 0.1 + 8 = 7.9 = delta c
     fresh = ClientUpdate(6, {}, 58, 0.0)
     method.after_local(2, 6, local, fresh)
     for n in names:
-        assert torch.allclose(method.c_local[6][n], torch.full_like(method.c[n], 7.9), atol=1e-5), n
+        assert torch.allclose(fresh.extra["c_local"][n], torch.full_like(method.c[n], 7.9), atol=1e-5), n
         assert torch.allclose(fresh.extra["delta_c"][n], torch.full_like(method.c[n], 7.9), atol=1e-5), n
 
 
@@ -467,7 +468,8 @@ def test_scaffold_combine_moves_c_by_share_of_mean_delta():
     method.c = {n: torch.full_like(p, 0.1) for n, p in method.model.named_parameters()}
     template = method.model.state_dict()
     updates = [ClientUpdate(k, filled(template, value, 2), n, 0.0,
-                            {"delta_c": {name: torch.full_like(c, dc) for name, c in method.c.items()}})
+                            {"delta_c": {name: torch.full_like(c, dc) for name, c in method.c.items()},
+                             "c_local": {}})
                for k, value, n, dc in ((0, 1.0, 10, 1.0), (5, 3.0, 30, 3.0))]
     out = method.combine(0, updates)
     # c + |S|/N mean(delta c) = 0.1 + 2/20 x (1 + 3)/2 = 0.1 + 0.2 = 0.3
@@ -499,9 +501,9 @@ def test_scaffold_training_with_plain_sgd_makes_ck_the_mean_gradient():
     method.hooks = spy
     workload = method.plan(1, 0, exp.pool.state(0, 1))
     assert workload.iterations == 3
-    method.train(1, 0, workload)
+    update = method.train(1, 0, workload)
     assert len(raw) == 3
-    for n, ck in method.c_local[0].items():
+    for n, ck in update.extra["c_local"].items():
         mean = sum(g[n] for g in raw) / 3
         assert torch.allclose(ck, mean, atol=2e-5), n
 

@@ -16,6 +16,7 @@ from edgefl.devices.pool import DeviceState
 from edgefl.models import AtomModel
 from edgefl.profiling import ModelProfile
 from edgefl.registry import Registry
+from edgefl.snapshot import plain, restore
 from edgefl.sim.workload import Workload
 
 
@@ -55,10 +56,30 @@ class ClientUpdate:
 
 
 class Method(ABC):
-    """One federated method. `plan` and `train` run per selected client, `aggregate` per round."""
+    """One federated method. `plan` and `train` run per selected client, `aggregate` per round.
+
+    `train` reads the method's state and never writes it: what a client keeps between rounds
+    travels in its ClientUpdate and `aggregate` stores it. So clients can train anywhere (a Ray
+    worker) from a snapshot of the state, and a checkpoint of `state_attrs` is the whole method.
+    """
+
+    state_attrs: tuple[str, ...] = ()  # attributes that change during a run (each class adds its own)
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
+
+    def state_names(self) -> list[str]:
+        """`state_attrs` of every class in the method's MRO, each once."""
+        names = (n for cls in type(self).__mro__ for n in vars(cls).get("state_attrs", ()))
+        return list(dict.fromkeys(names))
+
+    def state(self) -> dict[str, Any]:
+        """The method's changing state as plain data (see edgefl.snapshot)."""
+        return {name: plain(getattr(self, name)) for name in self.state_names()}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        for name in self.state_names():
+            setattr(self, name, restore(getattr(self, name), state[name], self.ctx.device))
 
     def begin_round(self, round_: int, states: dict[int, DeviceState]) -> None:  # noqa: B027
         """Called with every selected client's state before any `plan` of the round."""

@@ -32,6 +32,7 @@ from edgefl.sim.workload import Workload
 @METHODS.register("fedavg_at")
 class FedAvgAT(Method):
     fedbn = False
+    state_attrs = ("model", "local_states")
 
     def __init__(self, ctx: Context) -> None:
         super().__init__(ctx)
@@ -101,13 +102,13 @@ class FedAvgAT(Method):
                            self.ctx.attack_for(round_), gen, self.objective,
                            self.hooks(round_, client, start))
         state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        if self.fedbn:
-            self.local_states[client] = {k: state[k] for k in self.local_keys}
         update = ClientUpdate(client, state, len(x), loss)
         self.after_local(round_, client, model, update)
         return update
 
     def aggregate(self, round_: int, updates: list[ClientUpdate]) -> None:
+        if self.fedbn:
+            self.local_states.update({u.client: {k: u.state[k] for k in self.local_keys} for u in updates})
         self.model.load_state_dict(self.combine(round_, updates))
 
     def global_model(self) -> torch.nn.Module:

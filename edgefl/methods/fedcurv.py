@@ -45,6 +45,8 @@ def fisher_diagonal(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch: i
 
 @METHODS.register("fedcurv_at")
 class FedCurvAT(FedAvgAT):
+    state_attrs = ("previous",)
+
     def __init__(self, ctx: Context) -> None:
         super().__init__(ctx)
         self.previous: dict[int, tuple[Tensors, Tensors]] = {}  # client -> (weights, Fisher), last round

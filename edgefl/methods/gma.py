@@ -18,6 +18,8 @@ BASES: dict[str, type[FedAvgAT]] = {"fedavg": FedAvgAT, "fedprox": FedProxAT}
 
 
 class Masked(FedAvgAT):
+    state_attrs = ("moments",)
+
     def __init__(self, ctx: Context) -> None:
         super().__init__(ctx)
         self.moments: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}

@@ -21,6 +21,8 @@ from edgefl.methods.fedavg import FedAvgAT
 
 @METHODS.register("scaffold_at")
 class ScaffoldAT(FedAvgAT):
+    state_attrs = ("c", "c_local")
+
     def __init__(self, ctx: Context) -> None:
         super().__init__(ctx)
         self.c = {n: torch.zeros_like(p) for n, p in self.model.named_parameters()}
@@ -52,10 +54,11 @@ class ScaffoldAT(FedAvgAT):
         new = {n: ck[n] - self.c[n] + (x[n].detach() - p.detach()) / (steps * lr)
                for n, p in model.named_parameters()}
         update.extra["delta_c"] = {n: new[n] - ck[n] for n in new}
-        self.c_local[client] = new
+        update.extra["c_local"] = new
 
     def combine(self, round_: int, updates: list[ClientUpdate]) -> State:
         share = len(updates) / self.ctx.scenario.fleet.clients
+        self.c_local.update({u.client: u.extra["c_local"] for u in updates})
         for n in self.c:
             self.c[n] = self.c[n] + share * torch.stack([u.extra["delta_c"][n] for u in updates]).mean(0)
         return super().combine(round_, updates)

@@ -43,6 +43,9 @@ class Backbone(nn.Module):
 
 @METHODS.register("fedprophet")
 class FedProphet(Method):
+    state_attrs = ("net", "local_states", "m", "stage", "alpha", "eps", "d_star", "lower", "prev_ratio",
+                   "best", "val", "perf_min", "assignment", "final", "switch")
+
     def __init__(self, ctx: Context) -> None:
         super().__init__(ctx)
         s = ctx.scenario
@@ -128,10 +131,9 @@ class FedProphet(Method):
         loss = train_cascade(prefix, exit_, x, y, opt, workload.iterations, workload.batch,
                              self.client_attack(round_), self.cfg.mu, gen)
         state = {k: v.detach().clone() for k, v in net.state_dict().items()}
-        if self.local_keys:
-            self.local_states.setdefault(client, {}).update({k: state[k] for k in self.local_keys})
         keys = self.trained_keys(last)
-        return ClientUpdate(client, {k: state[k] for k in keys}, len(x), loss)
+        return ClientUpdate(client, {k: state[k] for k in keys}, len(x), loss,
+                            {"local": {k: state[k] for k in self.local_keys}})
 
     def split(self, net: Backbone, m: int, last: int) -> tuple[nn.Sequential, Exit]:
         """(fixed prefix before module m, modules m..last with the head of `last`)."""
@@ -148,6 +150,9 @@ class FedProphet(Method):
 
     # --- server -----------------------------------------------------------------------------
     def aggregate(self, round_: int, updates: list[ClientUpdate]) -> None:
+        for u in updates:
+            if u.extra["local"]:
+                self.local_states.setdefault(u.client, {}).update(u.extra["local"])
         new = partial_average(self.net.state_dict(), [u.state for u in updates],
                               [u.num_samples for u in updates])
         self.net.load_state_dict(new)
