@@ -92,6 +92,7 @@ class CostConfig:
     accounting: str = "walk"  # walk (atom-by-atom swap walk) | paper (FedProphet release)
     communication: bool = True  # count download/upload time
     server_s: float = 0.0  # server time per round (aggregation)
+    server_gflops: float = 10000.0  # server speed for a method's server-side work (e.g. distillation)
     paper_access_s: float = 0.17  # paper accounting: seconds per storage access
 
 
@@ -172,7 +173,6 @@ class DistillConfig:
     server_lr: float = 1e-3  # Adam, as FedDF
     temperature: float = 1.0
     diversity: float = 0.05  # FedET's lambda on the ensemble-diversity term
-    server_gflops: float = 10000.0  # server FLOP/s (in GFLOP/s) that the distillation time is charged at
 
 
 @dataclass
@@ -322,6 +322,7 @@ def validate(s: Scenario, where: str) -> None:
         ("evaluation.step_size", s.evaluation.step_size >= 0, "must be non-negative"),
         ("cost.accounting", s.cost.accounting in ("walk", "paper"), "must be walk or paper"),
         ("cost.server_s", s.cost.server_s >= 0, "must be non-negative (seconds)"),
+        ("cost.server_gflops", s.cost.server_gflops > 0, "must be positive (GFLOP/s)"),
         ("cost.paper_access_s", s.cost.paper_access_s >= 0, "must be non-negative (seconds)"),
         ("fedprophet.mu", s.fedprophet.mu >= 0, "must be non-negative"),
         ("fedprophet.alpha", s.fedprophet.alpha > 0, "must be positive"),
@@ -354,7 +355,6 @@ def validate(s: Scenario, where: str) -> None:
         ("distill.server_lr", s.distill.server_lr > 0, "must be positive"),
         ("distill.temperature", s.distill.temperature > 0, "must be positive"),
         ("distill.diversity", s.distill.diversity >= 0, "must be non-negative"),
-        ("distill.server_gflops", s.distill.server_gflops > 0, "must be positive (GFLOP/s)"),
         ("ray.workers", s.ray.workers >= 0, "must be 0 (one per CPU) or positive"),
         ("ray.max_retries", s.ray.max_retries >= 0, "must be non-negative"),
     ]

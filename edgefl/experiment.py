@@ -15,12 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from tqdm import tqdm
 
 from edgefl.attacks import make_attack
 from edgefl.config import Scenario, to_toml
 from edgefl.data import load_dataset, split_clients
+from edgefl.data.partition import ClientSplit, public_split
 from edgefl.devices.catalog import load_catalog
 from edgefl.devices.pool import DevicePool
 from edgefl.errors import EdgeflError
@@ -35,7 +37,7 @@ from edgefl.sim.swap import min_budget
 
 METRICS = ["round", "sim_time_s", "round_time_s", "compute_s", "data_access_s", "comm_s",
            "wait_s", "server_s", "clients", "swapped", "train_loss", "clean_acc", "adv_acc"]
-CLIENTS = ["round", "client", "device", "app", "network", "mem_avail_bytes", "mem_req_bytes",
+CLIENTS = ["round", "client", "device", "app", "network", "flops", "mem_avail_bytes", "mem_req_bytes",
            "swapped", "compute_s", "data_access_s", "download_s", "upload_s", "wait_s",
            "finish_s", "read_bytes", "write_bytes"]
 
@@ -55,8 +57,7 @@ def prepare(scenario: Scenario, where: str) -> Experiment:
     if scenario.threads:
         torch.set_num_threads(scenario.threads)
     data = load_dataset(scenario.data, where)
-    splits = split_clients(data.train_y.numpy(), scenario.fleet.clients, scenario.data,
-                           scenario.seed, where)
+    public, splits = client_splits(scenario, data.train_y.numpy(), where)
     data = type(data)(data.train_x.to(device), data.train_y.to(device), data.test_x.to(device),
                       data.test_y.to(device), data.num_classes, data.mean, data.std)
 
@@ -72,11 +73,20 @@ def prepare(scenario: Scenario, where: str) -> Experiment:
     a = scenario.attack
     attack = None if a.name == "none" else make_attack(a.name, a.eps, a.step_size, a.steps)
     torch.manual_seed(scenario.seed)
-    ctx = Context(scenario, where, data, splits, profile, new_model, device, attack)
+    ctx = Context(scenario, where, data, splits, profile, new_model, device, attack, public)
     pool = DevicePool(load_catalog(), scenario.fleet, scenario.seed)
     method = METHODS.get(scenario.method)(ctx)
     check_budgets(pool, method, where)
     return Experiment(scenario, where, ctx, pool, method)
+
+
+def client_splits(s: Scenario, labels: np.ndarray, where: str) -> tuple[np.ndarray, list[ClientSplit]]:
+    """The server's public split (methods that distil) and the clients' splits of the rest."""
+    public, rest = np.zeros(0, dtype=np.int64), np.arange(len(labels))
+    if getattr(METHODS.get(s.method), "uses_public", False):
+        public, rest = public_split(len(labels), s.distill.public_samples, s.seed, where)
+    splits = split_clients(labels[rest], s.fleet.clients, s.data, s.seed, where)
+    return public, [ClientSplit(rest[c.train], rest[c.val]) for c in splits]
 
 
 def check_budgets(pool: DevicePool, method: Method, where: str) -> None:
@@ -103,7 +113,7 @@ def run(exp: Experiment, out: Path, progress: bool = True) -> dict[str, Any]:
                             for name in [eval_cfg.attack, *eval_cfg.extra]]
     test_x, test_y = _test_set(exp)
     cost_model = make_cost_model(s.cost)
-    fed = Federation(s.cost.server_s)
+    fed = Federation()
     out.mkdir(parents=True, exist_ok=True)
     (out / "scenario.toml").write_text(to_toml(s))
     started = time.perf_counter()
@@ -144,14 +154,15 @@ def _test_set(exp: Experiment) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _round(exp: Experiment, fed: Federation, cost_model: Any, t: int) -> tuple[RoundRecord, float]:
-    jobs, updates = [], []
+    s, jobs, updates = exp.scenario, [], []
     states = {k: exp.pool.state(k, t) for k in exp.pool.sample_clients(t)}
     exp.method.begin_round(t, states)
     for k, state in states.items():
         workload = exp.method.plan(t, k, state)
         updates.append(exp.method.train(t, k, workload))
         jobs.append((k, state, cost_model.cost(workload, state)))
-    record = fed.run_round(t, jobs)
+    server_s = s.cost.server_s + exp.method.server_flops(t) / (s.cost.server_gflops * 1e9)
+    record = fed.run_round(t, jobs, server_s)
     exp.method.aggregate(t, updates)
     return record, sum(u.loss for u in updates) / len(updates)
 
@@ -169,7 +180,7 @@ def _metrics_row(r: RoundRecord, loss: float, info: dict[str, Any]) -> dict[str,
 def _client_row(c: ClientRecord) -> dict[str, Any]:
     st, co = c.state, c.cost
     return {"round": c.round, "client": c.client, "device": st.device.name, "app": st.app,
-            "network": st.network, "mem_avail_bytes": int(st.memory_bytes),
+            "network": st.network, "flops": st.flops, "mem_avail_bytes": int(st.memory_bytes),
             "mem_req_bytes": int(co.mem_req_bytes), "swapped": int(co.swapped),
             "compute_s": co.compute_s, "data_access_s": co.data_access_s,
             "download_s": co.download_s, "upload_s": co.upload_s, "wait_s": c.wait_s,

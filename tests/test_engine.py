@@ -34,8 +34,8 @@ JOBS = [(3, STATE, cost(1.0, 2.0, 3.0, 4.0)), (7, STATE, cost(0.5, 0.0, 20.0, 1.
 
 
 def test_round_time_is_the_straggler_plus_server_time():
-    fed = Federation(server_s=5.0)
-    record = fed.run_round(0, JOBS)
+    fed = Federation()
+    record = fed.run_round(0, JOBS, 5.0)
     assert record.start_s == 0.0
     assert record.end_s == pytest.approx(22.0 + 5.0)
     assert record.duration_s == pytest.approx(27.0)
@@ -50,9 +50,9 @@ def test_round_time_is_the_straggler_plus_server_time():
 
 
 def test_two_rounds_accumulate_the_clock():
-    fed = Federation(server_s=5.0)
-    first = fed.run_round(0, JOBS)
-    second = fed.run_round(1, [(3, STATE, cost(1.0, 1.0, 1.0, 1.0))])
+    fed = Federation()
+    first = fed.run_round(0, JOBS, 5.0)
+    second = fed.run_round(1, [(3, STATE, cost(1.0, 1.0, 1.0, 1.0))], 5.0)
     assert second.start_s == pytest.approx(first.end_s) == pytest.approx(27.0)
     assert second.end_s == pytest.approx(27.0 + 4.0 + 5.0)
     assert second.duration_s == pytest.approx(9.0)
@@ -62,9 +62,9 @@ def test_two_rounds_accumulate_the_clock():
 
 
 def test_spans_cover_each_client_contiguously():
-    fed = Federation(server_s=5.0)
-    fed.run_round(0, JOBS)
-    fed.run_round(1, JOBS)
+    fed = Federation()
+    fed.run_round(0, JOBS, 5.0)
+    fed.run_round(1, JOBS, 5.0)
     for round_, start in ((0, 0.0), (1, 27.0)):
         for k, _, c in JOBS:
             spans = sorted((s for s in fed.spans if s.round == round_ and s.client == k),

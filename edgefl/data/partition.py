@@ -45,6 +45,15 @@ def split_clients(labels: np.ndarray, clients: int, cfg: DataConfig, seed: int,
     return splits
 
 
+def public_split(samples: int, public: int, seed: int, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """(public indices, the rest): a seeded draw of `public` samples that no client holds."""
+    if public >= samples:
+        raise EdgeflError(where, "distill.public_samples",
+                          f"must leave samples for the clients: the training set has {samples}")
+    order = np.random.default_rng([seed, 11]).permutation(samples)
+    return np.sort(order[:public]), np.sort(order[public:])
+
+
 @PARTITIONS.register("iid")
 def iid(labels: np.ndarray, clients: int, cfg: DataConfig,
         r: np.random.Generator) -> list[np.ndarray]:

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 
 from edgefl.attacks import Attack
@@ -16,8 +17,8 @@ from edgefl.devices.pool import DeviceState
 from edgefl.models import AtomModel
 from edgefl.profiling import ModelProfile
 from edgefl.registry import Registry
-from edgefl.snapshot import plain, restore
 from edgefl.sim.workload import Workload
+from edgefl.snapshot import plain, restore
 
 
 @dataclass
@@ -32,6 +33,7 @@ class Context:
     new_model: Callable[[], AtomModel]
     device: torch.device
     train_attack: Attack | None
+    public: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # server-only samples
 
     def client_data(self, client: int) -> tuple[torch.Tensor, torch.Tensor]:
         idx = torch.from_numpy(self.splits[client].train).to(self.device)
@@ -64,6 +66,7 @@ class Method(ABC):
     """
 
     state_attrs: tuple[str, ...] = ()  # attributes that change during a run (each class adds its own)
+    uses_public = False  # the server needs a public split of the training data (ctx.public)
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
@@ -99,6 +102,10 @@ class Method(ABC):
     @abstractmethod
     def global_model(self) -> torch.nn.Module:
         """The model evaluated on the test set."""
+
+    def server_flops(self, round_: int) -> float:
+        """FLOPs the server spends this round beside averaging (charged at cost.server_gflops)."""
+        return 0.0
 
     def round_info(self) -> dict[str, Any]:
         """Per-method state recorded in metrics.csv (e.g. a module index)."""

@@ -32,7 +32,7 @@ from edgefl.sim.workload import Workload
 @METHODS.register("fedavg_at")
 class FedAvgAT(Method):
     fedbn = False
-    state_attrs = ("model", "local_states")
+    state_attrs: tuple[str, ...] = ("model", "local_states")
 
     def __init__(self, ctx: Context) -> None:
         super().__init__(ctx)

@@ -59,23 +59,23 @@ class RoundRecord:
 class Federation:
     """Keeps the simulated clock across rounds; `run_round` advances it by one round."""
 
-    def __init__(self, server_s: float = 0.0) -> None:
+    def __init__(self) -> None:
         self.env = simpy.Environment()
-        self.server_s = server_s
         self.spans: list[Span] = []
 
     @property
     def now(self) -> float:
         return float(self.env.now)
 
-    def run_round(self, round_: int, jobs: list[Job]) -> RoundRecord:
-        process = self.env.process(self._round(round_, jobs))
+    def run_round(self, round_: int, jobs: list[Job], server_s: float = 0.0) -> RoundRecord:
+        """Play one round; the server then spends `server_s` (aggregation, distillation)."""
+        process = self.env.process(self._round(round_, jobs, server_s))
         self.env.run(until=process)
         assert isinstance(process.value, RoundRecord)
         return process.value
 
     def _round(
-        self, round_: int, jobs: list[Job]
+        self, round_: int, jobs: list[Job], server_s: float
     ) -> Generator[simpy.Event, Any, RoundRecord]:
         start = self.now
         records = [ClientRecord(round_, k, state, cost) for k, state, cost in jobs]
@@ -85,8 +85,8 @@ class Federation:
             r.wait_s = last - r.finish_s
             if r.wait_s > 0:
                 self.spans.append(Span(round_, r.client, "wait", r.finish_s, last))
-        yield self.env.timeout(self.server_s)
-        return RoundRecord(round_, start, self.now, self.server_s, records)
+        yield self.env.timeout(server_s)
+        return RoundRecord(round_, start, self.now, server_s, records)
 
     def _client(self, r: ClientRecord) -> Generator[simpy.Event, Any, None]:
         c = r.cost
