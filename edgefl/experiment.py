@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import shutil
 import time
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import astuple, dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -19,20 +22,22 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from edgefl import checkpoint
 from edgefl.attacks import make_attack
 from edgefl.config import Scenario, to_toml
-from edgefl.data import load_dataset, split_clients
+from edgefl.data import DATASETS, Dataset, load_dataset, split_clients
 from edgefl.data.partition import ClientSplit, public_split
 from edgefl.devices.catalog import load_catalog
 from edgefl.devices.pool import DevicePool
 from edgefl.errors import EdgeflError
-from edgefl.execution.local import evaluate, resolve_device
+from edgefl.execution.executor import Executor, make_executor
+from edgefl.execution.local import evaluate, resolve_device, seed_everything
 from edgefl.methods import METHODS, Context, Method
 from edgefl.models import build_model
 from edgefl.profiling import profile_model
 from edgefl.report.trace import chrome_trace
 from edgefl.sim.cost import make_cost_model
-from edgefl.sim.engine import ClientRecord, Federation, RoundRecord
+from edgefl.sim.engine import ClientRecord, Federation, RoundRecord, Span
 from edgefl.sim.swap import min_budget
 
 METRICS = ["round", "sim_time_s", "round_time_s", "compute_s", "data_access_s", "comm_s",
@@ -49,17 +54,16 @@ class Experiment:
     ctx: Context
     pool: DevicePool
     method: Method
+    dry_run: bool = False  # engine and cost model only: no data, no training, no accuracy
 
 
-def prepare(scenario: Scenario, where: str) -> Experiment:
-    """Load data, build model and fleet, and check every device can run the workload at all."""
+def prepare(scenario: Scenario, where: str, dry_run: bool = False) -> Experiment:
+    """Load data (a dry run needs only its shapes), build model and fleet, and check every device
+    can run the workload at all."""
     device = resolve_device(scenario.device)
     if scenario.threads:
         torch.set_num_threads(scenario.threads)
-    data = load_dataset(scenario.data, where)
-    public, splits = client_splits(scenario, data.train_y.numpy(), where)
-    data = type(data)(data.train_x.to(device), data.train_y.to(device), data.test_x.to(device),
-                      data.test_y.to(device), data.num_classes, data.mean, data.std)
+    data, splits, public = _dry_data(scenario, where) if dry_run else _real_data(scenario, where, device)
 
     def new_model() -> Any:
         return build_model(scenario.model.name, data.num_classes, data.input_shape, data.mean,
@@ -76,8 +80,46 @@ def prepare(scenario: Scenario, where: str) -> Experiment:
     ctx = Context(scenario, where, data, splits, profile, new_model, device, attack, public)
     pool = DevicePool(load_catalog(), scenario.fleet, scenario.seed)
     method = METHODS.get(scenario.method)(ctx)
-    check_budgets(pool, method, where)
-    return Experiment(scenario, where, ctx, pool, method)
+    if scenario.cost.accounting == "walk":  # the paper's formulas swap any model in any budget
+        check_budgets(pool, method, where)
+    return Experiment(scenario, where, ctx, pool, method, dry_run)
+
+
+def _real_data(s: Scenario, where: str, device: torch.device) -> tuple[Dataset, Any, np.ndarray]:
+    data = load_dataset(s.data, where)
+    public, splits = client_splits(s, data.train_y.numpy(), where)
+    data = type(data)(data.train_x.to(device), data.train_y.to(device), data.test_x.to(device),
+                      data.test_y.to(device), data.num_classes, data.mean, data.std)
+    return data, splits, public
+
+
+def _dry_data(s: Scenario, where: str) -> tuple[Dataset, Any, np.ndarray]:
+    """Shapes without samples, and splits of a balanced label vector of the training set's size,
+    computed only if a method asks for them (local epochs): fleets may outnumber the samples."""
+    spec = DATASETS.get(s.data.dataset)
+    channels = spec.input_shape[0]
+    empty = torch.zeros((0, *spec.input_shape))
+    data = Dataset(empty, torch.zeros(0, dtype=torch.long), empty, torch.zeros(0, dtype=torch.long),
+                   spec.num_classes, (0.5,) * channels, (0.25,) * channels)
+    labels = np.arange(spec.train_samples) % spec.num_classes
+    return data, LazySplits(lambda: client_splits(s, labels, where)[1]), np.zeros(0, dtype=np.int64)
+
+
+class LazySplits(Sequence[ClientSplit]):
+    """Client splits made on first use."""
+
+    def __init__(self, make: Callable[[], list[ClientSplit]]) -> None:
+        self.make = make
+
+    @cached_property
+    def splits(self) -> list[ClientSplit]:
+        return self.make()
+
+    def __getitem__(self, k: Any) -> Any:
+        return self.splits[k]
+
+    def __len__(self) -> int:
+        return len(self.splits)
 
 
 def client_splits(s: Scenario, labels: np.ndarray, where: str) -> tuple[np.ndarray, list[ClientSplit]]:
@@ -104,43 +146,41 @@ def check_budgets(pool: DevicePool, method: Method, where: str) -> None:
                 "(up to the device's memory), lower training.batch_size, or drop the device")
 
 
-def run(exp: Experiment, out: Path, progress: bool = True) -> dict[str, Any]:
-    """Train and simulate every round, writing the run directory as it goes."""
+def run(exp: Experiment, out: Path, progress: bool = True, resume: bool = False) -> dict[str, Any]:
+    """Train and simulate every round, writing the run directory as it goes; with `resume`,
+    continue from the run directory's checkpoint."""
     s = exp.scenario
-    eval_cfg = s.evaluation
-    eval_attack, *extras = [make_attack(name, eval_cfg.eps or s.attack.eps,
-                                        eval_cfg.step_size or s.attack.step_size, eval_cfg.steps)
-                            for name in [eval_cfg.attack, *eval_cfg.extra]]
-    test_x, test_y = _test_set(exp)
+    evaluator = None if exp.dry_run else Evaluator(exp)
     cost_model = make_cost_model(s.cost)
-    fed = Federation()
+    fed, rows, first = Federation(), [], 0
+    saved = checkpoint.load(out) if resume else None
+    if saved:
+        exp.method.load_state(saved["method"])
+        fed = Federation(saved["clock"], [Span(*x) for x in saved["spans"]])
+        rows, first = saved["rows"], saved["next_round"]
     out.mkdir(parents=True, exist_ok=True)
     (out / "scenario.toml").write_text(to_toml(s))
     started = time.perf_counter()
-    rows: list[dict[str, Any]] = []
-    with (open(out / "metrics.csv", "w", newline="") as mf,
-          open(out / "clients.csv", "w", newline="") as cf):
-        extra = [f"{name}_acc" for name in eval_cfg.extra] + list(exp.method.round_info())
-        metrics = csv.DictWriter(mf, METRICS + extra)
-        clients = csv.DictWriter(cf, CLIENTS)
-        metrics.writeheader()
-        clients.writeheader()
-        bar = tqdm(range(s.rounds), desc=f"{s.method}", unit="round", disable=not progress)
+    extra = (evaluator.columns if evaluator else []) + list(exp.method.round_info())
+    executor = make_executor(exp)
+    with (CsvLog(out / "metrics.csv", METRICS + extra, first) as metrics,
+          CsvLog(out / "clients.csv", CLIENTS, first) as clients):
+        bar = tqdm(range(first, s.rounds), desc=f"{s.method}", unit="round", disable=not progress,
+                   initial=first, total=s.rounds)
         for t in bar:
-            record, loss = _round(exp, fed, cost_model, t)
+            record, loss = _round(exp, executor, fed, cost_model, t)
             row = _metrics_row(record, loss, exp.method.round_info())
-            if (t + 1) % eval_cfg.every == 0 or t + 1 == s.rounds:
-                model = exp.method.global_model()
-                clean, adv = evaluate(model, test_x, test_y, eval_attack)
-                row.update(clean_acc=round(clean, 4), adv_acc=round(adv, 4))
-                for name, attack in zip(eval_cfg.extra, extras, strict=True):
-                    row[f"{name}_acc"] = round(evaluate(model, test_x, test_y, attack)[1], 4)
-                bar.set_postfix(clean=f"{clean:.3f}", adv=f"{adv:.3f}", sim_h=f"{fed.now / 3600:.2f}")
-            metrics.writerow(row)
-            clients.writerows(_client_row(c) for c in record.clients)
-            mf.flush()
-            cf.flush()
+            if evaluator and ((t + 1) % s.evaluation.every == 0 or t + 1 == s.rounds):
+                row.update(evaluator(exp.method.global_model()))
+                bar.set_postfix(clean=f"{row['clean_acc']:.3f}", adv=f"{row['adv_acc']:.3f}",
+                                sim_h=f"{fed.now / 3600:.2f}")
+            metrics.write([row])
+            clients.write([_client_row(c) for c in record.clients])
             rows.append(row)
+            if not exp.dry_run and s.checkpoint_every and (
+                    (t + 1) % s.checkpoint_every == 0 or t + 1 == s.rounds):
+                checkpoint.save(out, {"next_round": t + 1, "method": exp.method.state(), "rows": rows,
+                                      "clock": fed.now, "spans": [astuple(x) for x in fed.spans]})
     summary = _summary(exp, rows, time.perf_counter() - started)
     trace = chrome_trace(fed.spans, [d.name for d in exp.pool.devices])
     (out / "trace.json").write_text(json.dumps(trace) + "\n")
@@ -148,33 +188,82 @@ def run(exp: Experiment, out: Path, progress: bool = True) -> dict[str, Any]:
     return summary
 
 
-def _test_set(exp: Experiment) -> tuple[torch.Tensor, torch.Tensor]:
-    n = exp.scenario.data.test_samples or len(exp.ctx.data.test_y)
-    return exp.ctx.data.test_x[:n], exp.ctx.data.test_y[:n]
+class Evaluator:
+    """Clean and adversarial test accuracy of a model: `adv_acc` and one `<name>_acc` per extra."""
+
+    def __init__(self, exp: Experiment) -> None:
+        s, e = exp.scenario, exp.scenario.evaluation
+        self.attacks = {name: make_attack(name, e.eps or s.attack.eps, e.step_size or s.attack.step_size,
+                                          e.steps) for name in [e.attack, *e.extra]}
+        self.columns = [f"{name}_acc" for name in e.extra]
+        n = s.data.test_samples or len(exp.ctx.data.test_y)
+        self.x, self.y = exp.ctx.data.test_x[:n], exp.ctx.data.test_y[:n]
+
+    def __call__(self, model: torch.nn.Module) -> dict[str, float]:
+        (main, attack), *extras = self.attacks.items()
+        clean, adv = evaluate(model, self.x, self.y, attack)
+        row = {"clean_acc": round(clean, 4), "adv_acc": round(adv, 4)}
+        for name, extra in extras:
+            row[f"{name}_acc"] = round(evaluate(model, self.x, self.y, extra)[1], 4)
+        return row
 
 
-def _round(exp: Experiment, fed: Federation, cost_model: Any, t: int) -> tuple[RoundRecord, float]:
-    s, jobs, updates = exp.scenario, [], []
+class CsvLog:
+    """An append-only CSV log that, on resume, first drops the rows of rounds >= `first`
+    (written after the last checkpoint), so no round appears twice."""
+
+    def __init__(self, path: Path, columns: list[str], first: int) -> None:
+        self.path, self.columns, self.first = path, columns, first
+
+    def __enter__(self) -> CsvLog:
+        kept = []
+        if self.path.exists():
+            with open(self.path, newline="") as f:
+                kept = [r for r in csv.DictReader(f) if r["round"] and int(r["round"]) < self.first]
+        tmp = self.path.with_suffix(".tmp")
+        with open(tmp, "w", newline="") as f:
+            writer = csv.DictWriter(f, self.columns)
+            writer.writeheader()
+            writer.writerows(kept)
+        os.replace(tmp, self.path)
+        self.file = open(self.path, "a", newline="")  # noqa: SIM115 (closed in __exit__)
+        self.writer = csv.DictWriter(self.file, self.columns)
+        return self
+
+    def write(self, rows: list[dict[str, Any]]) -> None:
+        self.writer.writerows(rows)
+        self.file.flush()
+
+    def __exit__(self, *exc: object) -> None:
+        self.file.close()
+
+
+def _round(exp: Experiment, executor: Executor, fed: Federation, cost_model: Any,
+           t: int) -> tuple[RoundRecord, float | str]:
+    s, m = exp.scenario, exp.method
     states = {k: exp.pool.state(k, t) for k in exp.pool.sample_clients(t)}
-    exp.method.begin_round(t, states)
-    for k, state in states.items():
-        workload = exp.method.plan(t, k, state)
-        updates.append(exp.method.train(t, k, workload))
-        jobs.append((k, state, cost_model.cost(workload, state)))
-    server_s = s.cost.server_s + exp.method.server_flops(t) / (s.cost.server_gflops * 1e9)
+    m.begin_round(t, states)
+    plans = {k: m.plan(t, k, state) for k, state in states.items()}
+    jobs = [(k, state, cost_model.cost(plans[k], state)) for k, state in states.items()]
+    server_s = s.cost.server_s + m.server_flops(t) / (s.cost.server_gflops * 1e9)
     record = fed.run_round(t, jobs, server_s)
-    exp.method.aggregate(t, updates)
-    return record, sum(u.loss for u in updates) / len(updates)
+    if exp.dry_run:
+        m.skip(t, list(states))
+        return record, ""
+    updates = executor.train(t, plans)
+    seed_everything(s.seed, t, -1)  # the server's stream: the same wherever the clients trained
+    m.aggregate(t, updates)
+    return record, round(sum(u.loss for u in updates) / len(updates), 5)
 
 
-def _metrics_row(r: RoundRecord, loss: float, info: dict[str, Any]) -> dict[str, Any]:
+def _metrics_row(r: RoundRecord, loss: float | str, info: dict[str, Any]) -> dict[str, Any]:
     """The straggler's breakdown: compute + data access + comm + server = the round's time."""
     c = r.straggler.cost
     return {"round": r.round, "sim_time_s": r.end_s, "round_time_s": r.duration_s,
             "compute_s": c.compute_s, "data_access_s": c.data_access_s, "comm_s": c.comm_s,
             "wait_s": sum(x.wait_s for x in r.clients) / len(r.clients), "server_s": r.server_s,
             "clients": len(r.clients), "swapped": sum(x.cost.swapped for x in r.clients),
-            "train_loss": round(loss, 5), "clean_acc": "", "adv_acc": "", **info}
+            "train_loss": loss, "clean_acc": "", "adv_acc": "", **info}
 
 
 def _client_row(c: ClientRecord) -> dict[str, Any]:
@@ -189,11 +278,12 @@ def _client_row(c: ClientRecord) -> dict[str, Any]:
 
 
 def _summary(exp: Experiment, rows: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
-    last = next(r for r in reversed(rows) if r["clean_acc"] != "")
+    """Totals of the run; accuracies are the last evaluated round's (None in a dry run)."""
+    last = next((r for r in reversed(rows) if r["clean_acc"] != ""), {"clean_acc": None, "adv_acc": None})
     devices = exp.pool.devices
     return {
         "method": exp.scenario.method, "rounds": len(rows), "seed": exp.scenario.seed,
-        "sim_time_s": rows[-1]["sim_time_s"], "wall_time_s": round(wall_s, 2),
+        "dry_run": exp.dry_run, "sim_time_s": rows[-1]["sim_time_s"], "wall_time_s": round(wall_s, 2),
         "clean_acc": last["clean_acc"], "adv_acc": last["adv_acc"],
         "compute_s": sum(r["compute_s"] for r in rows),
         "data_access_s": sum(r["data_access_s"] for r in rows),

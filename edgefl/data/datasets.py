@@ -44,15 +44,17 @@ class DatasetSpec:
 
     input_shape: tuple[int, ...]
     num_classes: int
+    train_samples: int  # the training split's size (a dry run partitions this many)
     load: Loader
 
 
 DATASETS: Registry[DatasetSpec] = Registry("dataset")
 
 
-def register(name: str, input_shape: tuple[int, ...], classes: int) -> Callable[[Loader], Loader]:
+def register(name: str, input_shape: tuple[int, ...], classes: int,
+             train_samples: int) -> Callable[[Loader], Loader]:
     def add(load: Loader) -> Loader:
-        DATASETS.register(name)(DatasetSpec(input_shape, classes, load))
+        DATASETS.register(name)(DatasetSpec(input_shape, classes, train_samples, load))
         return load
 
     return add
@@ -71,7 +73,7 @@ def _with_stats(x: np.ndarray, y: np.ndarray, tx: np.ndarray, ty: np.ndarray,
                    torch.from_numpy(tx).float(), torch.from_numpy(ty).long(), classes, mean, std)
 
 
-@register("digits", (1, 8, 8), 10)
+@register("digits", (1, 8, 8), 10, 1437)
 def digits(cfg: DataConfig, where: str) -> Dataset:
     """1797 8x8 grey digits from scikit-learn, a fixed 80/20 train/test split."""
     from sklearn.datasets import load_digits
@@ -85,7 +87,7 @@ def digits(cfg: DataConfig, where: str) -> Dataset:
     return _with_stats(images[tr], labels[tr], images[te], labels[te], 10)
 
 
-@register("cifar10", (3, 32, 32), 10)
+@register("cifar10", (3, 32, 32), 10, 50000)
 def cifar10(cfg: DataConfig, where: str) -> Dataset:
     """CIFAR-10 through torchvision, from `data.root` (downloaded only with data.download)."""
     root = Path(cfg.root).expanduser()
@@ -105,7 +107,7 @@ def cifar10(cfg: DataConfig, where: str) -> Dataset:
     return _with_stats(*arrays(train), *arrays(test), 10)
 
 
-@register("caltech256", (3, 224, 224), 256)
+@register("caltech256", (3, 224, 224), 256, 23824)
 def caltech256(cfg: DataConfig, where: str) -> Dataset:
     """Caltech-256 (256 object classes, the clutter class left out) resized to 224x224, a seeded
     80/20 split. Held in memory as float32: about 18 GB, so a large machine."""

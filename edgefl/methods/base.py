@@ -103,6 +103,9 @@ class Method(ABC):
     def global_model(self) -> torch.nn.Module:
         """The model evaluated on the test set."""
 
+    def skip(self, round_: int, clients: list[int]) -> None:  # noqa: B027
+        """A dry run's round: no training; advance whatever schedule `plan` depends on."""
+
     def server_flops(self, round_: int) -> float:
         """FLOPs the server spends this round beside averaging (charged at cost.server_gflops)."""
         return 0.0

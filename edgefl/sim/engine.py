@@ -59,9 +59,9 @@ class RoundRecord:
 class Federation:
     """Keeps the simulated clock across rounds; `run_round` advances it by one round."""
 
-    def __init__(self) -> None:
-        self.env = simpy.Environment()
-        self.spans: list[Span] = []
+    def __init__(self, start_s: float = 0.0, spans: list[Span] | None = None) -> None:
+        self.env = simpy.Environment(initial_time=start_s)
+        self.spans: list[Span] = spans or []
 
     @property
     def now(self) -> float:

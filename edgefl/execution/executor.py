@@ -1,0 +1,38 @@
+"""Executors: where the clients' real local training runs.
+
+`local` trains the round's clients one after another in this process. `ray` (edgefl.execution.ray)
+sends them to Ray workers. Both call `Method.train` on the same method state, and training is
+seeded per (seed, round, client), so they produce the same updates.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+from edgefl.methods import ClientUpdate, Method
+from edgefl.sim.workload import Workload
+
+if TYPE_CHECKING:
+    from edgefl.experiment import Experiment
+
+
+class Executor(Protocol):
+    def train(self, round_: int, plans: dict[int, Workload]) -> list[ClientUpdate]:
+        """Each planned client's update, in the order of `plans`."""
+        ...
+
+
+class LocalExecutor:
+    def __init__(self, method: Method) -> None:
+        self.method = method
+
+    def train(self, round_: int, plans: dict[int, Workload]) -> list[ClientUpdate]:
+        return [self.method.train(round_, k, w) for k, w in plans.items()]
+
+
+def make_executor(exp: Experiment) -> Executor:
+    if exp.scenario.executor == "ray" and not exp.dry_run:
+        from edgefl.execution.ray import RayExecutor
+
+        return RayExecutor(exp)
+    return LocalExecutor(exp.method)

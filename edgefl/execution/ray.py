@@ -1,0 +1,80 @@
+"""The Ray executor: each selected client's local training runs as a Ray task.
+
+Every round the driver puts one snapshot of the method's state (edgefl.snapshot) in Ray's object
+store; a task rebuilds the experiment once per worker process from the resolved scenario (so the
+worker needs the dataset at `data.root`, as the driver does), loads the snapshot and calls
+`Method.train` for one client. Training is seeded per (seed, round, client) and `train` never
+writes the method's state, so the updates equal the in-process executor's on the same hardware.
+A task whose worker process dies is retried up to `ray.max_retries` times.
+
+Fault injection: a worker that finds the file named by EDGEFL_FAULT_ONCE deletes it and exits,
+once, which is how the tests check that a dead worker's task is retried.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from edgefl.config import to_toml
+from edgefl.errors import EdgeflError
+from edgefl.methods import ClientUpdate
+from edgefl.sim.workload import Workload
+from edgefl.snapshot import plain, restore
+
+if TYPE_CHECKING:
+    from edgefl.experiment import Experiment
+
+_WORKER: dict[str, Any] = {}  # resolved scenario text -> the worker's Experiment
+
+
+class RayExecutor:
+    def __init__(self, exp: Experiment) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise EdgeflError(exp.where, "executor", "ray is not installed; pip install ray, "
+                              'or use executor = "local"') from None
+        cfg = exp.scenario.ray
+        if not ray.is_initialized():
+            cpus = None if cfg.address else (cfg.workers or None)  # a cluster brings its own
+            ray.init(address=cfg.address or None, num_cpus=cpus, include_dashboard=False,
+                     log_to_driver=False, configure_logging=False)
+        self.ray, self.exp = ray, exp
+        self.text = to_toml(exp.scenario)
+        self.task = ray.remote(num_cpus=1, max_retries=cfg.max_retries)(_train_client)
+
+    def train(self, round_: int, plans: dict[int, Workload]) -> list[ClientUpdate]:
+        snapshot = self.ray.put(self.exp.method.state())
+        refs = [self.task.remote(self.text, self.exp.where, snapshot, round_, k, w) for k, w in plans.items()]
+        device = self.exp.ctx.device
+        return [ClientUpdate(u.client, restore(None, u.state, device), u.num_samples, u.loss,
+                             restore(None, u.extra, device)) for u in self.ray.get(refs)]
+
+
+def _train_client(text: str, where: str, snapshot: dict[str, Any], round_: int, client: int,
+                  workload: Workload) -> ClientUpdate:
+    """Runs on a Ray worker."""
+    fault = os.environ.get("EDGEFL_FAULT_ONCE")
+    if fault and Path(fault).exists():
+        Path(fault).unlink()
+        os._exit(1)
+    exp = _worker_experiment(text, where)
+    exp.method.load_state(snapshot)
+    u = exp.method.train(round_, client, workload)
+    return ClientUpdate(u.client, plain(u.state), u.num_samples, u.loss, plain(u.extra))
+
+
+def _worker_experiment(text: str, where: str) -> Experiment:
+    if text not in _WORKER:
+        import tomllib
+
+        from edgefl.config import Scenario, build
+        from edgefl.experiment import prepare
+
+        scenario = build(Scenario, tomllib.loads(text), where, "")
+        _WORKER.clear()
+        _WORKER[text] = prepare(scenario, where)
+    return _WORKER[text]
+
