@@ -22,10 +22,10 @@ FILE = "checkpoint.pt"
 
 
 def rng_state() -> dict[str, Any]:
-    kind, keys, pos, has_gauss, gauss = np.random.get_state(legacy=True)  # type: ignore[misc]
+    kind, keys, pos, has_gauss, gauss = np.random.get_state(legacy=True)
     return {"torch": torch.get_rng_state(),
             "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-            "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss],
+            "numpy": [kind, torch.from_numpy(np.asarray(keys, dtype=np.int64)), pos, has_gauss, gauss],
             "python": random.getstate()}
 
 
@@ -53,7 +53,8 @@ def load(out: Path) -> dict[str, Any] | None:
     try:
         state = torch.load(path, weights_only=True)
     except Exception as exc:  # a corrupt or foreign file: say so, never unpickle it
-        raise EdgeflError(str(path), "checkpoint", f"cannot be read safely ({exc}); "
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise EdgeflError(str(path), "checkpoint", f"is not a plain-data edgefl checkpoint ({reason}); "
                           "start the run again without --resume") from None
     set_rng_state(state["rng"])
     return dict(state)

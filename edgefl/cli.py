@@ -1,4 +1,4 @@
-"""The `edgefl` command: run | plot | partition | devices (list, show, validate).
+"""The `edgefl` command: run | compare | plot | partition | devices (list, show, validate, calibrate).
 
 Bad input ends with one line naming the file, the key and the fix, and exit code 2.
 """
@@ -6,10 +6,12 @@ Bad input ends with one line naming the file, the key and the fix, and exit code
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from edgefl.errors import EdgeflError
 
@@ -33,18 +35,40 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run a scenario: real training, simulated clock")
-    run.add_argument("scenario", type=Path)
+    run.add_argument("scenario", type=Path, nargs="?", help="scenario file (not with --resume)")
     run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                      help="override a scenario key, e.g. --set rounds=5 --set fleet.clients=10")
     run.add_argument("--out", type=Path, help="run directory (default runs/<scenario name>)")
     run.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
     run.add_argument("--download", action="store_true", help="allow downloading the dataset")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument("--dry-run", action="store_true",
+                     help="engine and cost model only: simulated times without data or training")
+    run.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue an interrupted run")
+    run.add_argument("--executor", choices=["local", "ray"], help="where clients train (default: "
+                     "the scenario's `executor`)")
     run.set_defaults(func=cmd_run)
 
-    plot = sub.add_parser("plot", help="accuracy against simulated time, one line per run")
+    comp = sub.add_parser("compare", help="run several methods on the same fleet, split and seed; "
+                          "write comparison.md, comparison.csv and figures")
+    comp.add_argument("scenario", type=Path)
+    comp.add_argument("--methods", required=True, help="comma-separated, e.g. jfat,fedprophet,heterofl_at")
+    comp.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    comp.add_argument("--out", type=Path, help="folder (default runs/compare-<scenario name>), one run "
+                      "directory per method; finished runs are kept, interrupted ones resumed")
+    comp.add_argument("--target", type=float, metavar="ACC", help="adversarial accuracy to reach (0-1)")
+    comp.add_argument("--dry-run", action="store_true", help="simulated times only, no training")
+    comp.add_argument("--download", action="store_true", help="allow downloading the dataset")
+    comp.add_argument("--executor", choices=["local", "ray"], help="where clients train")
+    comp.add_argument("--quiet", action="store_true", help="no progress bars")
+    comp.set_defaults(func=cmd_compare)
+
+    plot = sub.add_parser("plot", help="figures (PNG and SVG) from run directories: accuracy against "
+                          "simulated time, speed-up over jFAT, time breakdown, fleet memory, epsilon")
     plot.add_argument("runs", type=Path, nargs="+")
-    plot.add_argument("--out", type=Path, help="PNG file (default RUN/accuracy.png of the first run)")
+    plot.add_argument("--out", type=Path, help="folder for the figures (default: the first RUN/figures)")
+    plot.add_argument("--target", type=float, metavar="ACC",
+                      help="adversarial accuracy to reach, a fraction (e.g. 0.5): adds time-to-target")
     plot.set_defaults(func=cmd_plot)
 
     part = sub.add_parser("partition", help="FedProphet's modules for a scenario's model and R_min")
@@ -64,32 +88,106 @@ def parser() -> argparse.ArgumentParser:
     val = dsub.add_parser("validate", help="check device profile files")
     val.add_argument("files", type=Path, nargs="+")
     val.set_defaults(func=cmd_devices_validate)
+    cal = dsub.add_parser("calibrate", help="measure this machine and write its device profile")
+    cal.add_argument("--out", type=Path, required=True, help="profile file, e.g. device_profiles/NAME.toml")
+    cal.add_argument("--name", help="profile name (default: the file name without .toml)")
+    cal.add_argument("--pool", default="host", help="pool the profile joins (default host)")
+    cal.add_argument("--repeats", type=int, default=5, help="timed repeats per figure; the median is kept")
+    cal.add_argument("--quick", action="store_true", help="small sizes: seconds, rough figures (tests)")
+    cal.add_argument("--overwrite", action="store_true", help="replace an existing profile file")
+    cal.set_defaults(func=cmd_devices_calibrate)
     return p
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from edgefl.config import load_scenario
     from edgefl.experiment import prepare, prepare_out, run
 
-    overrides = [*args.overrides, *(["data.download=true"] if args.download else [])]
-    scenario = load_scenario(args.scenario, overrides)
-    out = args.out or Path("runs") / args.scenario.stem
-    exp = prepare(scenario, str(args.scenario))
-    prepare_out(out, args.overwrite, str(args.scenario))
-    summary = run(exp, out, progress=not args.quiet)
-    swapped = summary["client_rounds_swapped"]
-    print(f"{summary['method']}: {summary['rounds']} rounds, "
-          f"simulated {summary['sim_time_s'] / 3600:.2f} h (wall {summary['wall_time_s']:.0f} s), "
-          f"clean {100 * summary['clean_acc']:.1f} %, PGD {100 * summary['adv_acc']:.1f} %, "
-          f"{swapped}/{summary['client_rounds']} client-rounds swapped -> {out}")
+    scenario, where, out = _run_target(args)
+    exp = prepare(scenario, where, dry_run=args.dry_run)
+    if not args.resume:
+        prepare_out(out, args.overwrite, where)
+    summary = run(exp, out, progress=not args.quiet, resume=args.resume is not None)
+    print(_run_line(summary, out))
     return 0
 
 
-def cmd_plot(args: argparse.Namespace) -> int:
-    from edgefl.report.plot import plot_accuracy
+def _run_target(args: argparse.Namespace) -> tuple[Any, str, Path]:
+    """(scenario, where, run directory) of `edgefl run`: a scenario file, or a run to resume."""
+    from edgefl.config import load_scenario
 
-    out = plot_accuracy(args.runs, args.out or args.runs[0] / "accuracy.png")
-    print(out)
+    overrides = _overrides(args)
+    if args.resume is None:
+        if args.scenario is None:
+            raise EdgeflError("edgefl run", "scenario", "give a scenario file, or --resume RUN_DIR")
+        suffix = "-dry" if args.dry_run else ""
+        return (load_scenario(args.scenario, overrides), str(args.scenario),
+                args.out or Path("runs") / f"{args.scenario.stem}{suffix}")
+    where = str(args.resume / "scenario.toml")
+    if args.scenario or args.overrides or args.dry_run or args.out:
+        raise EdgeflError(str(args.resume), "--resume", "continues a run as it was started; "
+                          "drop the scenario, --set, --out and --dry-run")
+    if not (args.resume / "scenario.toml").is_file():
+        raise EdgeflError(str(args.resume), "--resume", "holds no run (no scenario.toml); give the "
+                          "run directory of an interrupted run")
+    if (args.resume / "summary.json").exists():
+        raise EdgeflError(str(args.resume), "--resume", "this run already finished (summary.json)")
+    return load_scenario(where, overrides), where, args.resume
+
+
+def _run_line(summary: dict[str, Any], out: Path) -> str:
+    swapped = f"{summary['client_rounds_swapped']}/{summary['client_rounds']} client-rounds swapped"
+    head = (f"{summary['method']}: {summary['rounds']} rounds, simulated "
+            f"{summary['sim_time_s'] / 3600:.2f} h (wall {summary['wall_time_s']:.0f} s)")
+    if summary["dry_run"]:
+        return f"{head} [dry run], {swapped} -> {out}"
+    return (f"{head}, clean {100 * summary['clean_acc']:.1f} %, PGD {100 * summary['adv_acc']:.1f} %, "
+            f"{swapped} -> {out}")
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """One run per method, each skipped when finished and resumed when interrupted."""
+    from edgefl.config import load_scenario, to_toml
+    from edgefl.experiment import prepare, run
+    from edgefl.report.compare import check_target, compare_table, write_comparison
+    from edgefl.report.figures import make_figures
+
+    check_target(args.target)
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    out = args.out or Path("runs") / f"compare-{args.scenario.stem}{'-dry' if args.dry_run else ''}"
+    where = str(args.scenario)
+    scenarios = {m: load_scenario(args.scenario, [*_overrides(args), f"method={json.dumps(m)}"])
+                 for m in methods}  # every method validated before any run starts
+    for method, scenario in scenarios.items():
+        run_dir = out / method
+        if (run_dir / "summary.json").exists():
+            print(f"{method}: finished, kept ({run_dir})")
+            continue
+        saved = run_dir / "scenario.toml"
+        if saved.exists() and saved.read_text() != to_toml(scenario):
+            raise EdgeflError(str(run_dir), "scenario.toml", "holds a run of another scenario; "
+                              "choose another --out or delete that run directory")
+        summary = run(prepare(scenario, where, dry_run=args.dry_run), run_dir,
+                      progress=not args.quiet, resume=saved.exists())
+        print(_run_line(summary, run_dir))
+    runs = [out / m for m in methods]
+    paths = [*write_comparison(compare_table(runs, args.target), out, args.target),
+             *make_figures(runs, out / "figures", args.target)]
+    print((out / "comparison.md").read_text(), end="")
+    print("\n".join(str(p) for p in paths))
+    return 0
+
+
+def _overrides(args: argparse.Namespace) -> list[str]:
+    """--set plus the flags that stand for scenario keys."""
+    return [*args.overrides, *(["data.download=true"] if args.download else []),
+            *([f"executor={json.dumps(args.executor)}"] if args.executor else [])]
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from edgefl.report.figures import make_figures
+
+    for path in make_figures(args.runs, args.out or args.runs[0] / "figures", args.target):
+        print(path)
     return 0
 
 
@@ -157,4 +255,21 @@ def cmd_devices_validate(args: argparse.Namespace) -> int:
             raise EdgeflError(str(path), "file", "not found")
         p = load_profile(path, DeviceProfile)
         print(f"{path}: ok ({p.name}: {p.memory_mb} MB, {p.compute_gflops} GFLOP/s)")
+    return 0
+
+
+def cmd_devices_calibrate(args: argparse.Namespace) -> int:
+    from edgefl.devices.calibrate import FULL, QUICK, calibrate, prepare_target, render_profile, write_profile
+    from edgefl.devices.catalog import PROFILES_DIR
+
+    name = args.name or args.out.stem
+    prepare_target(args.out, name, args.repeats, args.overwrite)
+    c = calibrate(args.out.parent, QUICK if args.quick else FULL, args.repeats)
+    p = write_profile(args.out, render_profile(name, args.pool, c))
+    s = c.storage
+    print(f"memory {p.memory_mb:.0f} MB; matmul {c.compute.matmul_gflops:.4g}, conv2d "
+          f"{c.compute.conv_gflops:.4g} GFLOP/s; storage read {s.read_mbps:.4g}, write {s.write_mbps:.4g} "
+          f"MB/s, latency read {s.read_latency_ms:.4g}, write {s.write_latency_ms:.4g} ms -> {args.out}")
+    if args.out.parent.resolve() != PROFILES_DIR:
+        print(f"scenarios find devices in {PROFILES_DIR}: copy it there to use fleet.devices = [{name!r}]")
     return 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import tomllib
 import typing
 from dataclasses import dataclass, field
@@ -215,13 +216,15 @@ def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scena
     """Read, override, type-check and validate a scenario file."""
     where = str(path)
     try:
-        raw = tomllib.loads(Path(path).read_text())
+        text = Path(path).read_text()
     except FileNotFoundError:
         raise EdgeflError(where, "file", "not found; give the path of a scenario .toml") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise EdgeflError(where, "syntax", f"not valid TOML ({exc})") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise EdgeflError(where, "file", f"cannot be read ({exc})") from None
+    try:
+        raw = tomllib.loads(text)
+    except (ValueError, RecursionError) as exc:  # TOMLDecodeError, an int over 4300 digits, deep nesting
+        raise EdgeflError(where, "syntax", f"not valid TOML ({exc})") from None
     for item in overrides or []:
         apply_override(raw, item, where)
     scenario = build(Scenario, raw, where, "")
@@ -233,17 +236,17 @@ def apply_override(raw: dict[str, Any], item: str, where: str) -> None:
     """Apply one `--set a.b=value`; the value is read as TOML, or as a bare string."""
     key, sep, text = item.partition("=")
     if not sep or not key.strip():
-        raise EdgeflError(where, f"--set {item}", "write it as KEY=VALUE, e.g. rounds=5")
+        raise EdgeflError(where, f"--set {_printable(item)}", "write it as KEY=VALUE, e.g. rounds=5")
     try:
         value = tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
+    except (ValueError, RecursionError):  # TOMLDecodeError, an int over 4300 digits, deep nesting
         value = text
     *parents, leaf = key.strip().split(".")
     node = raw
     for part in parents:
         node = node.setdefault(part, {})
         if not isinstance(node, dict):
-            raise EdgeflError(where, key, f"{part!r} is not a section")
+            raise EdgeflError(where, _printable(key), f"{part!r} is not a section")
     node[leaf] = value
 
 
@@ -256,7 +259,7 @@ def build(cls: type, raw: Any, where: str, prefix: str) -> Any:
     unknown = sorted(set(raw) - set(fields))
     if unknown:
         raise EdgeflError(
-            where, prefix + unknown[0], f"unknown key; known keys here: {', '.join(fields)}"
+            where, prefix + _printable(unknown[0]), f"unknown key; known keys here: {', '.join(fields)}"
         )
     values = {}
     for name, value in raw.items():
@@ -268,18 +271,32 @@ def build(cls: type, raw: Any, where: str, prefix: str) -> Any:
     return cls(**values)
 
 
+def _printable(text: str) -> str:
+    """A key or `--set` item as typed, or quoted when it holds a newline or other control character."""
+    return text if text.isprintable() else repr(text)
+
+
 def check_type(value: Any, hint: Any, where: str, key: str) -> Any:
-    """Check one scalar or list value against its annotation; ints are accepted for floats."""
+    """Check one scalar or list value against its annotation; ints are accepted for floats.
+
+    Integers must fit TOML's 64 bits (a seed beyond them overflows torch.manual_seed) and floats must
+    be finite: NaN passes no range check, and inf would pass "must be positive".
+    """
     origin = typing.get_origin(hint)
     if origin is list:
         (inner,) = typing.get_args(hint)
         if not isinstance(value, list):
             raise EdgeflError(where, key, f"must be a list of {inner.__name__}, got {value!r}")
         return [check_type(v, inner, where, key) for v in value]
-    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+    is_int = isinstance(value, int) and not isinstance(value, bool)
+    if hint in (int, float) and is_int and not -(2**63) <= value < 2**63:
+        raise EdgeflError(where, key, f"must be a 64-bit integer (TOML's range), got {value}")
+    if hint is float and is_int:
         return float(value)
     if not isinstance(value, hint) or (hint is int and isinstance(value, bool)):
         raise EdgeflError(where, key, f"must be {hint.__name__}, got {value!r}")
+    if hint is float and not math.isfinite(value):
+        raise EdgeflError(where, key, f"must be a finite number, got {value!r}")
     return value
 
 

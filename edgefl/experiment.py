@@ -133,9 +133,10 @@ def client_splits(s: Scenario, labels: np.ndarray, where: str) -> tuple[np.ndarr
 
 def check_budgets(pool: DevicePool, method: Method, where: str) -> None:
     """Every device must hold one atom's step within R_min, or no amount of swapping helps."""
-    for client, device in enumerate(pool.devices):
-        state = pool.state(client, 0)
-        workload = method.plan(0, client, state)
+    first = {d.name: k for k, d in reversed(list(enumerate(pool.devices)))}  # one client per device kind
+    for client in sorted(first.values()):
+        device = pool.devices[client]
+        workload = method.plan(0, client, pool.state(client, 0))
         budget = pool.reserved_bytes(device)
         need, atom = min_budget(workload)
         if need > budget:
@@ -200,7 +201,7 @@ class Evaluator:
         self.x, self.y = exp.ctx.data.test_x[:n], exp.ctx.data.test_y[:n]
 
     def __call__(self, model: torch.nn.Module) -> dict[str, float]:
-        (main, attack), *extras = self.attacks.items()
+        (_, attack), *extras = self.attacks.items()
         clean, adv = evaluate(model, self.x, self.y, attack)
         row = {"clean_acc": round(clean, 4), "adv_acc": round(adv, 4)}
         for name, extra in extras:
@@ -226,7 +227,7 @@ class CsvLog:
             writer.writeheader()
             writer.writerows(kept)
         os.replace(tmp, self.path)
-        self.file = open(self.path, "a", newline="")  # noqa: SIM115 (closed in __exit__)
+        self.file = open(self.path, "a", newline="")  # closed in __exit__
         self.writer = csv.DictWriter(self.file, self.columns)
         return self
 

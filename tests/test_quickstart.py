@@ -140,7 +140,7 @@ def test_summary_matches_the_metrics(run_dir: Path):
 
 
 def test_plot_writes_a_png(run_dir: Path, capsys: pytest.CaptureFixture[str]):
-    png = run_dir / "accuracy.png"
+    png = run_dir / "figures" / "accuracy.png"
     png.unlink(missing_ok=True)
     assert main(["plot", str(run_dir)]) == 0
     data = png.read_bytes()

@@ -166,3 +166,23 @@ def test_min_budget_runs_and_below_it_raises():
     assert isinstance(info.value, EdgeflError)
     assert info.value.key == atom == "b"
     assert "b" in str(info.value)
+
+
+@pytest.mark.parametrize(("attack_steps", "slots"), [(0, 0), (2, 1), (3, 2)])
+def test_footprint_is_where_evictions_stop_and_the_cached_walk_matches(attack_steps, slots):
+    """X0, X1 by hand: params 40 + 40 B, optimizer slots x 80, grads 80, saved activations 8 + 8,
+    pinned batch 4 B (x2 under attack), the largest workspace 8 B."""
+    from edgefl.sim.cost import walk_traffic
+    from edgefl.sim.swap import footprint
+
+    w = workload(iterations=4, attack_steps=attack_steps, slots=slots)
+    expected = 4 * (2 if attack_steps else 1) + 8 + 80 * (2 + slots) + 16
+    assert footprint(w) == pytest.approx(expected)
+    for budget in (footprint(w), footprint(w) + 1, 1e12):
+        walk = SwapWalk(w, budget)
+        traffic = walk.run()
+        assert walk.evictions == 0
+        assert walk_traffic(w, budget) == (traffic, 0)
+    tight = footprint(w) - 1
+    walk = SwapWalk(w, tight)
+    assert walk_traffic(w, tight) == (walk.run(), walk.evictions)

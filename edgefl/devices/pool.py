@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import truncnorm
+from scipy.special import ndtr, ndtri
 
 from edgefl.config import FleetConfig
 from edgefl.devices.catalog import Catalog
@@ -50,8 +50,8 @@ def truncated_normal(bounds: list[float], r: np.random.Generator) -> float:
     if high <= low:
         return low
     mean, sd = (low + high) / 2, high / 5
-    return float(truncnorm.rvs((low - mean) / sd, (high - mean) / sd, loc=mean, scale=sd,
-                               random_state=r))
+    lo, hi = ndtr((low - mean) / sd), ndtr((high - mean) / sd)
+    return float(mean + sd * ndtri(lo + r.uniform() * (hi - lo)))  # inverse-CDF, as scipy's truncnorm
 
 
 class DevicePool:

@@ -65,11 +65,13 @@ def load_profile(path: Path, cls: type[P]) -> P:
     """Load and validate one profile file; errors name the file and key."""
     where = str(path)
     try:
-        raw: dict[str, Any] = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise EdgeflError(where, "syntax", f"not valid TOML ({exc})") from None
+        text = path.read_text()
     except (OSError, UnicodeDecodeError) as exc:
         raise EdgeflError(where, "file", f"cannot be read ({exc})") from None
+    try:
+        raw: dict[str, Any] = tomllib.loads(text)
+    except (ValueError, RecursionError) as exc:  # TOMLDecodeError, an int over 4300 digits, deep nesting
+        raise EdgeflError(where, "syntax", f"not valid TOML ({exc})") from None
     missing = [k for k in _required(cls) if k not in raw]
     if missing:
         raise EdgeflError(where, missing[0], "missing; every profile of this kind needs it")

@@ -3,11 +3,16 @@
 Local adversarial training is Madry's min-max: each iteration crafts the attack on the batch, then
 takes one optimizer step on the adversarial batch. Batches cycle through seeded permutations of
 the client's samples, so a (seed, round, client) always sees the same batches.
+
+The loop never waits on the device: the client's data already lives there, the batch indices go
+there in one transfer, and the loss is summed there and read once at the end. `training.precision
+= "bf16"` runs the forward passes (attack included) under bfloat16 autocast and
+`training.channels_last` puts conv weights and image batches in NHWC order.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -44,6 +49,47 @@ def batch_indices(n: int, batch: int, iters: int, gen: torch.Generator) -> list[
     return [order[i * batch:(i + 1) * batch] for i in range(iters)]
 
 
+@dataclass(frozen=True)
+class TrainSettings:
+    """How local training runs on its device: `precision` fp32 | bf16 (autocast) and NHWC layout."""
+
+    precision: str = "fp32"
+    channels_last: bool = False
+
+    @classmethod
+    def of(cls, cfg: TrainingConfig) -> TrainSettings:
+        return cls(cfg.precision, cfg.channels_last)
+
+    def autocast(self, device: torch.device) -> torch.autocast:
+        """bfloat16 autocast on `device` when `precision` is bf16 (a no-op context otherwise)."""
+        return torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.precision == "bf16")
+
+    def adopt(self, x: torch.Tensor, *modules: nn.Module) -> None:
+        """Put the modules' conv weights in channels_last order when asked and `x` holds images."""
+        if self.channels_last and x.dim() == 4:
+            for module in modules:
+                module.to(memory_format=torch.channels_last)
+
+    def layout(self, xb: torch.Tensor) -> torch.Tensor:
+        """An image batch in channels_last order when asked; anything else as it is."""
+        if self.channels_last and xb.dim() == 4:
+            return xb.contiguous(memory_format=torch.channels_last)
+        return xb
+
+
+FP32 = TrainSettings()
+
+
+def device_batches(
+    x: torch.Tensor, y: torch.Tensor, batch: int, iters: int, gen: torch.Generator,
+    settings: TrainSettings = FP32,
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """The batches of `batch_indices` (batch capped at len(x)), indices sent to x's device at once."""
+    rows = torch.stack(batch_indices(len(x), min(batch, len(x)), iters, gen)).to(x.device)
+    for idx in rows:
+        yield settings.layout(x[idx]), y[idx]
+
+
 @dataclass
 class Hooks:
     """What a method adds to local training: a penalty on the loss (FedProx, FedCurv) and a
@@ -56,16 +102,19 @@ class Hooks:
 def train_local(
     model: nn.Module, x: torch.Tensor, y: torch.Tensor, optimizer: torch.optim.Optimizer,
     iters: int, batch: int, attack: Attack | None, gen: torch.Generator,
-    objective: Objective | None = None, hooks: Hooks | None = None,
+    objective: Objective | None = None, hooks: Hooks | None = None, settings: TrainSettings = FP32,
 ) -> float:
-    """Run `iters` (adversarial) SGD steps; returns the mean training loss (penalty excluded)."""
+    """Run `iters` (adversarial) SGD steps; returns the mean training loss (penalty excluded).
+
+    With `settings.channels_last` the model is left in channels_last order."""
     objective = objective or PGDAT()
     hooks = hooks or Hooks()
+    settings.adopt(x, model)
     model.train()
     total = torch.zeros((), device=x.device)
-    for idx in batch_indices(len(x), min(batch, len(x)), iters, gen):
-        xb, yb = x[idx.to(x.device)], y[idx.to(x.device)]
-        loss = objective.loss(model, xb, yb, attack)
+    for xb, yb in device_batches(x, y, batch, iters, gen, settings):
+        with settings.autocast(x.device):
+            loss = objective.loss(model, xb, yb, attack)
         optimizer.zero_grad(set_to_none=True)
         (loss + hooks.penalty(model) if hooks.penalty else loss).backward()
         if hooks.correct:
@@ -78,14 +127,15 @@ def train_local(
 def evaluate(
     model: nn.Module, x: torch.Tensor, y: torch.Tensor, attack: Attack, batch: int = 512
 ) -> tuple[float, float]:
-    """(clean accuracy, accuracy under `attack`) in [0, 1]."""
+    """(clean accuracy, accuracy under `attack`) in [0, 1]; the hits are counted on x's device."""
     model.eval()
-    clean = adv = 0
+    clean = torch.zeros((), dtype=torch.long, device=x.device)
+    adv = torch.zeros_like(clean)
     for i in range(0, len(x), batch):
         xb, yb = x[i:i + batch], y[i:i + batch]
         with torch.no_grad():
-            clean += int((model(xb).argmax(1) == yb).sum())
+            clean += (model(xb).argmax(1) == yb).sum()
         xa = attack(model, xb, yb)
         with torch.no_grad():
-            adv += int((model(xa).argmax(1) == yb).sum())
-    return clean / len(x), adv / len(x)
+            adv += (model(xa).argmax(1) == yb).sum()
+    return int(clean) / len(x), int(adv) / len(x)

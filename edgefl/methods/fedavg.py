@@ -21,7 +21,7 @@ import math
 import torch
 
 from edgefl.devices.pool import DeviceState
-from edgefl.execution.local import Hooks, make_optimizer, seed_everything, train_local
+from edgefl.execution.local import Hooks, TrainSettings, make_optimizer, seed_everything, train_local
 from edgefl.execution.objectives import OBJECTIVES
 from edgefl.methods.aggregate import State, bn_keys, fedavg, keep_local, state_bytes
 from edgefl.methods.base import METHODS, ClientUpdate, Context, Method
@@ -40,6 +40,8 @@ class FedAvgAT(Method):
         self.model = ctx.new_model().to(ctx.device)
         self.local_keys = bn_keys(self.model) if self.fedbn else set()
         self.local_states: dict[int, State] = {}
+        self.model_bytes = state_bytes(self.model.state_dict())  # shapes never change
+        self.local_bytes = state_bytes(self.model.state_dict(), self.local_keys)
         self.slots = optimizer_slots(t.optimizer, t.momentum)
         self.objective = OBJECTIVES.get(t.objective)(t.beta)
 
@@ -76,20 +78,20 @@ class FedAvgAT(Method):
 
     # --- method -----------------------------------------------------------------------------
     def plan(self, round_: int, client: int, state: DeviceState) -> Workload:
-        t, s = self.ctx.scenario.training, self.model.state_dict()
+        t = self.ctx.scenario.training
         attack = self.ctx.attack_for(round_)
         down, up = self.extra_bytes(client)
         pairs, forwards = (self.objective.train_pairs, self.objective.extra_forwards) if attack else (1, 0)
         return Workload(
             atoms=self.ctx.profile.atoms, batch=t.batch_size, iterations=self.iterations(round_, client),
             attack_steps=attack.steps if attack else 0, slots=self.slots,
-            download_bytes=state_bytes(s, set(s) - self.kept_by(client)) + down,
-            upload_bytes=state_bytes(s) + up, train_pairs=pairs, extra_forwards=forwards,
+            download_bytes=self.model_bytes - self.kept_bytes(client) + down,
+            upload_bytes=self.model_bytes + up, train_pairs=pairs, extra_forwards=forwards,
             extra_flops=self.extra_flops(client))
 
-    def kept_by(self, client: int) -> set[str]:
-        """Keys the client already holds locally (FedBN), so it does not download them."""
-        return self.local_keys if client in self.local_states else set()
+    def kept_bytes(self, client: int) -> float:
+        """What the client already holds locally (FedBN), so it does not download it."""
+        return self.local_bytes if client in self.local_states else 0.0
 
     def train(self, round_: int, client: int, workload: Workload) -> ClientUpdate:
         gen = seed_everything(self.ctx.scenario.seed, round_, client)
@@ -100,7 +102,7 @@ class FedAvgAT(Method):
         x, y = self.ctx.client_data(client)
         loss = train_local(model, x, y, self.optimizer(model, round_), workload.iterations, workload.batch,
                            self.ctx.attack_for(round_), gen, self.objective,
-                           self.hooks(round_, client, start))
+                           self.hooks(round_, client, start), TrainSettings.of(self.ctx.scenario.training))
         state = {k: v.detach().clone() for k, v in model.state_dict().items()}
         update = ClientUpdate(client, state, len(x), loss)
         self.after_local(round_, client, model, update)
@@ -110,6 +112,11 @@ class FedAvgAT(Method):
         if self.fedbn:
             self.local_states.update({u.client: {k: u.state[k] for k in self.local_keys} for u in updates})
         self.model.load_state_dict(self.combine(round_, updates))
+
+    def skip(self, round_: int, clients: list[int]) -> None:
+        """Dry run: the clients now hold their own BN (FedBN), as after a trained round."""
+        if self.fedbn:
+            self.local_states.update({k: {} for k in clients})
 
     def global_model(self) -> torch.nn.Module:
         return self.model

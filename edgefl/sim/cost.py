@@ -14,6 +14,7 @@ Two accountings share one interface:
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Protocol
@@ -22,7 +23,7 @@ from edgefl.config import CostConfig
 from edgefl.devices.pool import DeviceState
 from edgefl.profiling.atoms import BYTES
 from edgefl.profiling.memory import mem_req, paper_mem_req, paper_scale
-from edgefl.sim.swap import SwapWalk
+from edgefl.sim.swap import SwapWalk, Traffic, footprint
 from edgefl.sim.workload import Workload
 
 
@@ -56,6 +57,18 @@ def network_seconds(w: Workload, state: DeviceState) -> tuple[float, float]:
             w.upload_bytes / state.up_bps + state.latency_s)
 
 
+def walk_traffic(w: Workload, budget: float) -> tuple[Traffic, int]:
+    """(traffic, evictions) of the swap walk. Every budget that holds the round's whole footprint
+    gives the same walk, and fleets repeat budgets (R_min), so walks are cached."""
+    return _walk(w, math.inf if footprint(w) <= budget else budget)
+
+
+@functools.lru_cache(maxsize=65536)
+def _walk(w: Workload, budget: float) -> tuple[Traffic, int]:
+    walk = SwapWalk(w, budget)
+    return walk.run(), walk.evictions
+
+
 class WalkCost:
     """edgefl's default accounting."""
 
@@ -64,8 +77,7 @@ class WalkCost:
 
     def cost(self, w: Workload, state: DeviceState) -> ClientCost:
         need = mem_req(w.atoms, w.batch, w.slots, adversarial=w.attack_steps > 0)
-        walk = SwapWalk(w, state.memory_bytes)
-        traffic = walk.run()
+        traffic, evictions = walk_traffic(w, state.memory_bytes)
         dev = state.device
         access = (traffic.read_bytes / (dev.storage_read_mbps * 1e6)
                   + traffic.write_bytes / (dev.storage_write_mbps * 1e6)
@@ -74,7 +86,7 @@ class WalkCost:
         return ClientCost(
             compute_s=w.flops() / state.flops,
             data_access_s=access, download_s=down, upload_s=up, mem_req_bytes=need,
-            swapped=walk.evictions > 0, read_bytes=traffic.read_bytes,
+            swapped=evictions > 0, read_bytes=traffic.read_bytes,
             write_bytes=traffic.write_bytes)
 
 

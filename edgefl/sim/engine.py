@@ -1,8 +1,9 @@
 """The SimPy engine: one process per selected client, a synchronous round ends at the last upload.
 
-Each client process downloads, reads/swaps, computes and uploads, one timeout per phase, and
-records a span per phase. The round process waits for all of them (the straggler decides the
-round time), then spends the server's time. Waiting is what a client idles until the round ends.
+Each client process downloads, reads/swaps, computes and uploads (one span per phase, one timeout
+for the lot, since nothing else runs on the client). The round process waits for all of them (the
+straggler decides the round time), then spends the server's time. Waiting is what a client idles
+until the round ends.
 """
 
 from __future__ import annotations
@@ -89,10 +90,11 @@ class Federation:
         return RoundRecord(round_, start, self.now, server_s, records)
 
     def _client(self, r: ClientRecord) -> Generator[simpy.Event, Any, None]:
-        c = r.cost
+        """The phases run back to back on the client alone, so one timeout covers them all."""
+        c, start = r.cost, self.now
         for phase, seconds in zip(PHASES, (c.download_s, c.data_access_s, c.compute_s,
                                            c.upload_s), strict=True):
-            start = self.now
-            yield self.env.timeout(seconds)
-            self.spans.append(Span(r.round, r.client, phase, start, self.now))
+            self.spans.append(Span(r.round, r.client, phase, start, start + seconds))
+            start += seconds
+        yield self.env.timeout(start - self.now)
         r.finish_s = self.now

@@ -11,6 +11,8 @@ Iterations repeat until the resident state stops changing; the rest cost the sam
 
 from __future__ import annotations
 
+import functools
+import math
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -70,6 +72,21 @@ def iteration_steps(w: Workload) -> list[Step]:
     return attack + fwd_only * w.extra_forwards + train
 
 
+@functools.lru_cache(maxsize=4096)
+def footprint(w: Workload) -> float:
+    """Everything a round ever holds at once, at most: with this much, the walk evicts nothing,
+    and its traffic no longer depends on the budget."""
+    walk = SwapWalk(w, math.inf)
+    return walk.pinned + max(walk.workspace(i) for i in range(len(w.atoms))) + sum(walk.sizes.values())
+
+
+def _size(w: Workload, kind: str, i: int) -> float:
+    atom = w.atoms[i]
+    if kind == "act":
+        return w.batch * atom.saved_bytes
+    return atom.param_bytes * (w.slots if kind == "opt" else 1)
+
+
 class SwapWalk:
     """Walk one client's round within `budget` bytes and count the storage traffic."""
 
@@ -78,15 +95,14 @@ class SwapWalk:
         self.budget = budget
         self.pinned = w.batch_bytes * (2 if w.attack_steps else 1)
         self.resident: OrderedDict[Key, bool] = OrderedDict()  # key -> dirty, LRU first
+        self.used = 0.0  # bytes resident
         self.on_storage: set[Key] = {("param", i) for i in range(len(w.atoms))}
         self.evictions = 0
+        self.sizes = {(kind, i): _size(w, kind, i) for kind in ("param", "opt", "grad", "act")
+                      for i in range(len(w.atoms))}
 
     def size(self, key: Key) -> float:
-        kind, i = key
-        atom = self.w.atoms[i]
-        if kind == "act":
-            return self.w.batch * atom.saved_bytes
-        return atom.param_bytes * (self.w.slots if kind == "opt" else 1)
+        return self.sizes[key]
 
     def workspace(self, i: int) -> float:
         atom = self.w.atoms[i]
@@ -116,25 +132,31 @@ class SwapWalk:
         written = self._make_room(room - need, set(needs))
         read = sum(self.size(k) for k in fetch if k in self.on_storage)
         for k in needs:
+            if k not in self.resident:
+                self.used += self.size(k)
             self.resident[k] = self.resident.get(k, k not in self.on_storage)
             self.resident.move_to_end(k)
         for k in s.dirties:
             if k in self.resident:
                 self.resident[k] = True
         for k in s.frees:
-            self.resident.pop(k, None)
+            if self.resident.pop(k, None) is not None:
+                self.used -= self.size(k)
             self.on_storage.discard(k)
         return Traffic(read, written, int(read > 0), int(written > 0))
 
     def _make_room(self, limit: float, keep: set[Key]) -> float:
         """Evict least-recently-used items outside `keep` until residents fit `limit`."""
         written = 0.0
-        used = sum(self.size(k) for k in self.resident if k not in keep)
+        used = self.used - sum(self.size(k) for k in keep if k in self.resident)
+        if used <= limit:
+            return written
         for key in [k for k in self.resident if k not in keep]:
             if used <= limit:
                 break
             dirty = self.resident.pop(key)
             used -= self.size(key)
+            self.used -= self.size(key)
             self.evictions += 1
             if dirty:
                 written += self.size(key)

@@ -16,7 +16,7 @@ from torch import nn
 
 from edgefl.attacks import Attack
 from edgefl.attacks.pgd_l2 import PGDL2
-from edgefl.execution.local import batch_indices
+from edgefl.execution.local import FP32, TrainSettings, device_batches
 
 
 class Exit(nn.Module):
@@ -48,19 +48,20 @@ def feature_attack(eps: float, steps: int, lower: float | None) -> PGDL2:
 def train_cascade(
     prefix: nn.Sequential, exit_: Exit, x: torch.Tensor, y: torch.Tensor,
     optimizer: torch.optim.Optimizer, iters: int, batch: int, attack: Attack | None, mu: float,
-    gen: torch.Generator,
+    gen: torch.Generator, settings: TrainSettings = FP32,
 ) -> float:
-    """`iters` adversarial steps on modules m..M_k; returns the mean loss."""
+    """`iters` adversarial steps on modules m..M_k; returns the mean loss (read once, at the end)."""
+    settings.adopt(x, prefix, exit_)
     prefix.eval()
     exit_.train()
     total = torch.zeros((), device=x.device)
-    for idx in batch_indices(len(x), min(batch, len(x)), iters, gen):
-        with torch.no_grad():
-            z = prefix(x[idx.to(x.device)])
-        yb = y[idx.to(x.device)]
-        if attack is not None:
-            z = attack(exit_, z, yb)
-        loss = cascade_loss(exit_, z, yb, mu)
+    for xb, yb in device_batches(x, y, batch, iters, gen, settings):
+        with settings.autocast(x.device):
+            with torch.no_grad():
+                z = prefix(xb)
+            if attack is not None:
+                z = attack(exit_, z, yb)
+            loss = cascade_loss(exit_, z, yb, mu)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()

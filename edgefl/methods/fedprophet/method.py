@@ -22,7 +22,7 @@ from torch import nn
 
 from edgefl.attacks import Attack, make_attack
 from edgefl.devices.pool import DeviceState
-from edgefl.execution.local import evaluate, make_optimizer, seed_everything
+from edgefl.execution.local import TrainSettings, evaluate, make_optimizer, seed_everything
 from edgefl.methods.aggregate import State, bn_keys, keep_local, partial_average, state_bytes
 from edgefl.methods.base import METHODS, ClientUpdate, Context, Method
 from edgefl.methods.fedprophet.cascade import Exit, feature_attack, output_perturbation, train_cascade
@@ -73,6 +73,7 @@ class FedProphet(Method):
         self.assignment: dict[int, int] = {}  # client -> M_k this round
         self.final = False
         self.switch = False  # module m is fixed; the next round starts module m + 1
+        self.dry = False  # a dry run: no data to measure d* on
 
     # --- planning ---------------------------------------------------------------------------
     def begin_round(self, round_: int, states: dict[int, DeviceState]) -> None:
@@ -129,7 +130,7 @@ class FedProphet(Method):
         t = self.ctx.scenario.training
         opt = make_optimizer(list(exit_.parameters()), t, self.ctx.lr(round_))
         loss = train_cascade(prefix, exit_, x, y, opt, workload.iterations, workload.batch,
-                             self.client_attack(round_), self.cfg.mu, gen)
+                             self.client_attack(round_), self.cfg.mu, gen, TrainSettings.of(t))
         state = {k: v.detach().clone() for k, v in net.state_dict().items()}
         keys = self.trained_keys(last)
         return ClientUpdate(client, {k: state[k] for k in keys}, len(x), loss,
@@ -169,6 +170,16 @@ class FedProphet(Method):
         if self.final or self.switch:
             self.restore_best()
 
+    def skip(self, round_: int, clients: list[int]) -> None:
+        """Dry run: a fixed schedule, module m + 1 after every ceil(rounds / M) rounds (d* is not
+        measured: it needs data)."""
+        if self.local_keys:
+            self.local_states.update({k: {} for k in clients})
+        self.dry = True
+        self.final = round_ + 1 == self.ctx.scenario.rounds
+        self.switch = (not self.final and round_ + 1 - self.stage.started >= self.stage.budget
+                       and self.m + 1 < len(self.modules))
+
     def restore_best(self) -> None:
         assert self.best is not None
         state, local, clean, adv = self.best
@@ -178,11 +189,12 @@ class FedProphet(Method):
 
     def next_module(self, round_: int) -> None:
         """Fix module m, measure d* on the clients' data (Eq. 9), start module m + 1 at `round_`."""
-        prefix, exit_ = self.split(self.net, self.m, self.m)
-        x, _ = self.samples([s.train for s in self.ctx.splits], self.cfg.apa_samples)
-        self.d_star = output_perturbation(prefix, exit_.stack, x, self.apa_attack())
-        with torch.no_grad():
-            self.lower = 0.0 if float(exit_.stack(prefix(x)).min()) >= 0 else None
+        if not self.dry:
+            prefix, exit_ = self.split(self.net, self.m, self.m)
+            x, _ = self.samples([s.train for s in self.ctx.splits], self.cfg.apa_samples)
+            self.d_star = output_perturbation(prefix, exit_.stack, x, self.apa_attack())
+            with torch.no_grad():
+                self.lower = 0.0 if float(exit_.stack(prefix(x)).min()) >= 0 else None
         self.m += 1
         self.alpha = self.cfg.alpha
         self.eps = self.alpha * self.d_star

@@ -1,0 +1,164 @@
+"""Throughput of edgefl's local adversarial training against a bare PyTorch PGD-AT loop.
+
+Both sides do Madry et al.'s PGD adversarial training (ICLR 2018; FedProphet §7.1's PGD-10 at
+eps 8/255, step 2/255) on the same model, batch and device:
+
+- edgefl: `edgefl.execution.local.train_local` with the `pgd` attack and the `pgd_at` objective,
+  SGD from `make_optimizer` with the scenario defaults (momentum 0.9, weight decay 1e-4), and the
+  `TrainSettings` given by `--precision` / `--channels-last`;
+- bare: the same work written out below: batch indices drawn on the device, PGD with a uniform
+  random start in the eps ball, signed-gradient steps, projection and [0, 1] clamp with the model
+  in eval mode, then one cross-entropy step in train mode with `torch.optim.SGD` (same momentum,
+  weight decay and learning rate), under the same autocast and memory format.
+
+Data are uniform random images in [0, 1] with random labels (10 classes), `8 x batch` samples
+resident on the device. Cases: vgg11 on CIFAR-shaped 3x32x32 at batch 64 and digits_cnn on
+1x8x8 at batch 32 (`--model` picks one, `--batch` overrides the batch). Each side is warmed up,
+then timed over `--iters` iterations `--repeats` times, the two sides alternating; the best time
+counts (other work on the machine only ever slows a repeat down). CUDA is synchronised before
+and after each timed stretch. Printed per case: samples/s of each side and edgefl / bare
+(1.00 = no loss against the bare loop).
+
+Run:
+    .venv/bin/python bench/throughput.py                        # both cases, auto device
+    .venv/bin/python bench/throughput.py --device cuda --precision bf16 --channels-last
+    .venv/bin/python bench/throughput.py --model vgg11 --batch 128 --iters 100
+
+On the CPU the defaults are small (one vgg11 iteration per repeat, 1 torch thread by default,
+`--threads 0` keeps torch's default) and take about a minute on a 2-core machine. Figures only:
+nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from edgefl.attacks import make_attack
+from edgefl.config import TrainingConfig
+from edgefl.execution.local import TrainSettings, make_optimizer, resolve_device, train_local
+from edgefl.execution.objectives import PGDAT
+from edgefl.models import build_model
+
+EPS, STEP, STEPS, CLASSES = 8 / 255, 2 / 255, 10, 10
+
+
+@dataclass(frozen=True)
+class Case:
+    shape: tuple[int, int, int]
+    batch: int
+    cpu_iters: int
+    gpu_iters: int
+
+
+CASES = {"vgg11": Case((3, 32, 32), 64, 1, 50), "digits_cnn": Case((1, 8, 8), 32, 20, 200)}
+
+
+def bare_pgd_at(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
+                iters: int, batch: int, settings: TrainSettings) -> None:
+    """`iters` steps of PGD-10 adversarial training in plain PyTorch."""
+    rows = torch.randint(len(x), (iters, batch), device=x.device)
+    for idx in rows:
+        xb, yb = settings.layout(x[idx]), y[idx]
+        model.eval()
+        xa = (xb + torch.empty_like(xb).uniform_(-EPS, EPS)).clamp(0, 1)
+        for _ in range(STEPS):
+            xa.requires_grad_(True)
+            with settings.autocast(x.device):
+                loss = F.cross_entropy(model(xa), yb)
+            (grad,) = torch.autograd.grad(loss, xa)
+            xa = torch.min(torch.max(xa.detach() + STEP * grad.sign(), xb - EPS), xb + EPS).clamp(0, 1)
+        model.train()
+        with settings.autocast(x.device):
+            loss = F.cross_entropy(model(xa), yb)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+
+def sides(name: str, batch: int, device: torch.device,
+          settings: TrainSettings) -> dict[str, Callable[[int], object]]:
+    """name -> run(iters) for edgefl and the bare loop, each on its own copy of one model."""
+    case = CASES[name]
+    c = case.shape[0]
+    model = build_model(name, CLASSES, case.shape, [0.5] * c, [0.25] * c).to(device)
+    twin = copy.deepcopy(model)
+    x = torch.rand(8 * batch, *case.shape, device=device)
+    y = torch.randint(CLASSES, (8 * batch,), device=device)
+    settings.adopt(x, twin)  # train_local adopts its own model
+    cfg = TrainingConfig()
+    opt = make_optimizer(list(model.parameters()), cfg, cfg.lr)
+    bare_opt = torch.optim.SGD(twin.parameters(), lr=cfg.lr, momentum=cfg.momentum,
+                               weight_decay=cfg.weight_decay)
+    attack, gen = make_attack("pgd", EPS, STEP, STEPS), torch.Generator().manual_seed(0)
+    return {
+        "edgefl": lambda n: train_local(model, x, y, opt, n, batch, attack, gen, PGDAT(), settings=settings),
+        "bare": lambda n: bare_pgd_at(twin, bare_opt, x, y, n, batch, settings),
+    }
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def best_seconds(runs: dict[str, Callable[[int], object]], iters: int, repeats: int,
+                 device: torch.device) -> dict[str, float]:
+    """Warm each side up, then the best of `repeats` timed stretches of `iters`, sides alternating."""
+    for run in runs.values():
+        run(max(1, iters // 5))
+    best = dict.fromkeys(runs, float("inf"))
+    for _ in range(repeats):
+        for side, run in runs.items():
+            sync(device)
+            start = time.perf_counter()
+            run(iters)
+            sync(device)
+            best[side] = min(best[side], time.perf_counter() - start)
+    return best
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"{platform.processor() or platform.machine()} CPU, {torch.get_num_threads()} thread(s)"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--device", default="auto", help="auto (CUDA when available) | cpu | cuda | cuda:N")
+    ap.add_argument("--model", choices=sorted(CASES), help="one case (default: all)")
+    ap.add_argument("--batch", type=int, help="batch size (default: the case's)")
+    ap.add_argument("--iters", type=int, help="timed iterations per repeat (default: per case and device)")
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    ap.add_argument("--channels-last", action="store_true")
+    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (0 = torch's default)")
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = resolve_device(args.device)
+    settings = TrainSettings(args.precision, args.channels_last)
+    print(f"device: {device_name(device)}; precision {args.precision}; channels_last {args.channels_last}; "
+          f"PGD-{STEPS} eps {EPS:.4f} step {STEP:.4f}")
+    print(f"{'model':<11} {'batch':>5} {'iters':>5} {'edgefl/s':>10} {'bare/s':>10} {'ratio':>6}")
+    for name in [args.model] if args.model else list(CASES):
+        case = CASES[name]
+        batch = args.batch or case.batch
+        iters = args.iters or (case.gpu_iters if device.type == "cuda" else case.cpu_iters)
+        secs = best_seconds(sides(name, batch, device, settings), iters, args.repeats, device)
+        rate = {side: iters * batch / s for side, s in secs.items()}
+        print(f"{name:<11} {batch:>5} {iters:>5} {rate['edgefl']:>10.1f} {rate['bare']:>10.1f} "
+              f"{rate['edgefl'] / rate['bare']:>6.3f}")
+
+
+if __name__ == "__main__":
+    main()

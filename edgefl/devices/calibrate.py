@@ -1,0 +1,280 @@
+"""Host calibration: measure the machine in front of you and write its device profile.
+
+`edgefl devices calibrate` fills the DeviceProfile fields (edgefl/devices/profile.py) the cost model
+reads (FedProphet's T = FLOPs / P_k + storage traffic / bandwidth, Tang et al. §4 and §7.1) from
+measurements instead of datasheets: total memory through psutil, FLOP/s by timed fp32 matmul and
+conv2d in PyTorch, storage bandwidth and per-access latency by timed file I/O. Every timing is repeated
+and the median kept, so one slow repeat (another process, a frequency step) does not move the figure.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import platform
+import random
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+
+import psutil
+import torch
+import torch.nn.functional as F
+
+from edgefl.devices.profile import NETWORK_NAMES, DeviceProfile, load_profile
+from edgefl.errors import EdgeflError
+
+MIB = 1 << 20
+Clock = Callable[[], float]
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much work each measurement does."""
+
+    matmul_n: int  # n x n @ n x n
+    conv: tuple[int, int, int]  # batch, channels in = out, image side (3x3 kernel, padding 1)
+    file_mib: int  # sequential bandwidth file
+    small_ops: int  # random 4 KiB reads, and as many 4 KiB writes with fsync, for the latency
+
+
+FULL = Sizes(matmul_n=1024, conv=(16, 64, 56), file_mib=128, small_ops=64)
+QUICK = Sizes(matmul_n=64, conv=(2, 8, 16), file_mib=1, small_ops=4)
+BLOCK = 4096  # one small access: a page, the unit of a swap-in
+
+
+@dataclass(frozen=True)
+class Compute:
+    matmul_gflops: float
+    conv_gflops: float
+
+    @property
+    def peak_gflops(self) -> float:
+        """The larger: profiles hold peak FLOP/s, as the datasheet figures in device_profiles/ do."""
+        return max(self.matmul_gflops, self.conv_gflops)
+
+
+@dataclass(frozen=True)
+class Storage:
+    read_mbps: float
+    write_mbps: float
+    read_latency_ms: float
+    write_latency_ms: float
+    direct: bool = True  # latencies through O_DIRECT; False: buffered, each write followed by fsync
+
+    @property
+    def latency_ms(self) -> float:
+        """The cost model charges one latency to every read and every write access: their mean."""
+        return (self.read_latency_ms + self.write_latency_ms) / 2
+
+
+@dataclass(frozen=True)
+class Calibration:
+    memory_mb: float
+    compute: Compute
+    storage: Storage
+
+
+def median_time(fn: Callable[[], object], repeats: int, clock: Clock = time.perf_counter) -> float:
+    """Seconds one call of `fn` takes: the median over `repeats` timed calls."""
+    times = []
+    for _ in range(repeats):
+        start = clock()
+        fn()
+        times.append(clock() - start)
+    return statistics.median(times)
+
+
+def measure_memory() -> float:
+    """Total physical memory in MB (1e6 bytes), as psutil reports it (not a container's cgroup limit)."""
+    return psutil.virtual_memory().total / 1e6
+
+
+def measure_flops(sizes: Sizes, repeats: int) -> Compute:
+    """fp32 GFLOP/s of a matmul and of a 3x3 conv2d on the CPU, with PyTorch's current thread count.
+
+    One multiply-accumulate is 2 FLOPs (as edgefl/profiling/atoms.py counts them): an n x n matmul is
+    2 n^3 FLOPs, a conv with B images, C channels in and out and an S x S output is 2 B C^2 9 S^2.
+    Each is run once untimed first (allocation, kernel selection).
+    """
+    n = sizes.matmul_n
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    batch, ch, side = sizes.conv
+    x, w = torch.randn(batch, ch, side, side), torch.randn(ch, ch, 3, 3)
+    with torch.inference_mode():
+        matmul = _gflops(lambda: torch.mm(a, b), 2 * n**3, repeats)
+        conv = _gflops(lambda: F.conv2d(x, w, padding=1), 2 * batch * ch * ch * 9 * side * side, repeats)
+    return Compute(matmul_gflops=matmul, conv_gflops=conv)
+
+
+def _gflops(fn: Callable[[], object], flops: int, repeats: int) -> float:
+    fn()
+    return flops / median_time(fn, repeats) / 1e9
+
+
+def measure_storage(folder: Path, sizes: Sizes, repeats: int, seed: int = 0) -> Storage:
+    """Bandwidth (MB/s, 1e6 B) and per-access latency (ms) of the file system holding `folder`.
+
+    Write: `file_mib` MiB of random bytes in 1 MiB blocks, timed to the end of an fsync. Read: the same
+    file sequentially, after posix_fadvise(DONTNEED) has dropped its (clean, synced) pages from the
+    page cache, so the bytes come from the device, not from memory. Latency: 4 KiB reads and writes
+    at distinct random page offsets, the median per access, through O_DIRECT (no page cache either
+    way) where the system and file system allow it; else reads after dropping the cache with
+    readahead off (FADV_RANDOM), and writes each followed by fsync, which adds a device cache flush
+    that swapping does not pay (`Storage.direct` says which). Where posix_fadvise is missing (macOS,
+    Windows) reads may be served from the cache and come out too fast. The temporary file is removed.
+    """
+    block = os.urandom(MIB)
+    with _temp_file(folder) as path:
+        write = median_time(lambda: _write_file(path, block, sizes.file_mib), repeats)
+        read = median_time(lambda: _read_file(path), repeats)
+        pages = random.Random(seed).sample(range(sizes.file_mib * MIB // BLOCK), 2 * sizes.small_ops)
+        fd, direct = _open_uncached(path)
+        page = mmap.mmap(-1, BLOCK)  # page-aligned, as O_DIRECT needs
+        try:
+            page.write(block[:BLOCK])
+            read_op = _median_op(lambda p: os.preadv(fd, [page], p * BLOCK), pages[:sizes.small_ops])
+            write_op = _median_op(lambda p: _write_page(fd, page, p * BLOCK, sync=not direct),
+                                  pages[sizes.small_ops:])
+        finally:
+            page.close()
+            os.close(fd)
+    mb = sizes.file_mib * MIB / 1e6
+    return Storage(read_mbps=mb / read, write_mbps=mb / write, read_latency_ms=read_op * 1e3,
+                   write_latency_ms=write_op * 1e3, direct=direct)
+
+
+@contextmanager
+def _temp_file(folder: Path) -> Iterator[Path]:
+    fd, name = tempfile.mkstemp(prefix=".edgefl-calibrate-", dir=folder)
+    os.close(fd)
+    try:
+        yield Path(name)
+    finally:
+        Path(name).unlink(missing_ok=True)
+
+
+def _write_file(path: Path, block: bytes, mib: int) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+    try:
+        for _ in range(mib):
+            os.write(fd, block)
+        os.fsync(fd)
+        _drop_cache(fd)
+    finally:
+        os.close(fd)
+
+
+def _read_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        _drop_cache(fd)
+        while os.read(fd, MIB):
+            pass
+    finally:
+        os.close(fd)
+
+
+def _open_uncached(path: Path) -> tuple[int, bool]:
+    """(fd, whether it is O_DIRECT) for single-page accesses that bypass the page cache."""
+    direct = getattr(os, "O_DIRECT", 0)
+    if direct:
+        try:
+            return os.open(path, os.O_RDWR | direct), True
+        except OSError:  # the file system refuses O_DIRECT (e.g. tmpfs before Linux 6.6)
+            pass
+    fd = os.open(path, os.O_RDWR)
+    _drop_cache(fd, random_access=True)
+    return fd, False
+
+
+def _write_page(fd: int, page: mmap.mmap, offset: int, sync: bool) -> None:
+    os.pwritev(fd, [page], offset)
+    if sync:
+        os.fsync(fd)
+
+
+def _median_op(op: Callable[[int], object], pages: list[int]) -> float:
+    """Median seconds of one `op(page)`, each page accessed once."""
+    it = iter(pages)
+    return median_time(lambda: op(next(it)), len(pages))
+
+
+def _drop_cache(fd: int, random_access: bool = False) -> None:
+    if hasattr(os, "posix_fadvise"):
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        if random_access:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+
+
+def calibrate(folder: Path, sizes: Sizes, repeats: int) -> Calibration:
+    """All measurements; storage is measured in `folder`."""
+    return Calibration(measure_memory(), measure_flops(sizes, repeats),
+                       measure_storage(folder, sizes, repeats))
+
+
+def render_profile(name: str, pool: str, c: Calibration) -> str:
+    """The profile as commented TOML, in the style of the files in device_profiles/."""
+    cpu, s = platform.processor() or platform.machine(), c.storage
+    source = (f"edgefl devices calibrate on {date.today().isoformat()}: psutil total memory; "
+              f"median fp32 GFLOP/s of torch {torch.__version__} on {torch.get_num_threads()} threads; "
+              f"timed file I/O with fsync and page cache dropped")
+    return "\n".join([
+        f"# This host ({platform.system()} {cpu}, {os.cpu_count()} CPUs), measured by edgefl calibrate",
+        f"name = {json.dumps(name)}",
+        f"description = {json.dumps(f'{platform.node()} ({platform.system()} {cpu})')}",
+        f"pools = [{json.dumps(pool)}]",
+        f"source = {json.dumps(source)}",
+        f"memory_mb = {c.memory_mb:.1f}",
+        f"compute_gflops = {_sig(c.compute.peak_gflops)}   # the larger of matmul "
+        f"{_sig(c.compute.matmul_gflops)} and conv2d {_sig(c.compute.conv_gflops)}",
+        f"storage_read_mbps = {_sig(s.read_mbps)}",
+        f"storage_write_mbps = {_sig(s.write_mbps)}",
+        f"storage_latency_ms = {_sig(s.latency_ms)}   # mean of 4 KiB read {_sig(s.read_latency_ms)} "
+        f"and write{'' if s.direct else ' + fsync'} {_sig(s.write_latency_ms)}"
+        f"{' (O_DIRECT)' if s.direct else ''}",
+        f"networks = [{', '.join(json.dumps(n) for n in NETWORK_NAMES)}]",
+        "",
+    ])
+
+
+def _sig(x: float) -> str:
+    """Four significant digits as a TOML float: a tiny figure (a --quick run) never rounds to 0."""
+    return repr(float(f"{x:.4g}"))
+
+
+def write_profile(path: Path, text: str) -> DeviceProfile:
+    """Load the text as a profile under its final file name in a temporary folder beside `path`, then
+    rename it into place: a profile that would not load is never written, and no half file is left."""
+    with tempfile.TemporaryDirectory(prefix=".edgefl-calibrate-", dir=path.parent) as tmp:
+        staged = Path(tmp) / path.name
+        staged.write_text(text)
+        profile = load_profile(staged, DeviceProfile)
+        os.replace(staged, path)
+    return profile
+
+
+def prepare_target(out: Path, name: str, repeats: int, overwrite: bool) -> None:
+    """Refuse a target that could not be written or loaded as a profile, before any measuring, and
+    create its folder."""
+    where = str(out)
+    checks = [
+        ("--out", out.suffix == ".toml", "must be a .toml file, e.g. device_profiles/my_host.toml"),
+        ("--out", not out.is_dir(), "is a folder; give a .toml file in it"),
+        ("--out", overwrite or not out.exists(), "already exists; choose another --out or pass --overwrite"),
+        ("--name", name == out.stem, f"must equal the file name {out.stem!r} (profiles are named by file)"),
+        ("--repeats", repeats >= 1, "must be at least 1"),
+    ]
+    for key, ok, fix in checks:
+        if not ok:
+            raise EdgeflError(where, key, fix)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise EdgeflError(where, "--out", f"cannot create its folder ({exc})") from None

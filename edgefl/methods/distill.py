@@ -1,0 +1,211 @@
+"""The distillation baselines' shared machinery: FedDF-AT and FedET-AT (FedProphet §7.2).
+
+FedProphet §7.2: "each client selects the largest model that can be trained with the available
+memory from a group of models ({CNN3, VGG11, VGG13, VGG16} in CIFAR-10, {CNN4, ResNet10, ResNet18,
+ResNet34} in Caltech-256)", and the memory-efficient baselines are "supplemented with adversarial
+training". Here:
+
+* The family is `distill.family`, largest first; its first member is `model.name`, the large model
+  the server keeps and the one evaluated (an empty family is `model.name` alone).
+* Each round a client trains the first member whose MemReq, in the scenario's estimator (the one
+  the cost model charges, `cost.accounting`), fits its available memory R_k(t); when none fits, the
+  member that needs least (it swaps, and the cost model charges the swapping).
+* Local training is the scenario's adversarial training on that member, as in FedAvgAT.
+* The server averages each member over the clients that trained it (FedAvg, BatchNorm included
+  whatever `training.fedbn` says: a client's member changes with its free memory from round to
+  round, so it has no BatchNorm of its own to keep), then distils an ensemble of teachers into the
+  large model, starting from its average (or its previous state when no client trained it), on
+  the public split `ctx.public` (labels unused):
+  `distill.server_iters` Adam steps at `distill.server_lr` on batches of `distill.server_batch`,
+  KL at `distill.temperature` (Lin et al., "Ensemble Distillation for Robust Model Fusion in
+  Federated Learning", NeurIPS 2020, Alg. 3). The method picks the teachers and the target.
+* The distillation uses clean public inputs. FedProphet adds adversarial training to the
+  baselines' local training only; FedDF's and FedET's server step stays as published, and an
+  adversarial one (PGD on the student at every server step) would multiply the server's work by
+  the PGD steps with no source saying how the baselines did it.
+* Server time: per distillation step, a batch through every teacher's forward and the student's
+  forward and training backward, counted as edgefl.sim.workload counts a client's passes.
+"""
+
+from __future__ import annotations
+
+import copy
+from abc import abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+import torch
+from torch import nn
+
+from edgefl.config import Scenario
+from edgefl.devices.pool import DeviceState
+from edgefl.errors import EdgeflError
+from edgefl.execution.local import batch_indices, seed_everything, train_local
+from edgefl.methods.aggregate import State, fedavg, state_bytes
+from edgefl.methods.base import ClientUpdate, Context
+from edgefl.methods.fedavg import FedAvgAT
+from edgefl.models import AtomModel, build_model
+from edgefl.profiling import ModelProfile, mem_req, paper_mem_req, profile_model
+from edgefl.sim.workload import Workload, train_pass_flops
+
+SERVER = -1  # the seed key of the server's distillation batches (clients are 0, 1, ...)
+TargetLoss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (student [B,C], teachers [K,B,C])
+
+
+def family_names(s: Scenario, where: str) -> list[str]:
+    """`distill.family` (or `model.name` alone), checked to start with `model.name`."""
+    names = s.distill.family or [s.model.name]
+    if names[0] != s.model.name:
+        raise EdgeflError(where, "distill.family",
+                          f"the first (largest) member is the evaluated model and must be model.name "
+                          f"({s.model.name!r}), got {names[0]!r}; list {s.model.name!r} first")
+    if len(set(names)) < len(names):
+        raise EdgeflError(where, "distill.family", "names a model twice; list each member once")
+    return names
+
+
+def build_member(ctx: Context, name: str) -> tuple[AtomModel, ModelProfile]:
+    """A family member for the scenario's data, and its profile."""
+    d = ctx.data
+    try:
+        model = build_model(name, d.num_classes, d.input_shape, d.mean, d.std)
+        return model, profile_model(copy.deepcopy(model), name)
+    except (RuntimeError, ValueError) as exc:
+        raise EdgeflError(ctx.where, "distill.family", f"{name} does not fit "
+                          f"{ctx.scenario.data.dataset}'s {d.input_shape} inputs ({exc}); drop it") from None
+
+
+def mem_need(w: Workload, accounting: str) -> float:
+    """MemReq of `w` in the estimator the cost model charges (edgefl.sim.cost)."""
+    if accounting == "paper":
+        return paper_mem_req(w.atoms, w.batch, w.slots)
+    return mem_req(w.atoms, w.batch, w.slots, adversarial=w.attack_steps > 0)
+
+
+def choose_member(needs: Sequence[tuple[str, float]], memory: float) -> str:
+    """The first (largest) member whose need fits `memory`; if none fits, the one needing least."""
+    for name, need in needs:
+        if need <= memory:
+            return name
+    return min(needs, key=lambda item: item[1])[0]
+
+
+def kl_rows(p: torch.Tensor, log_q: torch.Tensor) -> torch.Tensor:
+    """KL(p || q) per row: sum_c p_c (log p_c - log q_c), with 0 log 0 = 0."""
+    return (torch.xlogy(p, p) - p * log_q).sum(-1)
+
+
+def distil(student: nn.Module, teachers: Sequence[nn.Module], x: torch.Tensor, loss: TargetLoss,
+           iters: int, batch: int, lr: float, gen: torch.Generator) -> float:
+    """`iters` Adam steps of `loss(student(x_b), teachers(x_b))` on batches of `x`; mean loss."""
+    if not iters:
+        return 0.0
+    for t in teachers:
+        t.eval()
+    student.train()
+    optimizer = torch.optim.Adam(student.parameters(), lr=lr)
+    total = 0.0
+    for idx in batch_indices(len(x), min(batch, len(x)), iters, gen):
+        xb = x[idx.to(x.device)]
+        with torch.no_grad():
+            targets = torch.stack([t(xb) for t in teachers])
+        value = loss(student(xb), targets)
+        optimizer.zero_grad(set_to_none=True)
+        value.backward()
+        optimizer.step()
+        total += float(value.detach())
+    return total / iters
+
+
+def distill_flops(teachers: Sequence[ModelProfile], student: ModelProfile, iters: int,
+                  batch: int) -> float:
+    """Server FLOPs of `iters` distillation steps on `batch` samples: every teacher's forward plus
+    the student's forward and training backward (edgefl.sim.workload.train_pass_flops)."""
+    forwards = sum(a.flops for t in teachers for a in t.atoms)
+    return iters * batch * (forwards + train_pass_flops(student.atoms))
+
+
+class DistillAT(FedAvgAT):
+    """Clients train the largest family member that fits; the server distils into the large one.
+
+    Subclasses set `per_client_teachers` (every client's model is a teacher, FedDF; or each
+    member's average, FedET) and the distillation loss `target_loss`.
+    """
+
+    uses_public = True
+    per_client_teachers = True
+    state_attrs = ("small", "members")
+
+    def __init__(self, ctx: Context) -> None:
+        super().__init__(ctx)
+        self.names = family_names(ctx.scenario, ctx.where)
+        built = {name: build_member(ctx, name) for name in self.names[1:]}
+        self.small = nn.ModuleDict({name: model for name, (model, _) in built.items()}).to(ctx.device)
+        self.profiles = {self.names[0]: ctx.profile, **{name: p for name, (_, p) in built.items()}}
+        self.bytes = {name: state_bytes(self.net(name).state_dict()) for name in self.names}
+        self.members: dict[int, str] = {}  # client -> the member it trains this round
+
+    def net(self, name: str) -> nn.Module:
+        """The server's copy of a member (the first is the large, evaluated model)."""
+        return self.model if name == self.names[0] else self.small[name]
+
+    @abstractmethod
+    def target_loss(self, student: torch.Tensor, teachers: torch.Tensor) -> torch.Tensor:
+        """The distillation loss of the student's logits [B, C] given the teachers' [K, B, C]."""
+
+    # --- planning ---------------------------------------------------------------------------
+    def choose(self, round_: int, client: int, state: DeviceState) -> tuple[str, Workload]:
+        """The member the client trains and its workload."""
+        base = super().plan(round_, client, state)
+        options = {name: replace(base, atoms=self.profiles[name].atoms, download_bytes=self.bytes[name],
+                                 upload_bytes=self.bytes[name]) for name in self.names}
+        accounting = self.ctx.scenario.cost.accounting
+        name = choose_member([(n, mem_need(w, accounting)) for n, w in options.items()],
+                             state.memory_bytes)
+        return name, options[name]
+
+    def begin_round(self, round_: int, states: dict[int, DeviceState]) -> None:
+        self.members = {k: self.choose(round_, k, state)[0] for k, state in states.items()}
+
+    def plan(self, round_: int, client: int, state: DeviceState) -> Workload:
+        return self.choose(round_, client, state)[1]
+
+    def server_flops(self, round_: int) -> float:
+        d = self.ctx.scenario.distill
+        chosen = list(self.members.values())
+        teachers = chosen if self.per_client_teachers else list(dict.fromkeys(chosen))
+        return distill_flops([self.profiles[n] for n in teachers], self.profiles[self.names[0]],
+                             d.server_iters, min(d.server_batch, d.public_samples))
+
+    # --- training ---------------------------------------------------------------------------
+    def train(self, round_: int, client: int, workload: Workload) -> ClientUpdate:
+        name = self.members[client]
+        gen = seed_everything(self.ctx.scenario.seed, round_, client)
+        model = copy.deepcopy(self.net(name))
+        x, y = self.ctx.client_data(client)
+        loss = train_local(model, x, y, self.optimizer(model, round_), workload.iterations, workload.batch,
+                           self.ctx.attack_for(round_), gen, self.objective)
+        state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        return ClientUpdate(client, state, len(x), loss, extra={"member": name})
+
+    def aggregate(self, round_: int, updates: list[ClientUpdate]) -> None:
+        groups: dict[str, list[ClientUpdate]] = {}
+        for u in updates:
+            groups.setdefault(u.extra["member"], []).append(u)
+        for name, group in groups.items():
+            self.net(name).load_state_dict(fedavg([u.state for u in group], [u.num_samples for u in group]))
+        d, ctx = self.ctx.scenario.distill, self.ctx
+        x = ctx.data.train_x[torch.from_numpy(ctx.public).to(ctx.device)]
+        distil(self.model, self.teachers(groups), x, self.target_loss, d.server_iters, d.server_batch,
+               d.server_lr, seed_everything(ctx.scenario.seed, round_, SERVER))
+
+    def teachers(self, groups: dict[str, list[ClientUpdate]]) -> list[nn.Module]:
+        """Frozen copies: every client's model, or each trained member's average."""
+        if self.per_client_teachers:
+            return [self.loaded(name, u.state) for name, group in groups.items() for u in group]
+        return [copy.deepcopy(self.net(name)) for name in groups]
+
+    def loaded(self, name: str, state: State) -> nn.Module:
+        model = copy.deepcopy(self.net(name))
+        model.load_state_dict(state)
+        return model

@@ -1,0 +1,16 @@
+"""FedDrop-AT (FedProphet §7.2): federated dropout (Caldas et al., "Expanding the Reach of Federated
+Learning by Reducing Client Resource Requirements", 2018) with local adversarial training. A client
+keeps a random ceil(r C) of every hidden layer's C channels, drawn from (seed, round, client), r from
+its available memory; the server averages each element over the clients that held it
+(edgefl.methods.width)."""
+
+from __future__ import annotations
+
+from edgefl.methods.base import METHODS
+from edgefl.methods.width import WidthMethod, random_channels
+
+
+@METHODS.register("feddrop_at")
+class FedDropAT(WidthMethod):
+    def channels(self, count: int, n: int, round_: int, client: int) -> list[int]:
+        return random_channels(count, n, self.ctx.scenario.seed, round_, client)

@@ -1,0 +1,183 @@
+"""Comparison of run directories: accuracy, time to finish and to a target, speed-up over jFAT,
+memory need against the fleet, and where the time goes.
+
+The columns are what FedProphet (Tang, Wang et al.) reports: the speed-up in total training time over
+jFAT (§7.3, Fig. 8), the time breakdown into compute and data access (Fig. 3, Fig. 8) and the
+methods' memory need against the fleet's available memory (Fig. 7).
+
+Time breakdown: in a synchronous round every client k spends
+download + data access + compute + upload + wait = round time - server time, so the mean over the
+round's clients of each component, summed over rounds, plus the server time, is the run's simulated
+time: `breakdown` splits the total that way.
+"""
+
+from __future__ import annotations
+
+import csv
+import statistics
+import tomllib
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from edgefl.errors import EdgeflError
+
+BASELINE = "jfat"
+COLUMNS = ["method", "run", "clean_acc", "adv_acc", "sim_time_s", "time_to_target_s", "speedup_vs_jfat",
+           "speedup_to_target_vs_jfat", "mem_need_mb", "fleet_mem_median_mb", "fits_share",
+           "data_access_share", "compute_share", "comm_share", "wait_share"]
+# the stacked breakdown's parts, each the sum of these clients.csv columns (server: metrics.csv)
+PARTS = {"compute": ("compute_s",), "data_access": ("data_access_s",),
+         "comm": ("download_s", "upload_s"), "wait": ("wait_s",)}
+# how comparison.md shows each numeric column
+FORMATS = {"clean_acc": ".4f", "adv_acc": ".4f", "sim_time_s": ".1f", "time_to_target_s": ".1f",
+           "speedup_vs_jfat": ".2f", "speedup_to_target_vs_jfat": ".2f", "mem_need_mb": ".4g",
+           "fleet_mem_median_mb": ".4g", "fits_share": ".3f", "data_access_share": ".3f",
+           "compute_share": ".3f", "comm_share": ".3f", "wait_share": ".3f"}
+
+Row = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run directory's method and logs (CSV rows as strings)."""
+
+    path: Path
+    scenario: dict[str, Any]  # the resolved scenario.toml
+    metrics: list[dict[str, str]]
+    clients: list[dict[str, str]]
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def method(self) -> str:
+        return str(self.scenario["method"])
+
+
+def load_run(path: Path) -> Run:
+    """Read a run directory written by `edgefl run`."""
+    metrics, clients = _read_csv(path, "metrics.csv"), _read_csv(path, "clients.csv")
+    scenario = path / "scenario.toml"
+    if not scenario.is_file():
+        raise EdgeflError(str(path), "scenario.toml", "missing; give a run directory made by edgefl run")
+    return Run(path, tomllib.loads(scenario.read_text()), metrics, clients)
+
+
+def _read_csv(path: Path, name: str) -> list[dict[str, str]]:
+    file = path / name
+    if not file.is_file():
+        raise EdgeflError(str(path), name, "missing; give a run directory made by edgefl run")
+    with open(file, newline="") as f:
+        rows = list(csv.DictReader(f))
+    if not rows:
+        raise EdgeflError(str(file), "rows", "no rounds logged yet; run at least one round")
+    return rows
+
+
+def evaluated(run: Run) -> list[tuple[float, float, float]]:
+    """(simulated seconds, clean acc, adversarial acc) of the evaluated rounds; none in a dry run."""
+    return [(float(r["sim_time_s"]), float(r["clean_acc"]), float(r["adv_acc"]))
+            for r in run.metrics if r.get("adv_acc")]
+
+
+def sim_time(run: Run) -> float:
+    """Simulated seconds to finish the logged rounds."""
+    return float(run.metrics[-1]["sim_time_s"])
+
+
+def time_to_target(run: Run, target: float | None) -> float | None:
+    """First simulated time at which the adversarial accuracy reaches `target`; None if never."""
+    if target is None:
+        return None
+    return next((t for t, _, adv in evaluated(run) if adv >= target), None)
+
+
+def breakdown(run: Run) -> dict[str, float]:
+    """Seconds spent in compute, data access, comm (download + upload), wait and server: the mean over
+    each round's clients, summed over rounds; the parts add up to the run's simulated time."""
+    per_round: dict[str, list[dict[str, str]]] = defaultdict(list)
+    for c in run.clients:
+        per_round[c["round"]].append(c)
+    totals = dict.fromkeys([*PARTS, "server"], 0.0)
+    for clients in per_round.values():
+        for part, columns in PARTS.items():
+            totals[part] += sum(float(c[k]) for c in clients for k in columns) / len(clients)
+    totals["server"] = sum(float(r["server_s"]) for r in run.metrics)
+    return totals
+
+
+def memory(run: Run) -> tuple[float, float, float]:
+    """(peak MemReq MB over client-rounds, median available memory MB, share of client-rounds that fit)."""
+    req = [int(c["mem_req_bytes"]) for c in run.clients]
+    avail = [int(c["mem_avail_bytes"]) for c in run.clients]
+    fits = sum(r <= a for r, a in zip(req, avail, strict=True)) / len(req)
+    return max(req) / 1e6, statistics.median(avail) / 1e6, fits
+
+
+def check_target(target: float | None) -> None:
+    """A target is an adversarial accuracy, a fraction as metrics.csv logs it."""
+    if target is not None and not 0 < target <= 1:
+        raise EdgeflError("--target", f"{target:g}", "give the adversarial accuracy as a fraction in "
+                          "(0, 1], e.g. 0.5 for 50 %")
+
+
+def compare_table(runs: list[Path], target: float | None) -> list[Row]:
+    """One row per run directory (columns: COLUMNS); None where a value does not apply."""
+    check_target(target)
+    return table([load_run(p) for p in runs], target)
+
+
+def table(runs: list[Run], target: float | None) -> list[Row]:
+    """The comparison rows of loaded runs; speed-ups are against the first jFAT run, if any."""
+    rows = [_row(run, target) for run in runs]
+    base = next((r for r in rows if r["method"] == BASELINE), None)
+    for r in rows:
+        r["speedup_vs_jfat"] = _ratio(base["sim_time_s"], r["sim_time_s"]) if base else None
+        r["speedup_to_target_vs_jfat"] = (_ratio(base["time_to_target_s"], r["time_to_target_s"])
+                                          if base else None)
+    return [{c: r[c] for c in COLUMNS} for r in rows]
+
+
+def _row(run: Run, target: float | None) -> Row:
+    acc = evaluated(run)
+    parts = breakdown(run)
+    total = sum(parts.values())
+    need, median, fits = memory(run)
+    return {"method": run.method, "run": run.name,
+            "clean_acc": acc[-1][1] if acc else None, "adv_acc": acc[-1][2] if acc else None,
+            "sim_time_s": sim_time(run), "time_to_target_s": time_to_target(run, target),
+            "mem_need_mb": need, "fleet_mem_median_mb": median, "fits_share": fits,
+            **{f"{p}_share": parts[p] / total for p in PARTS}}
+
+
+def _ratio(num: float | None, den: float | None) -> float | None:
+    return num / den if num is not None and den else None
+
+
+def target_line(rows: list[Row], target: float | None) -> str:
+    """The sentence under the table: what the target was and which run the speed-ups divide."""
+    goal = f"adversarial accuracy >= {target:g}" if target is not None else "none given"
+    base = next((r["run"] for r in rows if r["method"] == BASELINE), None)
+    against = f"jFAT run `{base}`" if base else "no jFAT run given, so no speed-ups"
+    return f"Target: {goal}; speed-ups against {against}."
+
+
+def write_comparison(rows: list[Row], out_dir: Path, target: float | None) -> list[Path]:
+    """comparison.md (a Markdown table and the target line) and comparison.csv in `out_dir`."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    md, csv_path = out_dir / "comparison.md", out_dir / "comparison.csv"
+    header = f"| {' | '.join(COLUMNS)} |\n|{'---|' * len(COLUMNS)}\n"
+    body = "".join(f"| {' | '.join(_cell(r[c], FORMATS.get(c, '')) for c in COLUMNS)} |\n" for r in rows)
+    md.write_text(f"{header}{body}\n{target_line(rows, target)}\n")
+    with open(csv_path, "w", newline="") as f:
+        writer = csv.DictWriter(f, COLUMNS)
+        writer.writeheader()
+        writer.writerows({c: "" if r[c] is None else r[c] for c in COLUMNS} for r in rows)
+    return [md, csv_path]
+
+
+def _cell(value: Any, fmt: str) -> str:
+    return "" if value is None else format(value, fmt)

@@ -1,0 +1,192 @@
+"""The paper's figures from run directories, each saved as PNG and SVG.
+
+After FedProphet (Tang, Wang et al.): accuracy against simulated time and the speed-up over jFAT
+(§7.3), the time breakdown per method (Fig. 3, Fig. 8), the fleet's available memory against its
+performance with each method's memory need (Fig. 7), and APA's perturbation per round with the module
+boundaries (Fig. 11).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+
+from edgefl.report.compare import (
+    BASELINE,
+    PARTS,
+    Row,
+    Run,
+    breakdown,
+    check_target,
+    evaluated,
+    load_run,
+    memory,
+    table,
+)
+
+PART_LABELS = {"compute": "compute", "data_access": "data access (swap, data)",
+               "comm": "communication", "wait": "waiting", "server": "server"}
+LINE_STYLES = ["--", ":", "-."]
+
+
+def make_figures(runs: list[Path], out_dir: Path, target: float | None = None) -> list[Path]:
+    """Every figure that applies to `runs`, as PNG and SVG in `out_dir`; returns the files written."""
+    check_target(target)
+    loaded = [load_run(p) for p in runs]
+    labels = run_labels(loaded)
+    rows = table(loaded, target)
+    figures = {"accuracy": accuracy_figure(loaded, labels, target),
+               "speedup": speedup_figure(rows, labels, target),
+               "breakdown": breakdown_figure(loaded, labels),
+               "memory": memory_figure(loaded),
+               "epsilon": epsilon_figure(loaded, labels)}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, fig in figures.items():
+        if fig is not None:
+            written += save(fig, out_dir / name)
+    return written
+
+
+def save(fig: Figure, stem: Path) -> list[Path]:
+    """`stem`.png and `stem`.svg; closes the figure."""
+    fig.tight_layout()
+    paths = [stem.with_suffix(".png"), stem.with_suffix(".svg")]
+    for path in paths:
+        fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return paths
+
+
+def run_labels(runs: list[Run]) -> list[str]:
+    """The method's name, or "method (run)" when a method appears more than once."""
+    methods = [r.method for r in runs]
+    return [r.method if methods.count(r.method) == 1 else f"{r.method} ({r.name})" for r in runs]
+
+
+def accuracy_figure(runs: list[Run], labels: list[str], target: float | None) -> Figure | None:
+    """Adversarial and clean test accuracy against simulated hours (two panels); None in dry runs."""
+    curves = [(label, evaluated(run)) for run, label in zip(runs, labels, strict=True)]
+    if not any(points for _, points in curves):
+        return None
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), sharex=True)
+    for i, (label, points) in enumerate(curves):
+        hours = [t / 3600 for t, _, _ in points]
+        for ax, column in zip(axes, (2, 1), strict=True):
+            ax.plot(hours, [100 * p[column] for p in points], color=f"C{i}", marker="o", ms=3, label=label)
+    if target is not None:
+        axes[0].axhline(100 * target, color="grey", ls=":", label=f"target {100 * target:g} %")
+    for ax, kind in zip(axes, ("adversarial (PGD)", "clean"), strict=True):
+        ax.set(xlabel="simulated wall-clock time (hours)", ylabel=f"{kind} test accuracy (%)",
+               title=f"{kind.capitalize()} accuracy against simulated time", ylim=(0, 100))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    return fig
+
+
+def speedup_figure(rows: list[Row], labels: list[str], target: float | None) -> Figure | None:
+    """Speed-up over jFAT to finish and, where reached, to the target; None without a jFAT run or
+    with nothing but jFAT runs."""
+    if not any(r["method"] == BASELINE for r in rows) or all(r["method"] == BASELINE for r in rows):
+        return None
+    bars = {"to finish": "speedup_vs_jfat"}
+    if target is not None:
+        bars[f"to PGD accuracy {100 * target:g} %"] = "speedup_to_target_vs_jfat"
+    width = 0.8 / len(bars)
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(rows) + 2), 4.5))
+    for j, (name, column) in enumerate(bars.items()):
+        xs = [i + (j - (len(bars) - 1) / 2) * width for i in range(len(rows))]
+        values = [r[column] for r in rows]
+        drawn = ax.bar(xs, [v or 0.0 for v in values], width, label=name, color=f"C{j}")
+        ax.bar_label(drawn, labels=[_bar_text(r, v) for r, v in zip(rows, values, strict=True)],
+                     fontsize=8)
+    ax.axhline(1.0, color="grey", ls=":", label="jFAT (1x)")
+    ax.set_xticks(range(len(rows)), labels, rotation=20, ha="right")
+    ax.set(ylabel="speed-up over jFAT (x, simulated time)", title="Speed-up over jFAT")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def _bar_text(row: Row, speedup: float | None) -> str:
+    if speedup is not None:
+        return f"{speedup:.2f}x"
+    return "not reached" if row["time_to_target_s"] is None else "jFAT did not reach it"
+
+
+def breakdown_figure(runs: list[Run], labels: list[str]) -> Figure:
+    """Stacked simulated hours per run: compute, data access, communication, waiting, server."""
+    parts = [breakdown(run) for run in runs]
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(runs) + 3), 4.5))
+    bottom = [0.0] * len(runs)
+    for j, part in enumerate([*PARTS, "server"]):
+        hours = [p[part] / 3600 for p in parts]
+        ax.bar(range(len(runs)), hours, 0.6, bottom=bottom, label=PART_LABELS[part], color=f"C{j}")
+        bottom = [b + h for b, h in zip(bottom, hours, strict=True)]
+    ax.set_xticks(range(len(runs)), labels, rotation=20, ha="right")
+    ax.set(ylabel="simulated time (hours)", title="Where the time goes (mean client per round)")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    return fig
+
+
+def memory_figure(runs: list[Run]) -> Figure:
+    """Client-rounds' available memory (MB) against effective GFLOP/s, log-log, one colour per fleet
+    (pool, sampling skew s, seed), with each method's peak memory need and R_min as vertical lines
+    (Fig. 7)."""
+    fleets: dict[str, set[tuple[str, ...]]] = {}
+    for run in runs:
+        f = run.scenario["fleet"]
+        label = f"client-rounds, {f['pool']} pool, s = {f['balance_s']:g}, seed {run.scenario['seed']}"
+        fleets.setdefault(label, set()).update(
+            (c["round"], c["client"], c["mem_avail_bytes"], c["flops"]) for c in run.clients)
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for i, (label, points) in enumerate(fleets.items()):
+        ax.scatter([int(p[2]) / 1e6 for p in points], [float(p[3]) / 1e9 for p in points], s=12,
+                   alpha=0.5, color=f"C{i}", label=f"{label} ({len(points)})")
+    lines: dict[float, list[str]] = {}  # MB -> what needs or keeps that much, one line for all
+    for run in runs:
+        for name, mb in ((f"{run.method} needs", memory(run)[0]),
+                         ("R_min", float(run.scenario["fleet"]["reserved_memory_mb"]))):
+            if name not in lines.setdefault(round(mb, 6), []):
+                lines[round(mb, 6)].append(name)
+    for j, (mb, names) in enumerate(sorted(lines.items())):
+        ax.axvline(mb, color=f"C{len(fleets) + j}", ls=LINE_STYLES[j % len(LINE_STYLES)], lw=1.5,
+                   label=f"{', '.join(names)} {mb:.3g} MB")
+    ax.set(xscale="log", yscale="log", xlabel="available memory for training (MB, log scale)",
+           ylabel="effective performance (GFLOP/s, log scale)",
+           title="Fleet memory and performance against each method's memory need")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def epsilon_figure(runs: list[Run], labels: list[str]) -> Figure | None:
+    """FedProphet's perturbation per round with module boundaries as dashed lines (Fig. 11); None
+    when no run logs `eps`."""
+    with_eps = [(run, label) for run, label in zip(runs, labels, strict=True) if run.metrics[0].get("eps")]
+    if not with_eps:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    logged = [[float(r["eps"]) for r in run.metrics] for run, _ in with_eps]
+    for i, (run, label) in enumerate(with_eps):
+        rounds = [int(r["round"]) + 1 for r in run.metrics]
+        ax.plot(rounds, logged[i], color=f"C{i}", label=label)
+        starts = [rounds[k] for k in range(1, len(rounds))
+                  if run.metrics[k].get("module") != run.metrics[k - 1].get("module")]
+        for k, x in enumerate(starts):
+            ax.axvline(x - 0.5, color=f"C{i}", ls="--", alpha=0.6,
+                       label=f"{label}: next module starts" if k == 0 else None)
+    log = all(e > 0 for eps in logged for e in eps)  # a dry run measures no feature perturbation: 0
+    ax.set(yscale="log" if log else "linear", xlabel="communication round",
+           ylabel=f"perturbation magnitude ε{' (log scale)' if log else ''}\n"
+                  "input L∞ on module 1, feature L2 after",
+           title="FedProphet's adaptive perturbation per round")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    return fig

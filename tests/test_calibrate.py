@@ -1,0 +1,126 @@
+"""Host calibration: the median of repeats, the written profile, and `edgefl devices calibrate`."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_cli import one_error_line
+
+from edgefl.cli import main
+from edgefl.config import load_scenario
+from edgefl.devices import catalog
+from edgefl.devices.calibrate import (
+    QUICK,
+    Calibration,
+    Compute,
+    Storage,
+    measure_flops,
+    measure_storage,
+    median_time,
+    render_profile,
+    write_profile,
+)
+from edgefl.devices.profile import DeviceProfile, load_profile
+
+ROOT = Path(__file__).resolve().parents[1]
+CALIBRATION = Calibration(
+    memory_mb=16000.0,
+    compute=Compute(matmul_gflops=123.456, conv_gflops=98.7),
+    storage=Storage(read_mbps=2500.04, write_mbps=0.0123456, read_latency_ms=0.1, write_latency_ms=2.0),
+)
+
+
+def fake_clock(ticks: list[float]) -> Iterator[float]:
+    return iter(ticks)
+
+
+def test_median_time_of_odd_repeats() -> None:
+    # start/stop pairs (0, 3), (10, 11), (20, 22): durations 3, 1, 2 -> sorted 1, 2, 3 -> median 2
+    clock = fake_clock([0.0, 3.0, 10.0, 11.0, 20.0, 22.0])
+    calls: list[int] = []
+    assert median_time(lambda: calls.append(1), 3, lambda: next(clock)) == 2.0
+    assert len(calls) == 3
+
+
+def test_median_time_of_even_repeats() -> None:
+    # durations 1 and 4: the median of an even count is the mean of the middle two, (1 + 4) / 2
+    clock = fake_clock([0.0, 1.0, 5.0, 9.0])
+    assert median_time(lambda: None, 2, lambda: next(clock)) == 2.5
+
+
+def test_peak_compute_and_mean_latency() -> None:
+    assert CALIBRATION.compute.peak_gflops == 123.456  # max(123.456, 98.7)
+    assert CALIBRATION.storage.latency_ms == pytest.approx(1.05)  # (0.1 + 2.0) / 2
+
+
+def test_profile_round_trips_through_load_profile(tmp_path: Path) -> None:
+    path = tmp_path / "my_host.toml"
+    written = write_profile(path, render_profile("my_host", "host", CALIBRATION))
+    loaded = load_profile(path, DeviceProfile)
+    assert written == loaded
+    # four significant digits: 123.456 -> 123.5, 2500.04 -> 2500.0, a tiny 0.0123456 -> 0.01235 (not 0)
+    assert (loaded.name, loaded.pools, loaded.memory_mb) == ("my_host", ["host"], 16000.0)
+    assert loaded.compute_gflops == 123.5
+    assert (loaded.storage_read_mbps, loaded.storage_write_mbps) == (2500.0, 0.01235)
+    assert loaded.storage_latency_ms == 1.05
+    assert [p.name for p in tmp_path.iterdir()] == ["my_host.toml"]  # no staging folder left
+
+
+def test_profile_joins_the_catalog_and_a_scenario(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "device_profiles"
+    shutil.copytree(ROOT / "device_profiles", root)
+    write_profile(root / "my_host.toml", render_profile("my_host", "host", CALIBRATION))
+    cat = catalog.load_catalog(root)
+    assert [d.name for d in cat.pool("host")] == ["my_host"]
+    monkeypatch.setattr(catalog, "load_catalog", lambda: cat)  # scenarios read device_profiles/
+    s = load_scenario(ROOT / "scenarios" / "quickstart.toml", ['fleet.devices = ["my_host"]'])
+    assert s.fleet.devices == ["my_host"]
+
+
+def test_measurements_are_positive_and_leave_no_file(tmp_path: Path) -> None:
+    compute = measure_flops(QUICK, repeats=2)
+    assert compute.matmul_gflops > 0 and compute.conv_gflops > 0
+    storage = measure_storage(tmp_path, QUICK, repeats=2)
+    assert min(storage.read_mbps, storage.write_mbps) > 0
+    assert min(storage.read_latency_ms, storage.write_latency_ms) > 0
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_calibrate_writes_a_valid_profile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "tmp" / "x.toml"
+    assert main(["devices", "calibrate", "--quick", "--repeats", "2", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "GFLOP/s" in printed and str(out) in printed
+    assert main(["devices", "validate", str(out)]) == 0
+    assert capsys.readouterr().out.startswith(f"{out}: ok (x:")
+    assert [p.name for p in out.parent.iterdir()] == ["x.toml"]
+
+
+def test_cli_calibrate_refuses_to_overwrite(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "x.toml"
+    out.write_text("keep me")
+    assert main(["devices", "calibrate", "--quick", "--out", str(out)]) == 2
+    assert "--overwrite" in one_error_line(capsys.readouterr().err)
+    assert out.read_text() == "keep me"
+    assert main(["devices", "calibrate", "--quick", "--repeats", "1", "--out", str(out), "--overwrite"]) == 0
+    assert load_profile(out, DeviceProfile).name == "x"
+
+
+@pytest.mark.parametrize(("args", "key"), [
+    (["--name", "other"], "--name"),
+    (["--repeats", "0"], "--repeats"),
+])
+def test_cli_calibrate_bad_options(tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str],
+                                   key: str) -> None:
+    out = tmp_path / "x.toml"
+    assert main(["devices", "calibrate", "--quick", "--out", str(out), *args]) == 2
+    assert f": {key}: " in one_error_line(capsys.readouterr().err)
+    assert not out.exists()
+
+
+def test_cli_calibrate_needs_a_toml_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["devices", "calibrate", "--quick", "--out", str(tmp_path / "x.txt")]) == 2
+    assert ".toml" in one_error_line(capsys.readouterr().err)

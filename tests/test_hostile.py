@@ -1,0 +1,297 @@
+"""Hostile input: random, truncated and mutated scenario and profile files, and random `--set` strings.
+
+Every one ends with exit code 2 and one line `edgefl: error: ...` on stderr, never a traceback, and
+`edgefl run` leaves no run directory behind. A generated scenario that might be valid is run with
+`--set rounds=0` (which validation refuses) or only loaded, so no example ever starts training.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+import tomllib
+import typing
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from test_cli import one_error_line
+
+from edgefl.cli import main
+from edgefl.config import Scenario, load_scenario
+from edgefl.devices.profile import DeviceProfile
+from edgefl.errors import EdgeflError
+
+ROOT = Path(__file__).resolve().parents[1]
+SCENARIO_TEXT = (ROOT / "scenarios" / "quickstart.toml").read_text()
+PROFILE_TEXT = (ROOT / "device_profiles" / "raspberry_pi_4.toml").read_text()
+REFUSED = "--set=rounds=0"  # `rounds` must be at least 1: a file that happens to be valid never trains
+HOSTILE = settings(max_examples=60, deadline=None, derandomize=True, database=None,
+                   suppress_health_check=[HealthCheck.function_scoped_fixture])
+Capsys = pytest.CaptureFixture[str]
+
+
+def schema_leaves(cls: type, prefix: str = "") -> list[tuple[str, Any]]:
+    """(dotted key, type hint) of every scalar or list field, sections descended."""
+    hints = typing.get_type_hints(cls)
+    leaves: list[tuple[str, Any]] = []
+    for f in dataclasses.fields(cls):
+        hint = hints[f.name]
+        if dataclasses.is_dataclass(hint):
+            leaves += schema_leaves(hint, f"{prefix}{f.name}.")  # type: ignore[arg-type]
+        else:
+            leaves.append((prefix + f.name, hint))
+    return leaves
+
+
+SCENARIO_LEAVES = schema_leaves(Scenario)
+PROFILE_LEAVES = schema_leaves(DeviceProfile)
+SECTIONS = ["", *sorted({key.rpartition(".")[0] for key, _ in SCENARIO_LEAVES} - {""})]
+
+
+# a small TOML writer: tomllib reads only ------------------------------------------------------------
+
+
+def toml_string(s: str) -> str:
+    """A TOML basic string: printable characters as they are, everything else as an escape."""
+    def char(c: str) -> str:
+        if c.isprintable() and c not in '"\\':
+            return c
+        return f"\\u{ord(c):04x}" if ord(c) < 0x10000 else f"\\U{ord(c):08x}"
+    return '"' + "".join(map(char, s)) + '"'
+
+
+def toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return {"nan": "nan", "inf": "inf", "-inf": "-inf"}.get(repr(v), repr(v))
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, str):
+        return toml_string(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(map(toml_value, v)) + "]"
+    return "{" + ", ".join(f"{toml_string(k)} = {toml_value(x)}" for k, x in v.items()) + "}"
+
+
+def toml_document(doc: dict[str, Any]) -> str:
+    """Top-level keys first, then one [table] per top-level table (deeper tables inline)."""
+    top = [f"{toml_string(k)} = {toml_value(v)}" for k, v in doc.items() if not isinstance(v, dict)]
+    tables = [f"[{toml_string(k)}]\n" + "".join(f"{toml_string(kk)} = {toml_value(vv)}\n"
+                                                 for kk, vv in v.items())
+              for k, v in doc.items() if isinstance(v, dict)]
+    return "\n".join([*top, *tables]) + "\n"
+
+
+def set_key(doc: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
+    """A copy of `doc` with dotted `key` set (sections created as needed)."""
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in doc.items()}
+    *parents, leaf = key.split(".")
+    node = out
+    for part in parents:
+        if not isinstance(node.get(part), dict):
+            node[part] = {}
+        node = node[part]
+    node[leaf] = value
+    return out
+
+
+# strategies ---------------------------------------------------------------------------------------
+
+
+scalars = st.one_of(st.integers(-(2**70), 2**70), st.floats(), st.booleans(), st.text(max_size=12))
+values = st.recursive(scalars, lambda kids: st.lists(kids, max_size=3)
+                      | st.dictionaries(st.text(max_size=6), kids, max_size=3), max_leaves=6)
+NOT_A_VALUE = [float("nan"), float("inf"), float("-inf"), {"a": {"b": 1}}, 2**63, -(2**63) - 1]
+WRONG_TYPE: dict[Any, list[Any]] = {
+    int: ["5", 1.5, True], float: ["0.5", True], bool: [1, "true"], str: [1, 1.5, False]}
+
+
+def invalid_values(hint: Any) -> st.SearchStrategy[Any]:
+    """Values no field with this annotation accepts: wrong types, non-finite, tables, beyond 64 bits."""
+    if typing.get_origin(hint) is list:
+        (inner,) = typing.get_args(hint)
+        return st.sampled_from([*NOT_A_VALUE, "x", 1, [[1]], [{"a": 1}], [float("nan")],
+                                *([w] for w in WRONG_TYPE[inner])])
+    return st.sampled_from([*NOT_A_VALUE, [], [1], *WRONG_TYPE[hint]])
+
+
+def leaf_and_invalid_value(leaves: list[tuple[str, Any]]) -> st.SearchStrategy[tuple[str, Any]]:
+    return st.sampled_from(leaves).flatmap(lambda kh: st.tuples(st.just(kh[0]), invalid_values(kh[1])))
+
+
+edge_values = st.sampled_from([0, -1, -1.0, -1e9, 1e308, 2**63 - 1, -(2**63), "", [], [0.0], [-1.0, 2.0]])
+random_keys = st.one_of(st.sampled_from([k.rpartition(".")[2] for k, _ in SCENARIO_LEAVES]),
+                        st.text(min_size=1, max_size=10))
+placed_entries = st.lists(st.tuples(st.sampled_from(SECTIONS), random_keys, values), min_size=1, max_size=6)
+
+
+def document(entries: list[tuple[str, str, Any]]) -> dict[str, Any]:
+    doc: dict[str, Any] = {}
+    for section, key, value in entries:
+        doc = set_key(doc, f"{section}.{key}" if section else key, value)
+    return doc
+
+
+# the CLI, in process ------------------------------------------------------------------------------
+
+
+@contextmanager
+def scratch() -> Iterator[Path]:
+    """A fresh folder per generated example (pytest's tmp_path is one per test, not per example)."""
+    with tempfile.TemporaryDirectory() as folder:
+        yield Path(folder)
+
+
+def write(path: Path, content: str | bytes) -> Path:
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    return path
+
+
+def expect_error(capsys: Capsys, argv: list[str]) -> str:
+    capsys.readouterr()  # drop what an earlier example printed
+    assert main(argv) == 2
+    return one_error_line(capsys.readouterr().err)
+
+
+def run_refused(capsys: Capsys, content: str | bytes, *overrides: str) -> str:
+    """`edgefl run` on the content as a scenario file: an error, and no run directory."""
+    with scratch() as folder:
+        path, out = write(folder / "scenario.toml", content), folder / "run"
+        line = expect_error(capsys, ["run", str(path), "--out", str(out), *overrides])
+        assert not out.exists()
+    return line
+
+
+def validate_refused(capsys: Capsys, content: str | bytes, stem: str = "random") -> str:
+    with scratch() as folder:
+        path = write(folder / f"{stem}.toml", content)
+        return expect_error(capsys, ["devices", "validate", str(path)])
+
+
+def loads_or_one_line_error(content: str) -> None:
+    """A file that may be valid: it loads, or fails with one EdgeflError line, never anything else."""
+    with scratch() as folder:
+        try:
+            load_scenario(write(folder / "scenario.toml", content))
+        except EdgeflError as exc:
+            assert "\n" not in str(exc)
+
+
+# (a) random bytes, random text, truncated valid TOML ----------------------------------------------
+
+
+@HOSTILE
+@given(st.binary(max_size=1000))
+def test_random_bytes_scenario(capsys: Capsys, content: bytes) -> None:
+    run_refused(capsys, content, REFUSED)
+
+
+@HOSTILE
+@given(st.text(max_size=1000))
+@example("a = " + "1" * 5000)  # past Python's 4300-digit int limit: tomllib raised a bare ValueError
+@example("a = " + "[" * 5000 + "]" * 5000)  # deep nesting: tomllib raised RecursionError
+@example('"new\\nline" = 1')  # an unknown key holding a newline made a two-line error
+def test_random_text_scenario(capsys: Capsys, content: str) -> None:
+    run_refused(capsys, content, REFUSED)
+
+
+@HOSTILE
+@given(st.integers(0, len(SCENARIO_TEXT)))
+def test_truncated_scenario(capsys: Capsys, cut: int) -> None:
+    run_refused(capsys, SCENARIO_TEXT[:cut], REFUSED)
+
+
+# (b) valid TOML, random keys and values of random types at random places of the schema -------------
+
+
+@HOSTILE
+@given(placed_entries)
+@example([("cost", "server_s", 10**400)])  # float(10**400) raised OverflowError
+def test_random_keys_and_values_in_schema(capsys: Capsys, entries: list[tuple[str, str, Any]]) -> None:
+    text = toml_document(document(entries))
+    run_refused(capsys, text, REFUSED)
+    loads_or_one_line_error(text)
+
+
+# (c) the quickstart scenario with one key set to a wrong type or an out-of-range value -------------
+
+
+@HOSTILE
+@given(leaf_and_invalid_value(SCENARIO_LEAVES))
+@example(("training.lr", float("inf")))  # passed "must be positive"
+@example(("fleet.balance_s", float("nan")))  # has no range check: NaN got through
+@example(("seed", 2**64))  # overflowed torch.manual_seed at the start of a run
+def test_mutated_scenario(capsys: Capsys, mutation: tuple[str, Any]) -> None:
+    key, value = mutation
+    text = toml_document(set_key(tomllib.loads(SCENARIO_TEXT), key, value))
+    assert f": {key}: " in run_refused(capsys, text)
+
+
+@HOSTILE
+@given(st.sampled_from(SCENARIO_LEAVES), edge_values)
+def test_edge_values_in_scenario(leaf: tuple[str, Any], value: Any) -> None:
+    """Negative, zero, huge and empty values may be valid for some keys: load them, never run them."""
+    loads_or_one_line_error(toml_document(set_key(tomllib.loads(SCENARIO_TEXT), leaf[0], value)))
+
+
+# (d) device profile files through `edgefl devices validate` ----------------------------------------
+
+
+@HOSTILE
+@given(st.one_of(st.binary(max_size=500), st.text(max_size=500)))
+def test_random_profile(capsys: Capsys, content: str | bytes) -> None:
+    validate_refused(capsys, content)
+
+
+@HOSTILE
+@given(st.integers(0, len(PROFILE_TEXT)))
+def test_truncated_profile(capsys: Capsys, cut: int) -> None:
+    # saved under another name, so even the whole text is refused (name must equal the file name)
+    validate_refused(capsys, PROFILE_TEXT[:cut], "truncated")
+
+
+@HOSTILE
+@given(st.one_of(leaf_and_invalid_value(PROFILE_LEAVES), st.sampled_from([
+    ("memory_mb", -1.0), ("compute_gflops", 0), ("storage_read_mbps", -1e9), ("storage_write_mbps", 0.0),
+    ("storage_latency_ms", -0.5), ("networks", []), ("networks", ["dialup"]), ("name", "other"),
+])))
+@example(("memory_mb", float("inf")))  # passed "must be positive"
+def test_mutated_profile(capsys: Capsys, mutation: tuple[str, Any]) -> None:
+    key, value = mutation
+    text = toml_document(set_key(tomllib.loads(PROFILE_TEXT), key, value))
+    assert f": {key}: " in validate_refused(capsys, text, "raspberry_pi_4")
+
+
+@HOSTILE
+@given(st.text(min_size=1, max_size=10), values)
+def test_profile_with_an_unknown_key(capsys: Capsys, key: str, value: Any) -> None:
+    doc = tomllib.loads(PROFILE_TEXT)
+    text = toml_document({**doc, key: value})
+    if key in doc:  # a known key with a random value: still refused, by its type or range, or the name
+        validate_refused(capsys, text, "other")
+    else:
+        assert "unknown key" in validate_refused(capsys, text, "raspberry_pi_4")
+
+
+# (e) `--set` override strings ---------------------------------------------------------------------
+
+
+@HOSTILE
+@given(st.text(max_size=60))
+@example("a\nb")  # a --set without `=` holding a newline made a two-line error
+@example("seed=" + "9" * 5000)
+def test_random_override(capsys: Capsys, override: str) -> None:
+    run_refused(capsys, SCENARIO_TEXT, f"--set={override}", REFUSED)
+
+
+@HOSTILE
+@given(st.sampled_from([k for k, _ in SCENARIO_LEAVES]) | st.text(max_size=15),
+       values.map(toml_value) | st.text(max_size=20))
+def test_schema_override(capsys: Capsys, key: str, value: str) -> None:
+    run_refused(capsys, SCENARIO_TEXT, f"--set={key}={value}", REFUSED)

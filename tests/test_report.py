@@ -1,0 +1,152 @@
+"""The comparison table and the figures from tiny hand-written run directories; `edgefl plot`."""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from edgefl.cli import main
+from edgefl.errors import EdgeflError
+from edgefl.experiment import CLIENTS, METRICS
+from edgefl.report.compare import COLUMNS, breakdown, compare_table, load_run, write_comparison
+from edgefl.report.figures import make_figures
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+# client rows: round, mem_avail, mem_req, download, data access, compute, upload, wait (seconds);
+# per client download + data access + compute + upload + wait = round time - server time
+JFAT_CLIENTS = [(0, 1e6, 2e6, 1, 9, 80, 10, 0), (0, 4e6, 2e6, 1, 1, 38, 0, 60),  # round 0: 100 - 0
+                (1, 3e6, 2e6, 2, 18, 100, 20, 0), (1, 1.5e6, 2e6, 2, 2, 56, 0, 80)]  # round 1: 150 - 10
+PROPHET_CLIENTS = [(t, 2e6, 1e6, 1, 1, 36, 2, 0) for t in range(3)]  # rounds of 40, 40, 45 - 5
+
+
+def write_run(path: Path, method: str, metrics: list[dict[str, object]],
+              clients: Sequence[tuple[float, ...]]) -> Path:
+    """A run directory as `edgefl run` writes it, with only the columns the report reads filled."""
+    path.mkdir()
+    (path / "scenario.toml").write_text(
+        f'method = "{method}"\nseed = 0\n\n[fleet]\npool = "edge"\nbalance_s = 0.0\n'
+        "reserved_memory_mb = 1.0\n")
+    extra = [k for k in metrics[0] if k not in METRICS]
+    with open(path / "metrics.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, METRICS + extra, restval="")
+        writer.writeheader()
+        writer.writerows(metrics)
+    with open(path / "clients.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, CLIENTS, restval="")
+        writer.writeheader()
+        for k, (t, avail, req, down, data, comp, up, wait) in enumerate(clients):
+            writer.writerow({"round": int(t), "client": k % 2, "device": "d", "flops": 1e9 * (k + 1),
+                             "mem_avail_bytes": int(avail), "mem_req_bytes": int(req),
+                             "download_s": down, "data_access_s": data, "compute_s": comp,
+                             "upload_s": up, "wait_s": wait})
+    return path
+
+
+@pytest.fixture
+def runs(tmp_path: Path) -> list[Path]:
+    """jFAT (2 rounds, 250 s), FedProphet (3 rounds, 125 s, eps and modules) and a dry SFAT run (50 s)."""
+    jfat = write_run(tmp_path / "jfat-run", "jfat", [
+        {"round": 0, "sim_time_s": 100, "server_s": 0, "clean_acc": 0.5, "adv_acc": 0.2},
+        {"round": 1, "sim_time_s": 250, "server_s": 10, "clean_acc": 0.7, "adv_acc": 0.45}], JFAT_CLIENTS)
+    prophet = write_run(tmp_path / "fp-run", "fedprophet", [
+        {"round": 0, "sim_time_s": 40, "server_s": 0, "module": 1, "eps": 0.03},
+        {"round": 1, "sim_time_s": 80, "server_s": 0, "clean_acc": 0.6, "adv_acc": 0.41, "module": 1,
+         "eps": 0.03},
+        {"round": 2, "sim_time_s": 125, "server_s": 5, "clean_acc": 0.65, "adv_acc": 0.5, "module": 2,
+         "eps": 1.2}], PROPHET_CLIENTS)
+    dry = write_run(tmp_path / "dry-run", "sfat", [{"round": 0, "sim_time_s": 50, "server_s": 0}],
+                    [(0, 2e6, 1e6, 0, 0, 50, 0, 0)])
+    return [jfat, prophet, dry]
+
+
+def test_breakdown_by_hand_adds_up_to_the_simulated_time(runs: list[Path]) -> None:
+    parts = breakdown(load_run(runs[0]))
+    # means over each round's two clients, summed over the two rounds:
+    # compute (80+38)/2 + (100+56)/2 = 137; data access (9+1)/2 + (18+2)/2 = 15;
+    # comm (1+10+1+0)/2 + (2+20+2+0)/2 = 18; wait (0+60)/2 + (0+80)/2 = 70; server 0 + 10 = 10
+    assert parts == pytest.approx({"compute": 137, "data_access": 15, "comm": 18, "wait": 70, "server": 10})
+    for run in runs:
+        last = float(load_run(run).metrics[-1]["sim_time_s"])
+        assert math.isclose(sum(breakdown(load_run(run)).values()), last)
+
+
+def test_table_by_hand(runs: list[Path]) -> None:
+    jfat, prophet, dry = compare_table(runs, target=0.4)
+    assert list(jfat) == COLUMNS
+    # jFAT: last evaluation 0.7 / 0.45; first adv >= 0.4 at round 1 (250 s); MemReq 2 MB; available
+    # 1, 4, 3, 1.5 MB -> median (1.5 + 3) / 2 = 2.25 MB; fits on clients with 4 and 3 MB: 2 / 4;
+    # shares of 250 s: compute 137 -> 0.548, data 15 -> 0.06, comm 18 -> 0.072, wait 70 -> 0.28
+    assert jfat == pytest.approx({
+        "method": "jfat", "run": "jfat-run", "clean_acc": 0.7, "adv_acc": 0.45, "sim_time_s": 250,
+        "time_to_target_s": 250, "speedup_vs_jfat": 1.0, "speedup_to_target_vs_jfat": 1.0,
+        "mem_need_mb": 2.0, "fleet_mem_median_mb": 2.25, "fits_share": 0.5, "data_access_share": 0.06,
+        "compute_share": 0.548, "comm_share": 0.072, "wait_share": 0.28})
+    # FedProphet: round 0 not evaluated, adv 0.41 >= 0.4 at round 1 (80 s); 250 / 125 = 2.0 to finish,
+    # 250 / 80 = 3.125 to the target; compute 3 x 36 = 108 of 125 s = 0.864, data 3 / 125 = 0.024,
+    # comm 3 x 3 = 9 -> 0.072, no waiting
+    assert prophet == pytest.approx({
+        "method": "fedprophet", "run": "fp-run", "clean_acc": 0.65, "adv_acc": 0.5, "sim_time_s": 125,
+        "time_to_target_s": 80, "speedup_vs_jfat": 2.0, "speedup_to_target_vs_jfat": 3.125,
+        "mem_need_mb": 1.0, "fleet_mem_median_mb": 2.0, "fits_share": 1.0, "data_access_share": 0.024,
+        "compute_share": 0.864, "comm_share": 0.072, "wait_share": 0.0})
+    # the dry run: no accuracy, so no time to target; 250 / 50 = 5.0 to finish
+    assert (dry["clean_acc"], dry["adv_acc"], dry["time_to_target_s"]) == (None, None, None)
+    assert (dry["speedup_vs_jfat"], dry["speedup_to_target_vs_jfat"]) == (5.0, None)
+
+
+def test_time_to_target_never_reached_and_no_jfat(runs: list[Path]) -> None:
+    # 0.46 is above jFAT's 0.45, but FedProphet's 0.5 at 125 s reaches it
+    jfat, prophet, _ = compare_table(runs, target=0.46)
+    assert jfat["time_to_target_s"] is None and prophet["time_to_target_s"] == 125
+    assert prophet["speedup_to_target_vs_jfat"] is None
+    (alone,) = compare_table(runs[1:2], target=0.4)
+    assert alone["speedup_vs_jfat"] is None and alone["speedup_to_target_vs_jfat"] is None
+
+
+def test_a_target_in_percent_is_refused(runs: list[Path]) -> None:
+    with pytest.raises(EdgeflError, match="fraction"):
+        compare_table(runs, target=40)
+
+
+def test_write_comparison(runs: list[Path], tmp_path: Path) -> None:
+    rows = compare_table(runs, target=0.4)
+    md, table = write_comparison(rows, tmp_path / "out", 0.4)
+    lines = md.read_text().splitlines()
+    assert lines[0] == f"| {' | '.join(COLUMNS)} |"
+    assert lines[2].startswith("| jfat | jfat-run | 0.7000 | 0.4500 | 250.0 | 250.0 | 1.00 | 1.00 |")
+    assert lines[4].startswith("| sfat | dry-run |  |  | 50.0 |  | 5.00 |  |")
+    assert lines[-1] == "Target: adversarial accuracy >= 0.4; speed-ups against jFAT run `jfat-run`."
+    with open(table, newline="") as f:
+        back = list(csv.DictReader(f))
+    assert [r["method"] for r in back] == ["jfat", "fedprophet", "sfat"]
+    assert float(back[1]["speedup_to_target_vs_jfat"]) == 3.125
+    assert back[2]["adv_acc"] == "" and back[2]["time_to_target_s"] == ""
+
+
+def test_plot_makes_every_figure_as_png_and_svg(runs: list[Path],
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plot", *map(str, runs), "--target", "0.4"]) == 0
+    out = runs[0] / "figures"
+    names = ["accuracy", "speedup", "breakdown", "memory", "epsilon"]
+    expected = [out / f"{n}.{ext}" for n in names for ext in ("png", "svg")]
+    assert capsys.readouterr().out.split() == [str(p) for p in expected]
+    for path in expected:
+        data = path.read_bytes()
+        assert len(data) > 1000
+        assert data.startswith(PNG_MAGIC) if path.suffix == ".png" else b"<svg" in data[:2000]
+
+
+def test_only_the_figures_that_apply(runs: list[Path], tmp_path: Path) -> None:
+    """A dry run alone has no accuracy, no jFAT to compare with and no epsilon."""
+    written = make_figures(runs[2:], tmp_path / "figs")
+    assert [p.name for p in written] == ["breakdown.png", "breakdown.svg", "memory.png", "memory.svg"]
+
+
+def test_plot_refuses_a_percent_target(runs: list[Path], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plot", str(runs[0]), "--target", "40"]) == 2
+    assert "--target" in capsys.readouterr().err
+    assert not (runs[0] / "figures").exists()

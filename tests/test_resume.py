@@ -1,0 +1,106 @@
+"""Checkpoint and resume: a run killed at any point continues to the metrics of an uninterrupted run."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from edgefl import checkpoint
+from edgefl.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICKSTART = ROOT / "scenarios" / "quickstart.toml"
+SMALL = ["rounds=4", "fleet.clients=6", "training.local_iters=6", "attack.steps=3", "evaluation.steps=2",
+         "data.test_samples=32", "threads=1"]
+
+
+def sets(items: list[str]) -> list[str]:
+    return [arg for item in items for arg in ("--set", item)]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("whole") / "run"
+    assert main(["run", str(QUICKSTART), *sets(SMALL), "--out", str(out), "--quiet"]) == 0
+    return out
+
+
+def same_logs(a: Path, b: Path) -> None:
+    for name in ("metrics.csv", "clients.csv"):
+        assert (a / name).read_text() == (b / name).read_text(), name
+    ours, theirs = (torch.load(d / checkpoint.FILE, weights_only=True)["method"] for d in (a, b))
+    for key, tensor in ours["model"].items():
+        assert torch.equal(tensor, theirs["model"][key]), key
+
+
+def test_a_real_run_killed_mid_round_resumes_to_the_same_metrics(uninterrupted, tmp_path):
+    out = tmp_path / "killed"
+    cmd = [sys.executable, "-c", "from edgefl.cli import main; raise SystemExit(main())", "run", str(QUICKSTART), *sets(SMALL), "--out", str(out),
+           "--quiet"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / checkpoint.FILE).exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.3)  # into the next round's training
+        assert proc.poll() is None, "the run ended before it could be killed"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    finally:
+        proc.kill()
+    assert not (out / "summary.json").exists()
+    saved = torch.load(out / checkpoint.FILE, weights_only=True)["next_round"]
+    assert 1 <= saved < 4
+    assert main(["run", "--resume", str(out), "--quiet"]) == 0
+    same_logs(out, uninterrupted)
+
+
+def test_rows_written_after_the_last_checkpoint_are_not_repeated(uninterrupted, tmp_path, monkeypatch):
+    """Die after round 2's rows are written but before its checkpoint: resume drops and redoes them."""
+    out = tmp_path / "late"
+    real_save = checkpoint.save
+
+    def dies_at_round_2(path: Path, state: dict) -> None:
+        if state["next_round"] == 3:
+            raise KeyboardInterrupt
+        real_save(path, state)
+
+    monkeypatch.setattr(checkpoint, "save", dies_at_round_2)
+    assert main(["run", str(QUICKSTART), *sets(SMALL), "--out", str(out), "--quiet"]) == 130
+    assert (out / "metrics.csv").read_text().count("\n") == 1 + 3  # header, rounds 0-2
+    monkeypatch.setattr(checkpoint, "save", real_save)
+    assert main(["run", "--resume", str(out), "--quiet"]) == 0
+    same_logs(out, uninterrupted)
+
+
+class Boom:
+    def __reduce__(self):
+        return (os.system, ("touch BOOM",))
+
+
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")
+def test_a_checkpoint_holding_code_is_refused_not_run(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "evil"
+    out.mkdir()
+    (out / "scenario.toml").write_text(QUICKSTART.read_text())
+    (out / checkpoint.FILE).write_bytes(pickle.dumps({"next_round": 1, "method": Boom()}))
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "--resume", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "checkpoint" in err
+    assert not (tmp_path / "BOOM").exists()
+
+
+def test_resume_refuses_a_finished_run_and_extra_arguments(uninterrupted, capsys):
+    assert main(["run", "--resume", str(uninterrupted)]) == 2
+    assert main(["run", str(QUICKSTART), "--resume", str(uninterrupted)]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2 and "already finished" in lines[0] and "--resume" in lines[1]
