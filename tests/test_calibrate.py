@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,7 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CALIBRATION = Calibration(
     memory_mb=16000.0,
     compute=Compute(matmul_gflops=123.456, conv_gflops=98.7),
-    storage=Storage(read_mbps=2500.04, write_mbps=0.0123456, read_latency_ms=0.1, write_latency_ms=2.0),
+    storage=Storage(read_mbps=2500.04, write_mbps=0.0123456, read_latency_ms=0.1, write_latency_ms=2.0,
+                    direct=False),
 )
 
 
@@ -87,6 +90,16 @@ def test_measurements_are_positive_and_leave_no_file(tmp_path: Path) -> None:
     assert min(storage.read_mbps, storage.write_mbps) > 0
     assert min(storage.read_latency_ms, storage.write_latency_ms) > 0
     assert list(tmp_path.iterdir()) == []
+
+
+def test_storage_without_o_direct_syncs_each_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(os, "O_DIRECT", raising=False)  # as on macOS
+    storage = measure_storage(tmp_path, QUICK, repeats=1)
+    assert not storage.direct
+    assert min(storage.read_latency_ms, storage.write_latency_ms) > 0
+    assert list(tmp_path.iterdir()) == []
+    text = render_profile("h", "host", dataclasses.replace(CALIBRATION, storage=storage))
+    assert "and write + fsync" in text
 
 
 def test_cli_calibrate_writes_a_valid_profile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -43,8 +43,8 @@ def same_logs(a: Path, b: Path) -> None:
 
 def test_a_real_run_killed_mid_round_resumes_to_the_same_metrics(uninterrupted, tmp_path):
     out = tmp_path / "killed"
-    cmd = [sys.executable, "-c", "from edgefl.cli import main; raise SystemExit(main())", "run", str(QUICKSTART), *sets(SMALL), "--out", str(out),
-           "--quiet"]
+    cmd = [sys.executable, "-c", "from edgefl.cli import main; raise SystemExit(main())", "run",
+           str(QUICKSTART), *sets(SMALL), "--out", str(out), "--quiet"]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 120

@@ -238,6 +238,8 @@ def test_plan_charges_the_sub_model_and_train_updates_only_what_it_held():
     full = exp.method.plan(0, 0, dataclasses.replace(state, memory_bytes=10 * whole))  # r = 1
     assert full.atoms == atoms and full.download_bytes == full.upload_bytes == 104840
     exp.method.plan(0, 0, dataclasses.replace(state, memory_bytes=0.5 * whole))
+    exp.method.load_state(exp.method.state())  # r travels with the state (checkpoints, Ray workers)
+    assert exp.method.state()["fractions"][0] == 0.5
     before = {k: v.clone() for k, v in exp.method.model.state_dict().items()}
     update = exp.method.train(0, 0, half)
     assert update.state["conv1.0.weight"].shape == (8, 1, 3, 3)

@@ -41,7 +41,7 @@ class Sizes:
     matmul_n: int  # n x n @ n x n
     conv: tuple[int, int, int]  # batch, channels in = out, image side (3x3 kernel, padding 1)
     file_mib: int  # sequential bandwidth file
-    small_ops: int  # random 4 KiB reads, and as many 4 KiB writes with fsync, for the latency
+    small_ops: int  # random 4 KiB reads, and as many 4 KiB writes, for the latency
 
 
 FULL = Sizes(matmul_n=1024, conv=(16, 64, 56), file_mib=128, small_ops=64)
@@ -66,7 +66,7 @@ class Storage:
     write_mbps: float
     read_latency_ms: float
     write_latency_ms: float
-    direct: bool = True  # latencies through O_DIRECT; False: buffered, each write followed by fsync
+    direct: bool  # latencies through O_DIRECT; False: buffered, each write followed by fsync
 
     @property
     def latency_ms(self) -> float:
@@ -118,7 +118,7 @@ def _gflops(fn: Callable[[], object], flops: int, repeats: int) -> float:
     return flops / median_time(fn, repeats) / 1e9
 
 
-def measure_storage(folder: Path, sizes: Sizes, repeats: int, seed: int = 0) -> Storage:
+def measure_storage(folder: Path, sizes: Sizes, repeats: int) -> Storage:
     """Bandwidth (MB/s, 1e6 B) and per-access latency (ms) of the file system holding `folder`.
 
     Write: `file_mib` MiB of random bytes in 1 MiB blocks, timed to the end of an fsync. Read: the same
@@ -134,7 +134,7 @@ def measure_storage(folder: Path, sizes: Sizes, repeats: int, seed: int = 0) -> 
     with _temp_file(folder) as path:
         write = median_time(lambda: _write_file(path, block, sizes.file_mib), repeats)
         read = median_time(lambda: _read_file(path), repeats)
-        pages = random.Random(seed).sample(range(sizes.file_mib * MIB // BLOCK), 2 * sizes.small_ops)
+        pages = random.Random(0).sample(range(sizes.file_mib * MIB // BLOCK), 2 * sizes.small_ops)
         fd, direct = _open_uncached(path)
         page = mmap.mmap(-1, BLOCK)  # page-aligned, as O_DIRECT needs
         try:
@@ -224,13 +224,13 @@ def render_profile(name: str, pool: str, c: Calibration) -> str:
     cpu, s = platform.processor() or platform.machine(), c.storage
     source = (f"edgefl devices calibrate on {date.today().isoformat()}: psutil total memory; "
               f"median fp32 GFLOP/s of torch {torch.__version__} on {torch.get_num_threads()} threads; "
-              f"timed file I/O with fsync and page cache dropped")
+              f"timed file I/O past the page cache")
     return "\n".join([
         f"# This host ({platform.system()} {cpu}, {os.cpu_count()} CPUs), measured by edgefl calibrate",
-        f"name = {json.dumps(name)}",
-        f"description = {json.dumps(f'{platform.node()} ({platform.system()} {cpu})')}",
-        f"pools = [{json.dumps(pool)}]",
-        f"source = {json.dumps(source)}",
+        f"name = {_quote(name)}",
+        f"description = {_quote(f'{platform.node()} ({platform.system()} {cpu})')}",
+        f"pools = [{_quote(pool)}]",
+        f"source = {_quote(source)}",
         f"memory_mb = {c.memory_mb:.1f}",
         f"compute_gflops = {_sig(c.compute.peak_gflops)}   # the larger of matmul "
         f"{_sig(c.compute.matmul_gflops)} and conv2d {_sig(c.compute.conv_gflops)}",
@@ -239,9 +239,14 @@ def render_profile(name: str, pool: str, c: Calibration) -> str:
         f"storage_latency_ms = {_sig(s.latency_ms)}   # mean of 4 KiB read {_sig(s.read_latency_ms)} "
         f"and write{'' if s.direct else ' + fsync'} {_sig(s.write_latency_ms)}"
         f"{' (O_DIRECT)' if s.direct else ''}",
-        f"networks = [{', '.join(json.dumps(n) for n in NETWORK_NAMES)}]",
+        f"networks = [{', '.join(map(_quote, NETWORK_NAMES))}]",
         "",
     ])
+
+
+def _quote(text: str) -> str:
+    """A TOML basic string (JSON's, with non-ASCII kept: TOML has no surrogate-pair escapes)."""
+    return json.dumps(text, ensure_ascii=False)
 
 
 def _sig(x: float) -> str:

@@ -40,7 +40,7 @@ from torch import nn
 from edgefl.config import Scenario
 from edgefl.devices.pool import DeviceState
 from edgefl.errors import EdgeflError
-from edgefl.execution.local import batch_indices, seed_everything, train_local
+from edgefl.execution.local import TrainSettings, batch_indices, seed_everything, train_local
 from edgefl.methods.aggregate import State, fedavg, state_bytes
 from edgefl.methods.base import ClientUpdate, Context
 from edgefl.methods.fedavg import FedAvgAT
@@ -184,7 +184,8 @@ class DistillAT(FedAvgAT):
         model = copy.deepcopy(self.net(name))
         x, y = self.ctx.client_data(client)
         loss = train_local(model, x, y, self.optimizer(model, round_), workload.iterations, workload.batch,
-                           self.ctx.attack_for(round_), gen, self.objective)
+                           self.ctx.attack_for(round_), gen, self.objective,
+                           settings=TrainSettings.of(self.ctx.scenario.training))
         state = {k: v.detach().clone() for k, v in model.state_dict().items()}
         return ClientUpdate(client, state, len(x), loss, extra={"member": name})
 

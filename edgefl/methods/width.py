@@ -37,7 +37,7 @@ from torch import nn
 from edgefl.config import WidthConfig
 from edgefl.devices.pool import DeviceState
 from edgefl.errors import EdgeflError
-from edgefl.execution.local import seed_everything, train_local
+from edgefl.execution.local import TrainSettings, seed_everything, train_local
 from edgefl.methods.aggregate import State, state_bytes
 from edgefl.methods.base import ClientUpdate, Context
 from edgefl.methods.fedavg import FedAvgAT
@@ -264,7 +264,7 @@ class WidthMethod(FedAvgAT):
         self.fractions: dict[int, float] = {}  # client -> r, set by plan for train
         # kept channel counts -> (the sub-model's profile, its state bytes); the whole model's is known
         self.profiles: dict[tuple[int, ...], tuple[ModelProfile, int]] = {
-            tuple(self.counts): (ctx.profile, state_bytes(self.model.state_dict()))}
+            tuple(self.counts): (ctx.profile, self.model_bytes)}
 
     @abstractmethod
     def channels(self, count: int, n: int, round_: int, client: int) -> list[int]:
@@ -298,7 +298,8 @@ class WidthMethod(FedAvgAT):
         sub = extract(self.model, self.kept(round_, client))
         x, y = self.ctx.client_data(client)
         loss = train_local(sub.model, x, y, self.optimizer(sub.model, round_), workload.iterations,
-                           workload.batch, self.ctx.attack_for(round_), gen, self.objective)
+                           workload.batch, self.ctx.attack_for(round_), gen, self.objective,
+                           settings=TrainSettings.of(self.ctx.scenario.training))
         state = {k: v.detach().clone() for k, v in sub.model.state_dict().items()}
         return ClientUpdate(client, state, len(x), loss, {"index": sub.index})
 
