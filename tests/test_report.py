@@ -19,7 +19,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 # client rows: round, mem_avail, mem_req, download, data access, compute, upload, wait (seconds);
 # per client download + data access + compute + upload + wait = round time - server time
 JFAT_CLIENTS = [(0, 1e6, 2e6, 1, 9, 80, 10, 0), (0, 4e6, 2e6, 1, 1, 38, 0, 60),  # round 0: 100 - 0
-                (1, 3e6, 2e6, 2, 18, 100, 20, 0), (1, 1.5e6, 2e6, 2, 2, 56, 0, 80)]  # round 1: 150 - 10
+                (1, 3e6, 2e6, 2, 18, 100, 20, 0), (1, 1.5e6, 1.5e6, 2, 2, 56, 0, 80)]  # round 1: 150 - 10
 PROPHET_CLIENTS = [(t, 2e6, 1e6, 1, 1, 36, 2, 0) for t in range(3)]  # rounds of 40, 40, 45 - 5
 
 
@@ -77,13 +77,15 @@ def test_breakdown_by_hand_adds_up_to_the_simulated_time(runs: list[Path]) -> No
 def test_table_by_hand(runs: list[Path]) -> None:
     jfat, prophet, dry = compare_table(runs, target=0.4)
     assert list(jfat) == COLUMNS
-    # jFAT: last evaluation 0.7 / 0.45; first adv >= 0.4 at round 1 (250 s); MemReq 2 MB; available
-    # 1, 4, 3, 1.5 MB -> median (1.5 + 3) / 2 = 2.25 MB; fits on clients with 4 and 3 MB: 2 / 4;
+    # jFAT: last evaluation 0.7 / 0.45; first adv >= 0.4 at round 1 (250 s); MemReq 2, 2, 2, 1.5 MB:
+    # least 1.5, peak 2; available 1, 4, 3, 1.5 MB -> median (1.5 + 3) / 2 = 2.25 MB; fits on the
+    # clients with 4, 3 and 1.5 MB: 3 / 4;
     # shares of 250 s: compute 137 -> 0.548, data 15 -> 0.06, comm 18 -> 0.072, wait 70 -> 0.28
     assert jfat == pytest.approx({
         "method": "jfat", "run": "jfat-run", "clean_acc": 0.7, "adv_acc": 0.45, "sim_time_s": 250,
         "time_to_target_s": 250, "speedup_vs_jfat": 1.0, "speedup_to_target_vs_jfat": 1.0,
-        "mem_need_mb": 2.0, "fleet_mem_median_mb": 2.25, "fits_share": 0.5, "data_access_share": 0.06,
+        "mem_need_mb": 1.5, "mem_peak_mb": 2.0, "fleet_mem_median_mb": 2.25, "fits_share": 0.75,
+        "data_access_share": 0.06,
         "compute_share": 0.548, "comm_share": 0.072, "wait_share": 0.28})
     # FedProphet: round 0 not evaluated, adv 0.41 >= 0.4 at round 1 (80 s); 250 / 125 = 2.0 to finish,
     # 250 / 80 = 3.125 to the target; compute 3 x 36 = 108 of 125 s = 0.864, data 3 / 125 = 0.024,
@@ -91,7 +93,8 @@ def test_table_by_hand(runs: list[Path]) -> None:
     assert prophet == pytest.approx({
         "method": "fedprophet", "run": "fp-run", "clean_acc": 0.65, "adv_acc": 0.5, "sim_time_s": 125,
         "time_to_target_s": 80, "speedup_vs_jfat": 2.0, "speedup_to_target_vs_jfat": 3.125,
-        "mem_need_mb": 1.0, "fleet_mem_median_mb": 2.0, "fits_share": 1.0, "data_access_share": 0.024,
+        "mem_need_mb": 1.0, "mem_peak_mb": 1.0, "fleet_mem_median_mb": 2.0, "fits_share": 1.0,
+        "data_access_share": 0.024,
         "compute_share": 0.864, "comm_share": 0.072, "wait_share": 0.0})
     # the dry run: no accuracy, so no time to target; 250 / 50 = 5.0 to finish
     assert (dry["clean_acc"], dry["adv_acc"], dry["time_to_target_s"]) == (None, None, None)

@@ -25,14 +25,14 @@ from edgefl.errors import EdgeflError
 
 BASELINE = "jfat"
 COLUMNS = ["method", "run", "clean_acc", "adv_acc", "sim_time_s", "time_to_target_s", "speedup_vs_jfat",
-           "speedup_to_target_vs_jfat", "mem_need_mb", "fleet_mem_median_mb", "fits_share",
+           "speedup_to_target_vs_jfat", "mem_need_mb", "mem_peak_mb", "fleet_mem_median_mb", "fits_share",
            "data_access_share", "compute_share", "comm_share", "wait_share"]
 # the stacked breakdown's parts, each the sum of these clients.csv columns (server: metrics.csv)
 PARTS = {"compute": ("compute_s",), "data_access": ("data_access_s",),
          "comm": ("download_s", "upload_s"), "wait": ("wait_s",)}
 # how comparison.md shows each numeric column
 FORMATS = {"clean_acc": ".4f", "adv_acc": ".4f", "sim_time_s": ".1f", "time_to_target_s": ".1f",
-           "speedup_vs_jfat": ".2f", "speedup_to_target_vs_jfat": ".2f", "mem_need_mb": ".4g",
+           "speedup_vs_jfat": ".2f", "speedup_to_target_vs_jfat": ".2f", "mem_need_mb": ".4g", "mem_peak_mb": ".4g",
            "fleet_mem_median_mb": ".4g", "fits_share": ".3f", "data_access_share": ".3f",
            "compute_share": ".3f", "comm_share": ".3f", "wait_share": ".3f"}
 
@@ -109,12 +109,14 @@ def breakdown(run: Run) -> dict[str, float]:
     return totals
 
 
-def memory(run: Run) -> tuple[float, float, float]:
-    """(peak MemReq MB over client-rounds, median available memory MB, share of client-rounds that fit)."""
+def memory(run: Run) -> tuple[float, float, float, float]:
+    """MB: (the least MemReq over client-rounds: what the method asks of its smallest client, e.g.
+    FedProphet's lightest module or the narrowest sub-model; the peak MemReq; the median available
+    memory), and the share of client-rounds whose MemReq fit their available memory."""
     req = [int(c["mem_req_bytes"]) for c in run.clients]
     avail = [int(c["mem_avail_bytes"]) for c in run.clients]
     fits = sum(r <= a for r, a in zip(req, avail, strict=True)) / len(req)
-    return max(req) / 1e6, statistics.median(avail) / 1e6, fits
+    return min(req) / 1e6, max(req) / 1e6, statistics.median(avail) / 1e6, fits
 
 
 def check_target(target: float | None) -> None:
@@ -145,11 +147,11 @@ def _row(run: Run, target: float | None) -> Row:
     acc = evaluated(run)
     parts = breakdown(run)
     total = sum(parts.values())
-    need, median, fits = memory(run)
+    need, peak, median, fits = memory(run)
     return {"method": run.method, "run": run.name,
             "clean_acc": acc[-1][1] if acc else None, "adv_acc": acc[-1][2] if acc else None,
             "sim_time_s": sim_time(run), "time_to_target_s": time_to_target(run, target),
-            "mem_need_mb": need, "fleet_mem_median_mb": median, "fits_share": fits,
+            "mem_need_mb": need, "mem_peak_mb": peak, "fleet_mem_median_mb": median, "fits_share": fits,
             **{f"{p}_share": parts[p] / total for p in PARTS}}
 
 

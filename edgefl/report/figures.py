@@ -137,15 +137,15 @@ def breakdown_figure(runs: list[Run], labels: list[str]) -> Figure:
 
 def memory_figure(runs: list[Run]) -> Figure:
     """Client-rounds' available memory (MB) against effective GFLOP/s, log-log, one colour per fleet
-    (pool, sampling skew s, seed), with each method's peak memory need and R_min as vertical lines
-    (Fig. 7)."""
+    (pool, sampling skew s, seed), with each method's memory need (the least MemReq it asked of a
+    client) and R_min as vertical lines (Fig. 7)."""
     fleets: dict[str, set[tuple[str, ...]]] = {}
     for run in runs:
         f = run.scenario["fleet"]
         label = f"client-rounds, {f['pool']} pool, s = {f['balance_s']:g}, seed {run.scenario['seed']}"
         fleets.setdefault(label, set()).update(
             (c["round"], c["client"], c["mem_avail_bytes"], c["flops"]) for c in run.clients)
-    fig, ax = plt.subplots(figsize=(8, 5))
+    fig, ax = plt.subplots(figsize=(11, 5))
     for i, (label, points) in enumerate(fleets.items()):
         ax.scatter([int(p[2]) / 1e6 for p in points], [float(p[3]) / 1e9 for p in points], s=12,
                    alpha=0.5, color=f"C{i}", label=f"{label} ({len(points)})")
@@ -162,7 +162,8 @@ def memory_figure(runs: list[Run]) -> Figure:
            ylabel="effective performance (GFLOP/s, log scale)",
            title="Fleet memory and performance against each method's memory need")
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
+    fig.tight_layout()
     return fig
 
 
