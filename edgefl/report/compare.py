@@ -32,9 +32,9 @@ PARTS = {"compute": ("compute_s",), "data_access": ("data_access_s",),
          "comm": ("download_s", "upload_s"), "wait": ("wait_s",)}
 # how comparison.md shows each numeric column
 FORMATS = {"clean_acc": ".4f", "adv_acc": ".4f", "sim_time_s": ".1f", "time_to_target_s": ".1f",
-           "speedup_vs_jfat": ".2f", "speedup_to_target_vs_jfat": ".2f", "mem_need_mb": ".4g", "mem_peak_mb": ".4g",
-           "fleet_mem_median_mb": ".4g", "fits_share": ".3f", "data_access_share": ".3f",
-           "compute_share": ".3f", "comm_share": ".3f", "wait_share": ".3f"}
+           "speedup_vs_jfat": ".2f", "speedup_to_target_vs_jfat": ".2f", "mem_need_mb": ".4g",
+           "mem_peak_mb": ".4g", "fleet_mem_median_mb": ".4g", "fits_share": ".3f",
+           "data_access_share": ".3f", "compute_share": ".3f", "comm_share": ".3f", "wait_share": ".3f"}
 
 Row = dict[str, Any]
 

@@ -1,0 +1,53 @@
+"""`edgefl compare`: one run per method on the same fleet, finished runs kept, interrupted ones resumed."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from edgefl.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+SCENARIO = ROOT / "scenarios" / "compare-digits.toml"
+SMALL = ["--set", "rounds=3", "--set", "fleet.clients=6"]
+
+
+def test_compare_writes_the_table_and_figures_and_keeps_finished_runs(tmp_path, capsys):
+    out = tmp_path / "cmp"
+    args = ["compare", str(SCENARIO), "--methods", "jfat,fedprophet,heterofl_at", *SMALL, "--out", str(out),
+            "--dry-run", "--quiet"]
+    assert main(args) == 0
+    with open(out / "comparison.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["method"] for r in rows] == ["jfat", "fedprophet", "heterofl_at"]
+    assert rows[0]["speedup_vs_jfat"] == "1.0"
+    for stem in ("speedup", "breakdown", "memory", "epsilon"):
+        assert (out / "figures" / f"{stem}.png").stat().st_size > 0
+        assert (out / "figures" / f"{stem}.svg").stat().st_size > 0
+    first = (out / "fedprophet" / "metrics.csv").read_text()
+    (out / "heterofl_at" / "summary.json").unlink()  # as if it had been killed
+    capsys.readouterr()
+    assert main(args) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("jfat: finished, kept") and lines[1].startswith("fedprophet: finished, kept")
+    assert lines[2].startswith("heterofl_at: 3 rounds")
+    assert (out / "fedprophet" / "metrics.csv").read_text() == first
+
+
+def test_compare_refuses_a_run_directory_of_another_scenario(tmp_path, capsys):
+    out = tmp_path / "cmp"
+    assert main(["compare", str(SCENARIO), "--methods", "jfat", *SMALL, "--out", str(out), "--dry-run",
+                 "--quiet"]) == 0
+    (out / "jfat" / "summary.json").unlink()
+    capsys.readouterr()
+    assert main(["compare", str(SCENARIO), "--methods", "jfat", *SMALL, "--set", "seed=1", "--out", str(out),
+                 "--dry-run", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "another scenario" in err
+
+
+def test_compare_validates_every_method_before_running_any(tmp_path, capsys):
+    out = tmp_path / "cmp"
+    assert main(["compare", str(SCENARIO), "--methods", "jfat,nosuch", "--out", str(out), "--dry-run"]) == 2
+    assert "nosuch" in capsys.readouterr().err
+    assert not out.exists()
