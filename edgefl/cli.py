@@ -159,13 +159,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
                  for m in methods}  # every method validated before any run starts
     for method, scenario in scenarios.items():
         run_dir = out / method
-        if (run_dir / "summary.json").exists():
-            print(f"{method}: finished, kept ({run_dir})")
-            continue
         saved = run_dir / "scenario.toml"
         if saved.exists() and saved.read_text() != to_toml(scenario):
             raise EdgeflError(str(run_dir), "scenario.toml", "holds a run of another scenario; "
                               "choose another --out or delete that run directory")
+        if (run_dir / "summary.json").exists():
+            print(f"{method}: finished, kept ({run_dir})")
+            continue
         summary = run(prepare(scenario, where, dry_run=args.dry_run), run_dir,
                       progress=not args.quiet, resume=saved.exists())
         print(_run_line(summary, run_dir))
