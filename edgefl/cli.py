@@ -43,7 +43,8 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--download", action="store_true", help="allow downloading the dataset")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument("--dry-run", action="store_true",
-                     help="engine and cost model only: simulated times without data or training")
+                     help="engine and cost model only: simulated times without data or training "
+                     "(client sample counts, when a method needs them, come from balanced labels)")
     run.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue an interrupted run")
     run.add_argument("--executor", choices=["local", "ray"], help="where clients train (default: "
                      "the scenario's `executor`)")
@@ -90,7 +91,6 @@ def parser() -> argparse.ArgumentParser:
     val.set_defaults(func=cmd_devices_validate)
     cal = dsub.add_parser("calibrate", help="measure this machine and write its device profile")
     cal.add_argument("--out", type=Path, required=True, help="profile file, e.g. device_profiles/NAME.toml")
-    cal.add_argument("--name", help="profile name (default: the file name without .toml)")
     cal.add_argument("--pool", default="host", help="pool the profile joins (default host)")
     cal.add_argument("--repeats", type=int, default=5, help="timed repeats per figure; the median is kept")
     cal.add_argument("--quick", action="store_true", help="small sizes: seconds, rough figures (tests)")
@@ -131,6 +131,9 @@ def _run_target(args: argparse.Namespace) -> tuple[Any, str, Path]:
                           "run directory of an interrupted run")
     if (args.resume / "summary.json").exists():
         raise EdgeflError(str(args.resume), "--resume", "this run already finished (summary.json)")
+    if not (args.resume / "checkpoint.pt").exists():
+        raise EdgeflError(str(args.resume), "--resume", "has no checkpoint (a dry run, checkpoint_every = 0, "
+                          "or killed in its first round): start it again with edgefl run --overwrite")
     return load_scenario(where, overrides), where, args.resume
 
 
@@ -147,12 +150,15 @@ def _run_line(summary: dict[str, Any], out: Path) -> str:
 def cmd_compare(args: argparse.Namespace) -> int:
     """One run per method, each skipped when finished and resumed when interrupted."""
     from edgefl.config import load_scenario, to_toml
-    from edgefl.experiment import prepare, run
+    from edgefl.experiment import prepare, prepare_out, run
     from edgefl.report.compare import check_target, compare_table, write_comparison
     from edgefl.report.figures import make_figures
 
     check_target(args.target)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    if not methods or len(set(methods)) != len(methods):
+        raise EdgeflError("edgefl compare", "--methods", "give each method once, comma-separated, "
+                          "e.g. jfat,fedprophet")
     out = args.out or Path("runs") / f"compare-{args.scenario.stem}{'-dry' if args.dry_run else ''}"
     where = str(args.scenario)
     scenarios = {m: load_scenario(args.scenario, [*_overrides(args), f"method={json.dumps(m)}"])
@@ -166,8 +172,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if (run_dir / "summary.json").exists():
             print(f"{method}: finished, kept ({run_dir})")
             continue
-        summary = run(prepare(scenario, where, dry_run=args.dry_run), run_dir,
-                      progress=not args.quiet, resume=saved.exists())
+        exp = prepare(scenario, where, dry_run=args.dry_run)
+        resume = (run_dir / "checkpoint.pt").exists()
+        if not resume:
+            prepare_out(run_dir, True, where)  # a dry run, or killed before its first checkpoint
+        summary = run(exp, run_dir, progress=not args.quiet, resume=resume)
         print(_run_line(summary, run_dir))
     runs = [out / m for m in methods]
     paths = [*write_comparison(compare_table(runs, args.target), out, args.target),
@@ -262,10 +271,13 @@ def cmd_devices_calibrate(args: argparse.Namespace) -> int:
     from edgefl.devices.calibrate import FULL, QUICK, calibrate, prepare_target, render_profile, write_profile
     from edgefl.devices.catalog import PROFILES_DIR
 
-    name = args.name or args.out.stem
-    prepare_target(args.out, name, args.repeats, args.overwrite)
-    c = calibrate(args.out.parent, QUICK if args.quick else FULL, args.repeats)
-    p = write_profile(args.out, render_profile(name, args.pool, c))
+    name = args.out.stem  # profiles are named by their file
+    prepare_target(args.out, args.repeats, args.overwrite)
+    try:
+        c = calibrate(args.out.parent, QUICK if args.quick else FULL, args.repeats)
+        p = write_profile(args.out, render_profile(name, args.pool, c))
+    except OSError as exc:
+        raise EdgeflError(str(args.out), "--out", f"cannot write there ({exc})") from None
     s = c.storage
     print(f"memory {p.memory_mb:.0f} MB; matmul {c.compute.matmul_gflops:.4g}, conv2d "
           f"{c.compute.conv_gflops:.4g} GFLOP/s; storage read {s.read_mbps:.4g}, write {s.write_mbps:.4g} "

@@ -13,7 +13,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import astuple, dataclass
+from dataclasses import astuple, dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -136,8 +136,8 @@ def check_budgets(pool: DevicePool, method: Method, where: str) -> None:
     first = {d.name: k for k, d in reversed(list(enumerate(pool.devices)))}  # one client per device kind
     for client in sorted(first.values()):
         device = pool.devices[client]
-        workload = method.plan(0, client, pool.state(client, 0))
-        budget = pool.reserved_bytes(device)
+        budget = pool.reserved_bytes(device)  # plan as if at R_min: methods that adapt shrink there
+        workload = method.plan(0, client, replace(pool.state(client, 0), memory_bytes=budget))
         need, atom = min_budget(workload)
         if need > budget:
             raise EdgeflError(

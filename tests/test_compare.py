@@ -5,6 +5,8 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+import pytest
+
 from edgefl.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,6 +45,13 @@ def test_compare_refuses_a_run_directory_of_another_scenario_even_finished(tmp_p
                  "--dry-run", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "another scenario" in err
+
+
+@pytest.mark.parametrize("methods", [",", "jfat,jfat"])
+def test_compare_wants_each_method_once(tmp_path, capsys, methods):
+    out = str(tmp_path / "c")
+    assert main(["compare", str(SCENARIO), "--methods", methods, "--out", out, "--dry-run"]) == 2
+    assert "--methods" in capsys.readouterr().err
 
 
 def test_compare_validates_every_method_before_running_any(tmp_path, capsys):

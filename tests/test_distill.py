@@ -21,10 +21,11 @@ from edgefl.cli import main
 from edgefl.config import load_scenario
 from edgefl.errors import EdgeflError
 from edgefl.experiment import Experiment, prepare
-from edgefl.methods.distill import DistillAT, choose_member, distil, distill_flops, mem_need
+from edgefl.methods.distill import DistillAT, choose_member, distil, distill_flops
 from edgefl.methods.feddf import feddf_loss
 from edgefl.methods.fedet import fedet_loss, fedet_targets
 from edgefl.profiling.atoms import AtomProfile, ModelProfile
+from edgefl.sim.cost import mem_need
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "scenarios" / "quickstart.toml"

@@ -99,6 +99,17 @@ def test_a_checkpoint_holding_code_is_refused_not_run(tmp_path, capsys, monkeypa
     assert not (tmp_path / "BOOM").exists()
 
 
+def test_resume_refuses_a_run_without_a_checkpoint(tmp_path, capsys):
+    """A dry run keeps no checkpoint: resuming it must not quietly start real training."""
+    out = tmp_path / "dry"
+    assert main(["run", str(QUICKSTART), *sets(SMALL), "--out", str(out), "--quiet", "--dry-run"]) == 0
+    (out / "summary.json").unlink()
+    capsys.readouterr()
+    assert main(["run", "--resume", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no checkpoint" in err
+
+
 def test_resume_refuses_a_finished_run_and_extra_arguments(uninterrupted, capsys):
     assert main(["run", "--resume", str(uninterrupted)]) == 2
     assert main(["run", str(QUICKSTART), "--resume", str(uninterrupted)]) == 2

@@ -293,3 +293,11 @@ def test_short_run_through_cli_charges_narrow_clients_less(method, tmp_path):
 def test_bundled_scenario_runs_heterofl():
     scenario = load_scenario(ROOT / "scenarios" / "heterofl-digits.toml")
     assert scenario.method == "heterofl_at" and scenario.width.levels[-1] == 1.0
+
+
+def test_the_budget_check_plans_at_r_min(tmp_path):
+    """At R_min = 0.6 MB the whole digits_cnn (0.93 MB for its conv2 step) cannot run, but a width
+    method plans a narrower model there, so the scenario is valid."""
+    assert main(["run", str(ROOT / "scenarios" / "heterofl-digits.toml"), "--set", "rounds=1",
+                 "--set", "fleet.reserved_memory_mb=0.6", "--out", str(tmp_path / "r"), "--quiet",
+                 "--dry-run"]) == 0

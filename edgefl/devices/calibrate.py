@@ -265,7 +265,7 @@ def write_profile(path: Path, text: str) -> DeviceProfile:
     return profile
 
 
-def prepare_target(out: Path, name: str, repeats: int, overwrite: bool) -> None:
+def prepare_target(out: Path, repeats: int, overwrite: bool) -> None:
     """Refuse a target that could not be written or loaded as a profile, before any measuring, and
     create its folder."""
     where = str(out)
@@ -273,7 +273,6 @@ def prepare_target(out: Path, name: str, repeats: int, overwrite: bool) -> None:
         ("--out", out.suffix == ".toml", "must be a .toml file, e.g. device_profiles/my_host.toml"),
         ("--out", not out.is_dir(), "is a folder; give a .toml file in it"),
         ("--out", overwrite or not out.exists(), "already exists; choose another --out or pass --overwrite"),
-        ("--name", name == out.stem, f"must equal the file name {out.stem!r} (profiles are named by file)"),
         ("--repeats", repeats >= 1, "must be at least 1"),
     ]
     for key, ok, fix in checks:

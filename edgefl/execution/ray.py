@@ -43,7 +43,8 @@ class RayExecutor:
                      log_to_driver=False, configure_logging=False)
         self.ray, self.exp = ray, exp
         self.text = to_toml(exp.scenario)
-        self.task = ray.remote(num_cpus=1, max_retries=cfg.max_retries)(_train_client)
+        gpus = 1 if exp.ctx.device.type == "cuda" else 0  # Ray hides GPUs from tasks that ask for none
+        self.task = ray.remote(num_cpus=1, num_gpus=gpus, max_retries=cfg.max_retries)(_train_client)
 
     def train(self, round_: int, plans: dict[int, Workload]) -> list[ClientUpdate]:
         snapshot = self.ray.put(self.exp.method.state())

@@ -45,7 +45,8 @@ from edgefl.methods.aggregate import State, fedavg, state_bytes
 from edgefl.methods.base import ClientUpdate, Context
 from edgefl.methods.fedavg import FedAvgAT
 from edgefl.models import AtomModel, build_model
-from edgefl.profiling import ModelProfile, mem_req, paper_mem_req, profile_model
+from edgefl.profiling import ModelProfile, profile_model
+from edgefl.sim.cost import mem_need
 from edgefl.sim.workload import Workload, train_pass_flops
 
 SERVER = -1  # the seed key of the server's distillation batches (clients are 0, 1, ...)
@@ -73,13 +74,6 @@ def build_member(ctx: Context, name: str) -> tuple[AtomModel, ModelProfile]:
     except (RuntimeError, ValueError) as exc:
         raise EdgeflError(ctx.where, "distill.family", f"{name} does not fit "
                           f"{ctx.scenario.data.dataset}'s {d.input_shape} inputs ({exc}); drop it") from None
-
-
-def mem_need(w: Workload, accounting: str) -> float:
-    """MemReq of `w` in the estimator the cost model charges (edgefl.sim.cost)."""
-    if accounting == "paper":
-        return paper_mem_req(w.atoms, w.batch, w.slots)
-    return mem_req(w.atoms, w.batch, w.slots, adversarial=w.attack_steps > 0)
 
 
 def choose_member(needs: Sequence[tuple[str, float]], memory: float) -> str:

@@ -43,7 +43,8 @@ from edgefl.methods.base import ClientUpdate, Context
 from edgefl.methods.fedavg import FedAvgAT
 from edgefl.models.base import AtomModel, Normalize
 from edgefl.models.resnet import BasicBlock
-from edgefl.profiling import ModelProfile, mem_req, paper_mem_req, profile_model
+from edgefl.profiling import ModelProfile, profile_model
+from edgefl.sim.cost import mem_need
 from edgefl.sim.workload import Workload
 
 Index = tuple[torch.Tensor, ...]  # kept positions along a global tensor's leading dimensions
@@ -85,13 +86,6 @@ def random_channels(count: int, n: int, seed: int, round_: int, client: int) -> 
 def rolling_channels(count: int, n: int, round_: int) -> list[int]:
     """FedRolex: the n channels from (round mod C) on, wrapping around."""
     return [(round_ + i) % count for i in range(n)]
-
-
-def mem_need(w: Workload, accounting: str) -> float:
-    """MemReq of a workload with the scenario's estimator (as the cost model computes it)."""
-    if accounting == "paper":
-        return paper_mem_req(w.atoms, w.batch, w.slots)
-    return mem_req(w.atoms, w.batch, w.slots, adversarial=w.attack_steps > 0)
 
 
 # --- the narrower network --------------------------------------------------------------------------

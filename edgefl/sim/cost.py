@@ -57,6 +57,13 @@ def network_seconds(w: Workload, state: DeviceState) -> tuple[float, float]:
             w.upload_bytes / state.up_bps + state.latency_s)
 
 
+def mem_need(w: Workload, accounting: str) -> float:
+    """MemReq of a workload in the estimator the scenario's cost model charges."""
+    if accounting == "paper":
+        return paper_mem_req(w.atoms, w.batch, w.slots)
+    return mem_req(w.atoms, w.batch, w.slots, adversarial=w.attack_steps > 0)
+
+
 def walk_traffic(w: Workload, budget: float) -> tuple[Traffic, int]:
     """(traffic, evictions) of the swap walk. Every budget that holds the round's whole footprint
     gives the same walk, and fleets repeat budgets (R_min), so walks are cached."""
