@@ -153,3 +153,13 @@ def test_plot_refuses_a_percent_target(runs: list[Path], capsys: pytest.CaptureF
     assert main(["plot", str(runs[0]), "--target", "40"]) == 2
     assert "--target" in capsys.readouterr().err
     assert not (runs[0] / "figures").exists()
+
+
+def test_a_run_from_before_the_flops_column_is_one_line(runs: list[Path], capsys) -> None:
+    clients = runs[0] / "clients.csv"
+    lines = clients.read_text().splitlines()
+    header = lines[0].split(",")
+    i = header.index("flops")
+    clients.write_text("\n".join(",".join(c for j, c in enumerate(r.split(",")) if j != i) for r in lines))
+    assert main(["plot", str(runs[0]), "--out", str(runs[0] / "figs")]) == 2
+    assert "flops" in capsys.readouterr().err

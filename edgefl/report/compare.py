@@ -37,6 +37,9 @@ FORMATS = {"clean_acc": ".4f", "adv_acc": ".4f", "sim_time_s": ".1f", "time_to_t
            "data_access_share": ".3f", "compute_share": ".3f", "comm_share": ".3f", "wait_share": ".3f"}
 
 Row = dict[str, Any]
+NEEDED = {"metrics.csv": ["round", "sim_time_s", "server_s", "clean_acc", "adv_acc"],
+          "clients.csv": ["round", "client", "flops", "mem_avail_bytes", "mem_req_bytes",
+                          *(c for cols in PARTS.values() for c in cols)]}
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,9 @@ def _read_csv(path: Path, name: str) -> list[dict[str, str]]:
         rows = list(csv.DictReader(f))
     if not rows:
         raise EdgeflError(str(file), "rows", "no rounds logged yet; run at least one round")
+    missing = [c for c in NEEDED[name] if c not in rows[0]]
+    if missing:
+        raise EdgeflError(str(file), missing[0], "missing: an older edgefl wrote this run; run it again")
     return rows
 
 
