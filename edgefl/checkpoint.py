@@ -1,7 +1,8 @@
 """Checkpoints: everything a run needs to continue after a kill, as plain data.
 
 A checkpoint holds the next round, the method's state (edgefl.snapshot), every RNG (torch, CUDA,
-NumPy's and Python's global ones), the simulated clock and spans, and the metrics rows so far. It
+NumPy's and Python's global ones), the simulated clock and the metrics rows so far (the spans are
+read back from the run's events.csv). It
 is written to a temporary file and renamed, so a kill leaves the previous checkpoint whole, and it
 is read with `torch.load(..., weights_only=True)`: no object is ever unpickled.
 """

@@ -13,7 +13,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import astuple, dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -45,6 +45,7 @@ METRICS = ["round", "sim_time_s", "round_time_s", "compute_s", "data_access_s", 
 CLIENTS = ["round", "client", "device", "app", "network", "flops", "mem_avail_bytes", "mem_req_bytes",
            "swapped", "compute_s", "data_access_s", "download_s", "upload_s", "wait_s",
            "finish_s", "read_bytes", "write_bytes"]
+EVENTS = ["round", "client", "phase", "start_s", "end_s"]  # events.csv: the spans of trace.json
 
 
 @dataclass
@@ -157,7 +158,6 @@ def run(exp: Experiment, out: Path, progress: bool = True, resume: bool = False)
     saved = checkpoint.load(out) if resume else None
     if saved:
         exp.method.load_state(saved["method"])
-        fed = Federation(saved["clock"], [Span(*x) for x in saved["spans"]])
         rows, first = saved["rows"], saved["next_round"]
     out.mkdir(parents=True, exist_ok=True)
     (out / "scenario.toml").write_text(to_toml(s))
@@ -165,10 +165,14 @@ def run(exp: Experiment, out: Path, progress: bool = True, resume: bool = False)
     extra = (evaluator.columns if evaluator else []) + list(exp.method.round_info())
     executor = make_executor(exp)
     with (CsvLog(out / "metrics.csv", METRICS + extra, first) as metrics,
-          CsvLog(out / "clients.csv", CLIENTS, first) as clients):
+          CsvLog(out / "clients.csv", CLIENTS, first) as clients,
+          CsvLog(out / "events.csv", EVENTS, first) as events):
+        if saved:
+            fed = Federation(saved["clock"], [_span(r) for r in events.kept])
         bar = tqdm(range(first, s.rounds), desc=f"{s.method}", unit="round", disable=not progress,
                    initial=first, total=s.rounds)
         for t in bar:
+            logged = len(fed.spans)
             record, loss = _round(exp, executor, fed, cost_model, t)
             row = _metrics_row(record, loss, exp.method.round_info())
             if evaluator and ((t + 1) % s.evaluation.every == 0 or t + 1 == s.rounds):
@@ -177,11 +181,12 @@ def run(exp: Experiment, out: Path, progress: bool = True, resume: bool = False)
                                 sim_h=f"{fed.now / 3600:.2f}")
             metrics.write([row])
             clients.write([_client_row(c) for c in record.clients])
+            events.write([asdict(x) for x in fed.spans[logged:]])
             rows.append(row)
             if not exp.dry_run and s.checkpoint_every and (
                     (t + 1) % s.checkpoint_every == 0 or t + 1 == s.rounds):
                 checkpoint.save(out, {"next_round": t + 1, "method": exp.method.state(), "rows": rows,
-                                      "clock": fed.now, "spans": [astuple(x) for x in fed.spans]})
+                                      "clock": fed.now})
     summary = _summary(exp, rows, time.perf_counter() - started)
     trace = chrome_trace(fed.spans, [d.name for d in exp.pool.devices])
     (out / "trace.json").write_text(json.dumps(trace) + "\n")
@@ -211,21 +216,21 @@ class Evaluator:
 
 class CsvLog:
     """An append-only CSV log that, on resume, first drops the rows of rounds >= `first`
-    (written after the last checkpoint), so no round appears twice."""
+    (written after the last checkpoint), so no round appears twice; `kept` holds the rest."""
 
     def __init__(self, path: Path, columns: list[str], first: int) -> None:
         self.path, self.columns, self.first = path, columns, first
+        self.kept: list[dict[str, str]] = []
 
     def __enter__(self) -> CsvLog:
-        kept = []
         if self.path.exists():
             with open(self.path, newline="") as f:
-                kept = [r for r in csv.DictReader(f) if r["round"] and int(r["round"]) < self.first]
+                self.kept = [r for r in csv.DictReader(f) if r["round"] and int(r["round"]) < self.first]
         tmp = self.path.with_suffix(".tmp")
         with open(tmp, "w", newline="") as f:
             writer = csv.DictWriter(f, self.columns)
             writer.writeheader()
-            writer.writerows(kept)
+            writer.writerows(self.kept)
         os.replace(tmp, self.path)
         self.file = open(self.path, "a", newline="")  # closed in __exit__
         self.writer = csv.DictWriter(self.file, self.columns)
@@ -255,6 +260,12 @@ def _round(exp: Experiment, executor: Executor, fed: Federation, cost_model: Any
     seed_everything(s.seed, t, -1)  # the server's stream: the same wherever the clients trained
     m.aggregate(t, updates)
     return record, round(sum(u.loss for u in updates) / len(updates), 5)
+
+
+def _span(row: dict[str, str]) -> Span:
+    """A span back from events.csv (floats round-trip exactly through their repr)."""
+    return Span(int(row["round"]), int(row["client"]), row["phase"], float(row["start_s"]),
+                float(row["end_s"]))
 
 
 def _metrics_row(r: RoundRecord, loss: float | str, info: dict[str, Any]) -> dict[str, Any]:

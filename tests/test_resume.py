@@ -34,7 +34,7 @@ def uninterrupted(tmp_path_factory) -> Path:
 
 
 def same_logs(a: Path, b: Path) -> None:
-    for name in ("metrics.csv", "clients.csv"):
+    for name in ("metrics.csv", "clients.csv", "events.csv", "trace.json"):
         assert (a / name).read_text() == (b / name).read_text(), name
     ours, theirs = (torch.load(d / checkpoint.FILE, weights_only=True)["method"] for d in (a, b))
     for key, tensor in ours["model"].items():
