@@ -205,18 +205,16 @@ def cmd_partition(args: argparse.Namespace) -> int:
     import json
 
     from edgefl.config import load_scenario
-    from edgefl.data.datasets import DATASETS
+    from edgefl.data.datasets import shapes_only
     from edgefl.methods.fedprophet.partition import partition_model
     from edgefl.models import build_model
     from edgefl.profiling import profile_model
 
     s = load_scenario(args.scenario, args.overrides)
-    spec = DATASETS.get(s.data.dataset)
-    channels = spec.input_shape[0]
-    model = build_model(s.model.name, spec.num_classes, spec.input_shape, [0.5] * channels,
-                        [0.25] * channels)
+    data = shapes_only(s.data.dataset)
+    model = build_model(s.model.name, data.num_classes, data.input_shape, data.mean, data.std)
     profile = profile_model(model, s.model.name)
-    _, modules = partition_model(profile, spec.num_classes, spec.input_shape[-1], s, str(args.scenario))
+    _, modules = partition_model(profile, data.num_classes, data.input_shape[-1], s, str(args.scenario))
     if args.json:
         print(json.dumps([{"index": m.index, "atoms": list(m.names), "mem_bytes": m.mem_bytes,
                            "flops": m.flops, "out_shape": list(m.out_shape)} for m in modules], indent=2))

@@ -26,6 +26,7 @@ from edgefl import checkpoint
 from edgefl.attacks import make_attack
 from edgefl.config import Scenario, to_toml
 from edgefl.data import DATASETS, Dataset, load_dataset, split_clients
+from edgefl.data.datasets import shapes_only
 from edgefl.data.partition import ClientSplit, public_split
 from edgefl.devices.catalog import load_catalog
 from edgefl.devices.pool import DevicePool
@@ -98,12 +99,9 @@ def _dry_data(s: Scenario, where: str) -> tuple[Dataset, Any, np.ndarray]:
     """Shapes without samples, and splits of a balanced label vector of the training set's size,
     computed only if a method asks for them (local epochs): fleets may outnumber the samples."""
     spec = DATASETS.get(s.data.dataset)
-    channels = spec.input_shape[0]
-    empty = torch.zeros((0, *spec.input_shape))
-    data = Dataset(empty, torch.zeros(0, dtype=torch.long), empty, torch.zeros(0, dtype=torch.long),
-                   spec.num_classes, (0.5,) * channels, (0.25,) * channels)
     labels = np.arange(spec.train_samples) % spec.num_classes
-    return data, LazySplits(lambda: client_splits(s, labels, where)[1]), np.zeros(0, dtype=np.int64)
+    splits = LazySplits(lambda: client_splits(s, labels, where)[1])
+    return shapes_only(s.data.dataset), splits, np.zeros(0, dtype=np.int64)
 
 
 class LazySplits(Sequence[ClientSplit]):

@@ -73,10 +73,10 @@ def test_plan_trains_the_member_that_fits_the_client_memory() -> None:
     for memory, chosen in [(need["smallcnn"], "smallcnn"), (need["smallcnn"] - 1, "cnn3"),
                            (need["cnn3"] - 1, "digits_cnn"), (1.0, "digits_cnn")]:
         s = replace(state, memory_bytes=memory)
+        m.begin_round(0, {0: s})
         workload = m.plan(0, 0, s)
         assert workload.atoms == m.profiles[chosen].atoms
         assert workload.upload_bytes == workload.download_bytes == m.bytes[chosen]
-        m.begin_round(0, {0: s})
         assert m.members == {0: chosen}
 
 

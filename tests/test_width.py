@@ -290,7 +290,7 @@ def test_short_run_through_cli_charges_narrow_clients_less(method, tmp_path):
     assert 0 <= float(row["clean_acc"]) <= 1
 
 
-def test_bundled_scenario_runs_heterofl():
+def test_bundled_scenario_loads_heterofl():
     scenario = load_scenario(ROOT / "scenarios" / "heterofl-digits.toml")
     assert scenario.method == "heterofl_at" and scenario.width.levels[-1] == 1.0
 

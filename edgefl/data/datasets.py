@@ -64,6 +64,16 @@ def load_dataset(cfg: DataConfig, where: str) -> Dataset:
     return DATASETS.get(cfg.dataset).load(cfg, where)
 
 
+def shapes_only(name: str) -> Dataset:
+    """A dataset with its shapes and classes but no samples (dry runs, partitions without data);
+    its normalisation is a placeholder."""
+    spec = DATASETS.get(name)
+    channels = spec.input_shape[0]
+    empty = torch.zeros((0, *spec.input_shape))
+    return Dataset(empty, torch.zeros(0, dtype=torch.long), empty, torch.zeros(0, dtype=torch.long),
+                   spec.num_classes, (0.5,) * channels, (0.25,) * channels)
+
+
 def _with_stats(x: np.ndarray, y: np.ndarray, tx: np.ndarray, ty: np.ndarray,
                 classes: int) -> Dataset:
     """Wrap arrays (N, C, H, W in [0, 1]) with per-channel mean/std of the training split."""

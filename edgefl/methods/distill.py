@@ -40,7 +40,7 @@ from torch import nn
 from edgefl.config import Scenario
 from edgefl.devices.pool import DeviceState
 from edgefl.errors import EdgeflError
-from edgefl.execution.local import TrainSettings, batch_indices, seed_everything, train_local
+from edgefl.execution.local import TrainSettings, device_batches, seed_everything, train_local
 from edgefl.methods.aggregate import State, fedavg, state_bytes
 from edgefl.methods.base import ClientUpdate, Context
 from edgefl.methods.fedavg import FedAvgAT
@@ -98,17 +98,16 @@ def distil(student: nn.Module, teachers: Sequence[nn.Module], x: torch.Tensor, l
         t.eval()
     student.train()
     optimizer = torch.optim.Adam(student.parameters(), lr=lr)
-    total = 0.0
-    for idx in batch_indices(len(x), min(batch, len(x)), iters, gen):
-        xb = x[idx.to(x.device)]
+    total = torch.zeros((), device=x.device)  # read once, at the end, as in train_local
+    for xb, _ in device_batches(x, x, batch, iters, gen):
         with torch.no_grad():
             targets = torch.stack([t(xb) for t in teachers])
         value = loss(student(xb), targets)
         optimizer.zero_grad(set_to_none=True)
         value.backward()
         optimizer.step()
-        total += float(value.detach())
-    return total / iters
+        total += value.detach()
+    return float(total) / iters
 
 
 def distill_flops(teachers: Sequence[ModelProfile], student: ModelProfile, iters: int,
@@ -148,21 +147,18 @@ class DistillAT(FedAvgAT):
         """The distillation loss of the student's logits [B, C] given the teachers' [K, B, C]."""
 
     # --- planning ---------------------------------------------------------------------------
-    def choose(self, round_: int, client: int, state: DeviceState) -> tuple[str, Workload]:
-        """The member the client trains and its workload."""
+    def begin_round(self, round_: int, states: dict[int, DeviceState]) -> None:
+        self.members = {}
+
+    def plan(self, round_: int, client: int, state: DeviceState) -> Workload:
+        """The workload of the member the client trains (recorded for `train` and `server_flops`)."""
         base = super().plan(round_, client, state)
         options = {name: replace(base, atoms=self.profiles[name].atoms, download_bytes=self.bytes[name],
                                  upload_bytes=self.bytes[name]) for name in self.names}
         accounting = self.ctx.scenario.cost.accounting
-        name = choose_member([(n, mem_need(w, accounting)) for n, w in options.items()],
-                             state.memory_bytes)
-        return name, options[name]
-
-    def begin_round(self, round_: int, states: dict[int, DeviceState]) -> None:
-        self.members = {k: self.choose(round_, k, state)[0] for k, state in states.items()}
-
-    def plan(self, round_: int, client: int, state: DeviceState) -> Workload:
-        return self.choose(round_, client, state)[1]
+        name = self.members[client] = choose_member(
+            [(n, mem_need(w, accounting)) for n, w in options.items()], state.memory_bytes)
+        return options[name]
 
     def server_flops(self, round_: int) -> float:
         d = self.ctx.scenario.distill

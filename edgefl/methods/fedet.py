@@ -16,10 +16,11 @@ k's softened prediction p_k = softmax(z_k / T):
 * loss = mean_x KL(s(x) || q(x)) + lambda * (1/B) sum_{x with dissent} KL(d(x) || q(x)), with
   q = softmax(student / T) and lambda = `distill.diversity` (0.05 in FedProphet's release).
 
-The Fed-ET paper is not among edgefl's sources (FedProphet names it only as a baseline), so the
-above follows its published description of §3.2. Two simplifications: the diversity term pulls the
-same output as the consensus term (Fed-ET may give it a head of its own), and the server does not
-distil the large model back into the small ones; the small members keep their FedAvg.
+The Fed-ET paper is not among edgefl's sources (FedProphet names it only as a baseline) and its
+text could not be consulted here: the above is §3.2 as recalled, not checked against the paper.
+Two simplifications: the diversity term pulls the same output as the consensus term (Fed-ET may
+give it a head of its own), and the server does not distil the large model back into the small
+ones; the small members keep their FedAvg.
 """
 
 from __future__ import annotations
