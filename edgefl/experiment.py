@@ -131,19 +131,21 @@ def client_splits(s: Scenario, labels: np.ndarray, where: str) -> tuple[np.ndarr
 
 
 def check_budgets(pool: DevicePool, method: Method, where: str) -> None:
-    """Every device must hold one atom's step within R_min, or no amount of swapping helps."""
+    """Every device must hold the smallest step of the finest swapping schedule within R_min (one
+    layer's tensors, one sample at a time), or no amount of paging helps."""
     first = {d.name: k for k, d in reversed(list(enumerate(pool.devices)))}  # one client per device kind
     for client in sorted(first.values()):
         device = pool.devices[client]
         budget = pool.reserved_bytes(device)  # plan as if at R_min: methods that adapt shrink there
         workload = method.plan(0, client, replace(pool.state(client, 0), memory_bytes=budget))
-        need, atom = min_budget(workload)
+        need, part = min_budget(workload)
         if need > budget:
             raise EdgeflError(
                 where, "fleet",
-                f"device {device.name} keeps at least {budget / 1e6:.3f} MB for training but one "
-                f"step on atom {atom} needs {need / 1e6:.3f} MB; raise fleet.reserved_memory_mb "
-                "(up to the device's memory), lower training.batch_size, or drop the device")
+                f"device {device.name} keeps at least {budget / 1e6:.3f} MB for training but the "
+                f"smallest step on {part} (paged layer by layer, one sample at a time) needs "
+                f"{need / 1e6:.3f} MB; raise fleet.reserved_memory_mb (up to the device's memory) "
+                "or drop the device")
 
 
 def run(exp: Experiment, out: Path, progress: bool = True, resume: bool = False) -> dict[str, Any]:

@@ -48,7 +48,7 @@ ONE_STEP = 4 + 8 + 40 + 8 + 40
 def test_iteration_steps_order():
     steps = iteration_steps(workload(attack_steps=1))
     # forward 0, 1; attack backward 1, 0; training forward 0, 1; training backward 1, 0
-    assert [s.atom for s in steps] == [0, 1, 1, 0, 0, 1, 1, 0]
+    assert [s.part for s in steps] == [0, 1, 1, 0, 0, 1, 1, 0]
     assert steps[-1].needs == (("param", 0), ("act", 0), ("opt", 0), ("grad", 0))
     assert steps[-1].dirties == (("param", 0), ("opt", 0))
 

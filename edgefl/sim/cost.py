@@ -23,7 +23,7 @@ from edgefl.config import CostConfig
 from edgefl.devices.pool import DeviceState
 from edgefl.profiling.atoms import BYTES
 from edgefl.profiling.memory import mem_req, paper_mem_req, paper_scale
-from edgefl.sim.swap import SwapWalk, Traffic, footprint
+from edgefl.sim.swap import Traffic, footprint, walk
 from edgefl.sim.workload import Workload
 
 
@@ -72,8 +72,8 @@ def walk_traffic(w: Workload, budget: float) -> tuple[Traffic, int]:
 
 @functools.lru_cache(maxsize=65536)
 def _walk(w: Workload, budget: float) -> tuple[Traffic, int]:
-    walk = SwapWalk(w, budget)
-    return walk.run(), walk.evictions
+    traffic, evictions, _ = walk(w, budget)
+    return traffic, evictions
 
 
 class WalkCost:

@@ -1,12 +1,17 @@
 """The swap walk: what training costs in storage traffic when MemReq exceeds available memory.
 
-The atoms are walked pass by pass (PGD-T: T forward/input-backward pairs, then the training
+The pieces of a plan (edgefl.sim.paging: whole atoms, or the layers of an atom too big to hold)
+are walked pass by pass (PGD-T: T forward/input-backward pairs, then the training
 forward/backward) keeping a least-recently-used resident set within the memory budget. A step on
-atom i needs its parameters (and, backward, its saved activations; in the training backward also
-its optimizer state and a fresh gradient) resident, plus the pinned batch and the atom's input and
-output in flight. What a step needs and is not resident is fetched; what is evicted dirty is written
-back. Each step that reads is one read operation, each that writes one write operation.
-Iterations repeat until the resident state stops changing; the rest cost the same as the last.
+piece i needs its parameters (and, backward, its saved activations; in the training backward also
+its optimizer state and a fresh gradient) resident, plus the pinned batch and the piece's input
+and output in flight. What a step needs and is not resident is fetched; what is evicted dirty is
+written back. Each step that reads is one read operation, each that writes one write operation.
+A micro-batched plan runs each iteration's passes once per micro-batch at the micro-batch's sizes,
+accumulating the gradient (kept, or paged, between micro-batches) and updating on the last one:
+the FLOPs are the same, the parameters are walked once per micro-batch and each micro-batch is one
+batch read. Iterations repeat until the resident state stops changing; the rest cost the same as
+the last.
 """
 
 from __future__ import annotations
@@ -18,9 +23,10 @@ from dataclasses import dataclass
 
 from edgefl.errors import EdgeflError
 from edgefl.profiling.atoms import BYTES
+from edgefl.sim.paging import Part, Plan, candidates, pinned_bytes, smallest_step, whole_atoms
 from edgefl.sim.workload import Workload
 
-Key = tuple[str, int]  # (param | opt | grad | act, atom index)
+Key = tuple[str, int]  # (param | opt | grad | act, piece index)
 
 
 @dataclass(frozen=True)
@@ -41,35 +47,40 @@ class Traffic:
 
 @dataclass(frozen=True)
 class Step:
-    atom: int
+    part: int
     needs: tuple[Key, ...]
     frees: tuple[Key, ...] = ()
     dirties: tuple[Key, ...] = ()
 
 
 class ImpossibleBudget(EdgeflError):
-    def __init__(self, atom: str, need: float, budget: float) -> None:
+    def __init__(self, part: str, need: float, budget: float) -> None:
         super().__init__(
-            "memory budget", atom,
-            f"one step on this atom needs {need / 1e6:.3f} MB but only {budget / 1e6:.3f} MB is "
-            "available; raise fleet.reserved_memory_mb, lower training.batch_size, "
-            "or drop the device from the fleet")
+            "memory budget", part,
+            f"one step on this piece needs {need / 1e6:.3f} MB but only {budget / 1e6:.3f} MB is "
+            "available; raise fleet.reserved_memory_mb or drop the device from the fleet")
 
 
-def iteration_steps(w: Workload) -> list[Step]:
-    """The steps of one iteration: T attack pairs, forward-only passes, then the training pairs."""
-    n = len(w.atoms)
+def iteration_steps(w: Workload, plan: Plan | None = None) -> list[Step]:
+    """The steps of one iteration, per micro-batch: T attack pairs, forward-only passes, then the
+    training pairs; the training backward updates on the last micro-batch and accumulates the
+    gradient on the others."""
+    plan = plan or whole_atoms(w)
+    n = len(plan.parts)
     fwd = [Step(i, (("param", i), ("act", i))) for i in range(n)]
     fwd_only = [Step(i, (("param", i),)) for i in range(n)]
     attack_bwd = [Step(i, (("param", i), ("act", i)), frees=(("act", i),))
                   for i in reversed(range(n))]
-    train_bwd = [
+    update = [
         Step(i, (("param", i), ("act", i), ("opt", i), ("grad", i)),
              frees=(("act", i), ("grad", i)), dirties=(("param", i), ("opt", i)))
         for i in reversed(range(n))
     ]
-    attack, train = (fwd + attack_bwd) * w.attack_steps, (fwd + train_bwd) * w.train_pairs
-    return attack + fwd_only * w.extra_forwards + train
+    accumulate = [Step(i, (("param", i), ("act", i), ("grad", i)), frees=(("act", i),),
+                       dirties=(("grad", i),)) for i in reversed(range(n))]
+    head = (fwd + attack_bwd) * w.attack_steps + fwd_only * w.extra_forwards
+    return ((head + (fwd + accumulate) * w.train_pairs) * (plan.micro - 1)
+            + head + (fwd + update) * w.train_pairs)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -80,38 +91,41 @@ def footprint(w: Workload) -> float:
     return walk.pinned + max(walk.workspace(i) for i in range(len(w.atoms))) + sum(walk.sizes.values())
 
 
-def _size(w: Workload, kind: str, i: int) -> float:
-    atom = w.atoms[i]
+def _size(w: Workload, p: Part, kind: str, batch: int) -> float:
     if kind == "act":
-        return w.batch * atom.saved_bytes
-    return atom.param_bytes * (w.slots if kind == "opt" else 1)
+        return batch * p.saved_bytes
+    return BYTES * p.params * (w.slots if kind == "opt" else 1)
 
 
 class SwapWalk:
-    """Walk one client's round within `budget` bytes and count the storage traffic."""
+    """Walk one client's round within `budget` bytes and count the storage traffic; the plan
+    defaults to whole atoms at the full batch."""
 
-    def __init__(self, w: Workload, budget: float) -> None:
+    def __init__(self, w: Workload, budget: float, plan: Plan | None = None) -> None:
         self.w = w
         self.budget = budget
-        self.pinned = w.batch_bytes * (2 if w.attack_steps else 1)
+        self.plan = plan or whole_atoms(w)
+        self.batch = self.plan.micro_batch(w)
+        self.pinned = pinned_bytes(w, self.batch)
         self.resident: OrderedDict[Key, bool] = OrderedDict()  # key -> dirty, LRU first
         self.used = 0.0  # bytes resident
-        self.on_storage: set[Key] = {("param", i) for i in range(len(w.atoms))}
+        parts = self.plan.parts
+        self.on_storage: set[Key] = {("param", i) for i in range(len(parts))}
         self.evictions = 0
-        self.sizes = {(kind, i): _size(w, kind, i) for kind in ("param", "opt", "grad", "act")
-                      for i in range(len(w.atoms))}
+        self.sizes = {(kind, i): _size(w, p, kind, self.batch)
+                      for kind in ("param", "opt", "grad", "act") for i, p in enumerate(parts)}
 
     def size(self, key: Key) -> float:
         return self.sizes[key]
 
     def workspace(self, i: int) -> float:
-        atom = self.w.atoms[i]
-        return BYTES * self.w.batch * (atom.in_elems + atom.out_elems)
+        p = self.plan.parts[i]
+        return BYTES * self.batch * (p.in_elems + p.out_elems)
 
     def run(self) -> Traffic:
-        """Total traffic over all iterations (the batch reads included)."""
-        steps = iteration_steps(self.w)
-        batch = Traffic(self.w.batch_bytes, 0.0, 1, 0)
+        """Total traffic over all iterations (the batch reads, one per micro-batch, included)."""
+        steps = iteration_steps(self.w, self.plan)
+        batch = Traffic(self.w.batch_bytes, 0.0, self.plan.micro, 0)
         total, state = Traffic(), self._signature()
         for done in range(1, self.w.iterations + 1):
             last = sum((self.step(s) for s in steps), batch)
@@ -123,11 +137,11 @@ class SwapWalk:
 
     def step(self, s: Step) -> Traffic:
         needs = [k for k in s.needs if self.size(k) > 0]
-        room = self.budget - self.pinned - self.workspace(s.atom)
+        room = self.budget - self.pinned - self.workspace(s.part)
         need = sum(self.size(k) for k in needs)
         if need > room:
-            raise ImpossibleBudget(self.w.atoms[s.atom].name,
-                                   need + self.pinned + self.workspace(s.atom), self.budget)
+            raise ImpossibleBudget(self.plan.parts[s.part].name,
+                                   need + self.pinned + self.workspace(s.part), self.budget)
         fetch = [k for k in needs if k not in self.resident]
         written = self._make_room(room - need, set(needs))
         read = sum(self.size(k) for k in fetch if k in self.on_storage)
@@ -167,10 +181,24 @@ class SwapWalk:
         return tuple(self.resident.items()), frozenset(self.on_storage)
 
 
+def walk(w: Workload, budget: float) -> tuple[Traffic, int, Plan]:
+    """(traffic, evictions, plan) of the cheapest plan that fits `budget`: whole atoms when they
+    fit, else the fewer bytes moved (then fewer operations) of paging by layers and micro-batching.
+    A budget no plan fits raises ImpossibleBudget at the smallest step."""
+    best: tuple[float, int, Traffic, int, Plan] | None = None
+    for plan in candidates(w, budget):
+        walker = SwapWalk(w, budget, plan)
+        t = walker.run()
+        key = (t.read_bytes + t.write_bytes, t.read_ops + t.write_ops)
+        if best is None or key < best[:2]:
+            best = (*key, t, walker.evictions, plan)
+    if best is None:
+        need, part = smallest_step(w)
+        raise ImpossibleBudget(part, need, budget)
+    return best[2], best[3], best[4]
+
+
 def min_budget(w: Workload) -> tuple[float, str]:
-    """The smallest memory any swapping schedule needs: the largest single step, and its atom."""
-    walk = SwapWalk(w, float("inf"))
-    needs = [(walk.pinned + walk.workspace(s.atom) + sum(walk.size(k) for k in s.needs), s.atom)
-             for s in iteration_steps(w)]
-    need, atom = max(needs)
-    return need, w.atoms[atom].name
+    """The smallest memory any schedule needs: the largest step of the finest plan (every atom
+    whole or by layers, whichever needs less, one sample at a time), and the piece that sets it."""
+    return smallest_step(w)

@@ -3,7 +3,9 @@
 Greedy over the atoms: an atom joins the current module while training the module together with
 the auxiliary head at its end still fits R_min; otherwise the module is closed and a new one
 starts. The last module needs no head (its last atom holds the classifier). An atom that does not
-fit R_min on its own stops the partition with an error naming it.
+fit R_min on its own stops the partition with an error naming it under `paper` accounting; under
+`walk` it becomes a module of its own, which the swap walk pages (edgefl.sim.paging), and the fleet's
+budget check refuses only a device that cannot hold its smallest paged step.
 """
 
 from __future__ import annotations
@@ -74,7 +76,7 @@ def partition(
     start = 0
     for i in range(len(atoms)):
         head = heads[i] if i + 1 < len(atoms) else None  # the classifier atom needs no head
-        if need(atoms[i:i + 1], head) > r_min:
+        if need(atoms[i:i + 1], head) > r_min and need.accounting == "paper":
             raise EdgeflError(where, "fleet.reserved_memory_mb",
                               f"atom {atoms[i].name} needs {need(atoms[i:i + 1], head) / 1e6:.3f} MB "
                               f"with its head, more than R_min = {r_min / 1e6:.3f} MB; raise R_min "
