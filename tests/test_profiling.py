@@ -129,3 +129,36 @@ def test_vgg16_cifar10_matches_release_figures():
     # norm atom + 13 conv atoms, the last holding the classifier
     assert len(profile.atoms) == 14
     assert profile.atoms[0].params == 0
+
+
+def test_conv_model_layers_by_hand():
+    conv, flat, fc = profile_model(conv_model(), "conv").atoms
+    assert [(lay.name, lay.kind) for lay in conv.layers] == [("conv.0", "conv"), ("conv.1", "activation")]
+    c, relu = conv.layers
+    assert (c.macs, c.params, c.in_elems, c.out_elems) == (288, 20, 16, 32)
+    assert (c.saved_bytes, relu.saved_bytes) == (4 * 16, 4 * 32)  # conv input, ReLU output
+    assert [(lay.kind, lay.macs, lay.params) for lay in flat.layers] == [("reshape", 0, 0)]
+    assert [(lay.kind, lay.macs, lay.params) for lay in fc.layers] == [("linear", 96, 99)]
+
+
+@pytest.mark.parametrize(("name", "shape"), [("digits_cnn", (1, 8, 8)), ("resnet10", (3, 32, 32))])
+def test_layers_sum_to_their_atom(name, shape):
+    profile = profile_model(build_model(name, 10, shape, (0.5,) * shape[0], (0.5,) * shape[0]), name)
+    for atom in profile.atoms:
+        assert atom.layers
+        assert sum(lay.macs for lay in atom.layers) == pytest.approx(atom.macs)
+        assert sum(lay.params for lay in atom.layers) == atom.params
+        assert sum(lay.saved_bytes for lay in atom.layers) == pytest.approx(atom.saved_bytes)
+
+
+def test_residual_block_layers():
+    """A basic block: its ReLU module runs twice (two layers, parameters once) and the residual
+    `out + identity` is an elementwise layer of its own."""
+    profile = profile_model(build_model("resnet10", 10, (3, 32, 32), (0.5,) * 3, (0.5,) * 3), "r")
+    block = next(a for a in profile.atoms if a.name == "layer1_1")
+    names = [lay.name for lay in block.layers]
+    assert names == ["layer1_1.conv1", "layer1_1.bn1", "layer1_1.relu", "layer1_1.conv2",
+                     "layer1_1.bn2", "layer1_1.add", "layer1_1.relu#2"]
+    add = block.layers[5]
+    assert (add.kind, add.in_elems, add.out_elems) == ("elementwise", 64 * 32 * 32, 64 * 32 * 32)
+    assert block.layers[0].macs == 64 * 64 * 9 * 32 * 32  # 3x3 conv 64 -> 64 on 32x32
