@@ -199,6 +199,10 @@ def test_partition_closes_a_module_when_the_next_atom_would_not_fit():
     assert [m.flops for m in modules] == [2 * 100 * 4, 2 * 100 * 2]  # atoms' + head's 2 x MACs
     with pytest.raises(EdgeflError, match="atom a3 "):  # 5 + 1 > 5
         partition(atoms, heads, additive, 5, where="w")
+    # under the swap walk's accounting a3 (6 with its head) becomes a module the walk pages
+    paged = partition(atoms, heads, additive, 5, where="w", paged=True)
+    assert [([int(n[1:]) for n in m.names], m.mem_bytes) for m in paged] == [
+        ([0], 4), ([1], 5), ([2], 3), ([3], 6), ([4], 1)]
 
 
 def test_the_last_atom_is_judged_without_a_head():

@@ -51,8 +51,8 @@ def whole(w: Workload, i: int) -> Part:
 def layers(w: Workload, i: int) -> tuple[Part, ...]:
     """Atom i by layers (the whole atom when its profile has no layers)."""
     a = w.atoms[i]
-    return tuple(Part(i, f"{a.name}.{x.name}", x.params, x.in_elems, x.out_elems, x.saved_bytes)
-                 for x in getattr(a, "layers", ())) or (whole(w, i),)
+    return tuple(Part(i, x.name, x.params, x.in_elems, x.out_elems, x.saved_bytes)
+                 for x in a.layers) or (whole(w, i),)
 
 
 def whole_atoms(w: Workload) -> Plan:
@@ -68,7 +68,7 @@ def peak(w: Workload, p: Part, batch: int) -> float:
     """The largest step on `p` at this micro-batch: pinned batch, input and output in flight, and
     what the step keeps resident (training backward: weights, gradient, optimizer state, saved
     activations; attack passes: weights and saved activations; forward-only: weights)."""
-    state = BYTES * p.params
+    state: float = BYTES * p.params
     if w.train_pairs:
         state = state * (2 + w.slots) + batch * p.saved_bytes
     elif w.attack_steps:
@@ -80,7 +80,7 @@ def _largest(w: Workload, parts: tuple[Part, ...], batch: int) -> tuple[float, s
     return max((peak(w, p, batch), p.name) for p in parts)
 
 
-def finest(w: Workload, i: int, batch: int) -> tuple[float, str]:
+def _finest(w: Workload, i: int, batch: int) -> tuple[float, str]:
     """The largest step of atom i, whole or by layers, whichever is smaller, and its piece."""
     return min(_largest(w, (whole(w, i),), batch), _largest(w, layers(w, i), batch))
 
@@ -92,13 +92,13 @@ def divisors(n: int) -> list[int]:
 @functools.lru_cache(maxsize=4096)
 def smallest_step(w: Workload) -> tuple[float, str]:
     """The smallest budget any plan runs in, and the piece whose step sets it."""
-    return max(finest(w, i, 1) for i in range(len(w.atoms)))
+    return max(_finest(w, i, 1) for i in range(len(w.atoms)))
 
 
 def candidates(w: Workload, budget: float) -> list[Plan]:
     """Whole atoms at the full batch if they fit; else the first plan that fits paging only the
     atoms that do not fit whole (micro-batched as little as needed) and the first that fits
-    micro-batching whole atoms, cheapest first to try. Empty when none fits."""
+    micro-batching whole atoms. Empty when none fits."""
     plain = whole_atoms(w)
     if _largest(w, plain.parts, w.batch)[0] <= budget:
         return [plain]

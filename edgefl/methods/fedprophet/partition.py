@@ -69,14 +69,15 @@ class Module:
 
 def partition(
     atoms: Sequence[AtomProfile], heads: Sequence[AtomProfile], need: Estimator, r_min: float,
-    where: str = "partition",
+    where: str = "partition", paged: bool = False,
 ) -> list[Module]:
-    """Alg. 1: `heads[i]` is the head that would follow atom i; errors name `where`."""
+    """Alg. 1: `heads[i]` is the head that would follow atom i; errors name `where`. With `paged`
+    (the swap walk's accounting) an atom that does not fit alone is a module of its own."""
     bounds: list[tuple[int, int]] = []
     start = 0
     for i in range(len(atoms)):
         head = heads[i] if i + 1 < len(atoms) else None  # the classifier atom needs no head
-        if need(atoms[i:i + 1], head) > r_min and need.accounting == "paper":
+        if need(atoms[i:i + 1], head) > r_min and not paged:
             raise EdgeflError(where, "fleet.reserved_memory_mb",
                               f"atom {atoms[i].name} needs {need(atoms[i:i + 1], head) / 1e6:.3f} MB "
                               f"with its head, more than R_min = {r_min / 1e6:.3f} MB; raise R_min "
@@ -103,4 +104,5 @@ def partition_model(profile: ModelProfile, classes: int, input_side: int, s: Sce
     need = Estimator(s.training.batch_size, optimizer_slots(s.training.optimizer, s.training.momentum),
                      s.cost.accounting, classes)
     heads = [head_profile(a.out_shape, classes, input_side) for a in profile.atoms]
-    return need, partition(profile.atoms, heads, need, s.fleet.reserved_memory_mb * 1e6, where)
+    return need, partition(profile.atoms, heads, need, s.fleet.reserved_memory_mb * 1e6, where,
+                           paged=s.cost.accounting == "walk")

@@ -1,0 +1,158 @@
+"""The swap walk at a finer grain: paging an atom layer by layer, micro-batching, and refusal,
+each stepped through by hand."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from edgefl.cli import main
+from edgefl.errors import EdgeflError
+from edgefl.profiling.atoms import AtomProfile, LayerProfile
+from edgefl.sim.paging import candidates, peak, whole
+from edgefl.sim.swap import ImpossibleBudget, SwapWalk, Traffic, min_budget, walk
+from edgefl.sim.workload import Workload
+
+
+def layer(name: str, params: int, saved: float, out: int = 1) -> LayerProfile:
+    return LayerProfile(name, "conv", macs=1.0, params=params, in_elems=1, out_elems=out,
+                        saved_bytes=saved)
+
+
+def atom(name: str, *layers: LayerProfile) -> AtomProfile:
+    """An atom made of `layers` in a chain: its sizes are theirs summed, in and out at the ends."""
+    return AtomProfile(name, macs=len(layers), params=sum(x.params for x in layers),
+                       in_elems=layers[0].in_elems, out_elems=layers[-1].out_elems,
+                       saved_bytes=sum(x.saved_bytes for x in layers), weighted_in_elems=1,
+                       layers=layers)
+
+
+# Two layers of 10 parameters (40 B), 8 B saved, one element in and out: the atom holds 80 B of
+# weights and 16 B of activations.
+PAIR = atom("a", layer("a.l0", 10, 8.0), layer("a.l1", 10, 8.0))
+# Two plain atoms of the same size, with no layers to split into.
+X0 = AtomProfile("x0", macs=10.0, params=10, in_elems=1, out_elems=1, saved_bytes=8.0,
+                 weighted_in_elems=1)
+X1 = AtomProfile("x1", macs=10.0, params=10, in_elems=1, out_elems=1, saved_bytes=8.0,
+                 weighted_in_elems=1)
+
+
+def workload(atoms, batch=1, iterations=1, attack_steps=0, slots=0) -> Workload:
+    return Workload(atoms=tuple(atoms), batch=batch, iterations=iterations,
+                    attack_steps=attack_steps, slots=slots, download_bytes=0.0, upload_bytes=0.0)
+
+
+def test_step_sizes_whole_and_by_layers_by_hand():
+    """Batch 1, no attack (pinned: the 4 B batch), slots 0. Training backward on the whole atom:
+    4 + workspace 4 x (1 + 1) + weights 80 + gradient 80 + activations 16 = 188 B; on one layer:
+    4 + 8 + 40 + 40 + 8 = 100 B."""
+    w = workload([PAIR])
+    assert peak(w, whole(w, 0), 1) == 188
+    assert [peak(w, p, 1) for p in candidates(w, 100)[0].parts] == [100, 100]
+    assert min_budget(w)[0] == 100
+
+
+def test_an_atom_that_does_not_fit_whole_is_paged_layer_by_layer_by_hand():
+    """Budget 100 B: the whole atom (188 B) cannot run, its layers can (room 100 - 4 - 8 = 88 B).
+
+    batch read                                              read 4
+    fwd l0:  fetch w0 (40); act0 new                        read 40          resident w0, a0*
+    fwd l1:  room for 48 of 88: evict w0 (clean); fetch w1  read 40          resident a0*, w1, a1*
+    bwd l1:  needs w1 + a1 + g1 = 88: evict a0 (dirty)      write 8;  w1 dirtied, a1 and g1 freed
+    bwd l0:  evict w1 (dirty); fetch w0 + a0                read 48, write 40; w0 dirtied
+    """
+    w = workload([PAIR])
+    with pytest.raises(ImpossibleBudget):
+        SwapWalk(w, 100).run()  # whole atoms do not fit
+    traffic, evictions, plan = walk(w, 100)
+    assert [p.name for p in plan.parts] == ["a.l0", "a.l1"] and plan.micro == 1
+    assert traffic == Traffic(4 + 40 + 40 + 48, 8 + 40, read_ops=4, write_ops=2)
+    assert evictions == 3
+
+
+def test_steady_iterations_of_a_paged_atom_by_hand():
+    """From the second iteration on w0 is resident and dirty: batch 4; fwd l1 evicts w0 (write
+    40) and fetches w1 (read 40); bwd l1 evicts a0 (write 8); bwd l0 evicts w1 (write 40) and
+    fetches w0 + a0 (read 48)."""
+    first = Traffic(4 + 40 + 40 + 48, 8 + 40, 4, 2)
+    steady = Traffic(4 + 40 + 48, 40 + 8 + 40, 3, 3)
+    for n in (2, 5):
+        assert walk(workload([PAIR], iterations=n), 100)[0] == first + steady.times(n - 1)
+
+
+def test_atoms_that_fit_stay_whole_next_to_one_that_is_paged():
+    """With x0 in front the largest whole step is still the pair's 188 B; x0 alone needs
+    4 + 8 + 80 + 8 = 100 B, so at 100 B x0 stays whole and only the pair is split."""
+    w = workload([X0, PAIR])
+    _, _, plan = walk(w, 100)
+    assert [p.name for p in plan.parts] == ["x0", "a.l0", "a.l1"]
+    assert [p.atom for p in plan.parts] == [0, 1, 1]
+
+
+def test_micro_batched_step_by_hand():
+    """x0, x1 at batch 2 (no layers), no attack, slots 0. Whole batch: 8 pinned + 4 x 2 x (1 + 1)
+    + 40 + 40 + 2 x 8 = 120 B per training backward; micro-batches of 1: 4 + 8 + 40 + 40 + 8 = 100.
+    At 100 B the batch runs as 2 micro-batches (room 88 B); the first accumulates the gradient,
+    the second updates.
+
+    batch reads: 2 micro-batches of 4 B                       read 8 (2 ops)
+    1  fwd x0:  fetch w0                                      read 40        w0, a0*
+       fwd x1:  evict w0 (clean); fetch w1                    read 40        a0*, w1, a1*
+       bwd x1:  evict a0 (dirty); g1 new; a1 freed            write 8        w1, g1*
+       bwd x0:  evict w1 (clean), g1 (dirty); fetch w0 + a0   read 48, write 40   w0, g0*
+    2  fwd x0:  a0 new, 88 of 88 used                                        g0*, w0, a0*
+       fwd x1:  evict g0 (dirty), w0 (clean); fetch w1        read 40, write 40   a0*, w1, a1*
+       bwd x1:  evict a0 (dirty); fetch g1; update            read 40, write 8    w1*
+       bwd x0:  evict w1 (dirty); fetch w0 + a0 + g0; update  read 88, write 40   w0*
+    """
+    w = workload([X0, X1], batch=2)
+    assert [p.micro for p in candidates(w, 119)] == [2]
+    assert candidates(w, 120)[0].micro == 1
+    traffic, evictions, plan = walk(w, 100)
+    assert plan.micro == 2
+    assert traffic == Traffic(8 + 40 + 40 + 48 + 40 + 40 + 88, 8 + 40 + 40 + 8 + 40,
+                              read_ops=2 + 6, write_ops=5)
+    assert evictions == 8
+
+
+def test_the_cheaper_of_paging_and_micro_batching_is_walked():
+    """Both fit at 130 B for the pair at batch 2 (whole atom per sample: 4 + 8 + 160 + 16 = 188;
+    by layers at batch 2: 8 + 16 + 80 + 16 = 120); the walk takes the fewer bytes moved."""
+    w = workload([PAIR], batch=2, iterations=3)
+    plans = candidates(w, 130)
+    assert [(len(p.parts), p.micro) for p in plans] == [(2, 1)]  # the whole pair needs 188 even at 1
+    w = workload([X0, PAIR], batch=4, iterations=3)
+    plans = candidates(w, 190)
+    assert len(plans) == 2 and plans[0].micro < plans[1].micro
+    moved = [SwapWalk(w, 190, p).run() for p in plans]
+    best = min(moved, key=lambda t: (t.read_bytes + t.write_bytes, t.read_ops + t.write_ops))
+    assert walk(w, 190)[0] == best
+
+
+def test_a_budget_below_the_smallest_step_is_refused():
+    """Layers of 10 and 20 parameters at batch 2, slots 1. One sample at a time (pinned 4 B):
+    s0 4 + 4 x (1 + 1) + 3 x 40 + 8 = 140 B; s1 4 + 4 x (1 + 2) + 3 x 80 + 4 = 260 B; the whole
+    atom 4 + 12 + 3 x 120 + 12 = 388 B. Nothing runs below 260 B."""
+    big = atom("b", layer("b.s0", 10, 8.0), layer("b.s1", 20, 4.0, out=2))
+    w = workload([big], batch=2, slots=1)
+    assert min_budget(w) == (260, "b.s1")
+    traffic, _, plan = walk(w, 260)
+    assert (len(plan.parts), plan.micro) == (2, 2)
+    assert traffic.read_bytes > 0
+    with pytest.raises(ImpossibleBudget) as info:
+        walk(w, 259)
+    assert isinstance(info.value, EdgeflError)
+    assert info.value.key == "b.s1" and "b.s1" in str(info.value)
+
+
+def test_a_fleet_below_the_smallest_step_is_one_line(tmp_path, capsys):
+    """digits_cnn at batch 32: its largest conv layer's weights, gradient and momentum alone
+    outgrow 0.05 MB of R_min, however the walk pages; the run stops before round 0 with one line."""
+    root = Path(__file__).resolve().parents[1]
+    code = main(["run", str(root / "scenarios" / "quickstart.toml"), "--dry-run", "--set", "rounds=1",
+                 "--set", "fleet.reserved_memory_mb=0.05", "--out", str(tmp_path / "r")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "\n" not in err
+    assert "paged layer by layer, one sample at a time" in err and "0.050 MB" in err
+    assert not (tmp_path / "r").exists()
