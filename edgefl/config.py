@@ -105,7 +105,13 @@ class FedProphetConfig:
     alpha: float = 0.3  # APA's starting scale of the feature perturbation (0.4 for Caltech)
     alpha_step: float = 0.1  # APA step (Eq. 10)
     delta: float = 0.05  # APA threshold on the clean/adversarial accuracy ratio (Eq. 10)
-    patience: float = 0.1  # advance a module after this share of its round budget without gain
+    warmup_rounds: int = 0  # clean rounds at the start of every module (the release: 100 of 500)
+    grace: float = 0.05  # share of a module's budget, after its warm-up, with no validation score
+    #   (so no best state and no patience); the release scores from 100 + 25 = 125 of 500
+    patience: float = 0.1  # advance a module after this share of its budget in scored rounds
+    #   without gain (the release: 50 of 500)
+    module_rounds: list[int] = field(default_factory=list)  # dry runs: rounds each module runs,
+    #   warm-up included (one per module); empty = the whole budget ceil(rounds / modules)
     val_samples: int = 512  # validation samples (from the clients' slices) the server scores
     apa_samples: int = 512  # client samples the perturbation size d* is measured on (Eq. 9)
 
@@ -359,7 +365,11 @@ def validate(s: Scenario, where: str) -> None:
         ("fedprophet.alpha", s.fedprophet.alpha > 0, "must be positive"),
         ("fedprophet.alpha_step", s.fedprophet.alpha_step >= 0, "must be non-negative"),
         ("fedprophet.delta", 0 <= s.fedprophet.delta < 1, "must be in [0, 1)"),
+        ("fedprophet.warmup_rounds", s.fedprophet.warmup_rounds >= 0, "must be non-negative"),
+        ("fedprophet.grace", 0 <= s.fedprophet.grace < 1, "must be a fraction in [0, 1)"),
         ("fedprophet.patience", 0 < s.fedprophet.patience <= 1, "must be a fraction in (0, 1]"),
+        ("fedprophet.module_rounds", all(n >= 1 for n in s.fedprophet.module_rounds),
+         "every module must run at least 1 round"),
         ("fedprophet.val_samples", s.fedprophet.val_samples >= 1, "must be at least 1"),
         ("fedprophet.apa_samples", s.fedprophet.apa_samples >= 1, "must be at least 1"),
         ("prox.mu", s.prox.mu >= 0, "must be non-negative"),
