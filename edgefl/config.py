@@ -105,7 +105,13 @@ class FedProphetConfig:
     alpha: float = 0.3  # APA's starting scale of the feature perturbation (0.4 for Caltech)
     alpha_step: float = 0.1  # APA step (Eq. 10)
     delta: float = 0.05  # APA threshold on the clean/adversarial accuracy ratio (Eq. 10)
-    patience: float = 0.1  # advance a module after this share of its round budget without gain
+    warmup_rounds: int = 0  # clean rounds at the start of every module (the release: 100 of 500)
+    grace: float = 0.05  # share of a module's budget, after its warm-up, with no validation score
+    #   (so no best state and no patience); the release scores from 100 + 25 = 125 of 500
+    patience: float = 0.1  # advance a module after this share of its budget in scored rounds
+    #   without gain (the release: 50 of 500)
+    module_rounds: list[int] = field(default_factory=list)  # dry runs: rounds each module runs,
+    #   warm-up included (one per module); empty = the whole budget ceil(rounds / modules)
     val_samples: int = 512  # validation samples (from the clients' slices) the server scores
     apa_samples: int = 512  # client samples the perturbation size d* is measured on (Eq. 9)
 
@@ -177,6 +183,14 @@ class DistillConfig:
 
 
 @dataclass
+class CompareConfig:
+    """`edgefl compare`: per-method round counts, as the paper trains them (FedProphet §7.1: jFAT 500,
+    baselines 1000, FedProphet 7 modules x 500 at most)."""
+
+    rounds: dict[str, int] = field(default_factory=dict)  # method -> rounds (unlisted: `rounds`)
+
+
+@dataclass
 class RayConfig:
     """The Ray executor: client updates on Ray workers (`executor = "ray"`)."""
 
@@ -210,6 +224,7 @@ class Scenario:
     width: WidthConfig = field(default_factory=WidthConfig)
     distill: DistillConfig = field(default_factory=DistillConfig)
     ray: RayConfig = field(default_factory=RayConfig)
+    compare: CompareConfig = field(default_factory=CompareConfig)
 
 
 def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
@@ -283,6 +298,11 @@ def check_type(value: Any, hint: Any, where: str, key: str) -> Any:
     be finite: NaN passes no range check, and inf would pass "must be positive".
     """
     origin = typing.get_origin(hint)
+    if origin is dict:
+        _, inner = typing.get_args(hint)
+        if not isinstance(value, dict):
+            raise EdgeflError(where, key, f"must be a table of name = {inner.__name__}, got {value!r}")
+        return {k: check_type(v, inner, where, f"{key}.{_printable(k)}") for k, v in value.items()}
     if origin is list:
         (inner,) = typing.get_args(hint)
         if not isinstance(value, list):
@@ -345,7 +365,11 @@ def validate(s: Scenario, where: str) -> None:
         ("fedprophet.alpha", s.fedprophet.alpha > 0, "must be positive"),
         ("fedprophet.alpha_step", s.fedprophet.alpha_step >= 0, "must be non-negative"),
         ("fedprophet.delta", 0 <= s.fedprophet.delta < 1, "must be in [0, 1)"),
+        ("fedprophet.warmup_rounds", s.fedprophet.warmup_rounds >= 0, "must be non-negative"),
+        ("fedprophet.grace", 0 <= s.fedprophet.grace < 1, "must be a fraction in [0, 1)"),
         ("fedprophet.patience", 0 < s.fedprophet.patience <= 1, "must be a fraction in (0, 1]"),
+        ("fedprophet.module_rounds", all(n >= 1 for n in s.fedprophet.module_rounds),
+         "every module must run at least 1 round"),
         ("fedprophet.val_samples", s.fedprophet.val_samples >= 1, "must be at least 1"),
         ("fedprophet.apa_samples", s.fedprophet.apa_samples >= 1, "must be at least 1"),
         ("prox.mu", s.prox.mu >= 0, "must be non-negative"),
@@ -374,6 +398,8 @@ def validate(s: Scenario, where: str) -> None:
         ("distill.diversity", s.distill.diversity >= 0, "must be non-negative"),
         ("ray.workers", s.ray.workers >= 0, "must be 0 (one per CPU) or positive"),
         ("ray.max_retries", s.ray.max_retries >= 0, "must be non-negative"),
+        *((f"compare.rounds.{_printable(m)}", n >= 1, "must be at least 1")
+          for m, n in s.compare.rounds.items()),
     ]
     if s.data.partition == "skew":
         checks.append(("data.skew_s", (s.fleet.clients - 1) * s.data.skew_s < 100,
@@ -408,6 +434,7 @@ def _check_names(s: Scenario, where: str) -> None:
         ("evaluation.attack", s.evaluation.attack, ATTACKS.names()),
     ]
     named += [("evaluation.extra", a, ATTACKS.names()) for a in s.evaluation.extra]
+    named += [("compare.rounds", m, METHODS.names()) for m in s.compare.rounds]
     named += [("distill.family", m, MODELS.names()) for m in s.distill.family]
     catalog = load_catalog()
     named += [("fleet.devices", d, sorted(catalog.devices)) for d in s.fleet.devices]
@@ -442,4 +469,6 @@ def _toml_value(v: Any) -> str:
         return json.dumps(v)  # a JSON string is a valid TOML basic string
     if isinstance(v, list):
         return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):  # an inline table; keys quoted, as any string may name a method
+        return "{ " + ", ".join(f"{json.dumps(k)} = {_toml_value(x)}" for k, x in v.items()) + " }"
     return repr(v)

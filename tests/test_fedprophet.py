@@ -29,6 +29,7 @@ from edgefl.experiment import Experiment, prepare, run
 from edgefl.methods.aggregate import partial_average
 from edgefl.methods.fedprophet.cascade import Exit, cascade_loss, output_perturbation
 from edgefl.methods.fedprophet.coordinator import StageControl, accuracy_ratio, adjust_alpha, assign_modules
+from edgefl.methods.fedprophet.method import stage_control
 from edgefl.methods.fedprophet.partition import Estimator, head_profile, partition, partition_model
 from edgefl.models import build_model
 from edgefl.profiling import AtomProfile, ModelProfile, paper_mem_req, profile_model
@@ -436,6 +437,71 @@ def test_restart_gives_the_next_stage_its_own_budget():
     assert not stage.done(2)
     stage.record(3, 0.2)
     assert stage.done(3)
+
+
+def test_the_releases_schedule_for_500_rounds_a_module():
+    # the release's CIFAR-10 run: 3500 rounds over 7 modules, adv_warmup 100, int(0.05 x 500) = 25
+    # unscored rounds after it, patience int(0.1 x 500) = 50
+    s = load_scenario(QUICKSTART, ["fedprophet.warmup_rounds=100"])
+    stage = stage_control(3500, 7, s.fedprophet)
+    assert (stage.budget, stage.warmup, stage.grace, stage.patience) == (500, 100, 25, 50)
+    stage.restart(1000)  # module 3 starts at round 1000
+    assert stage.warming(1099) and not stage.warming(1100)
+    for r in range(1000, 1125):  # warm-up and grace: nothing scored, the patience cannot run
+        assert not stage.record(r, 0.0 if r % 2 else 1.0)
+        assert not stage.done(r)
+    assert stage.record(1125, 0.5)  # the first scored round is the module's round 125
+    for r in range(1126, 1175):
+        assert not stage.record(r, 0.5) and not stage.done(r)
+    assert not stage.record(1175, 0.4)
+    assert stage.done(1175)  # 50 scored rounds without gain: the module trained 176 rounds
+
+
+def test_patience_is_at_least_one_round():
+    s = load_scenario(QUICKSTART, ["fedprophet.patience=0.1"])
+    stage = stage_control(24, 3, s.fedprophet)  # budget 8: int(0.8) = 0 would end every stage at once
+    assert (stage.budget, stage.grace, stage.patience) == (8, 0, 1)
+
+
+def test_the_learning_rate_restarts_for_every_module(digits: Experiment):
+    lr, decay = digits.scenario.training.lr, 0.9
+    digits.scenario.training.lr_decay = decay
+    assert digits.ctx.lr(7) == pytest.approx(lr * decay**7)
+    assert digits.ctx.lr(7, 5) == pytest.approx(lr * decay**2)  # the module began at round 5
+    assert digits.ctx.lr(5, 5) == pytest.approx(lr)
+
+
+def test_clean_warm_up_at_the_start_of_every_module(digits: Experiment):
+    method = digits.method
+    method.stage.warmup = 2
+    fast = device_state(digits, 1e12, 100e9)
+    for r in range(4):
+        method.begin_round(r, {0: fast})
+        assert method.plan(r, 0, fast).attack_steps == (0 if r < 2 else 2)
+    method.switch = True
+    method.dry = True  # no d* to measure
+    for r in range(4, 7):  # the next module warms up again
+        method.begin_round(r, {0: fast})
+        assert method.m == 1
+        assert method.plan(r, 0, fast).attack_steps == (0 if r < 6 else 2)
+
+
+def test_dry_run_modules_follow_module_rounds(tmp_path: Path):
+    def modules(*sets: str) -> list[int]:
+        exp = prepare(load_scenario(QUICKSTART, [*TINY, "rounds=6", *sets]), "q.toml", dry_run=True)
+        run(exp, tmp_path / "_".join(sets or ("none",)), progress=False)
+        _, rows = read_csv(tmp_path / "_".join(sets or ("none",)) / "metrics.csv")
+        return [int(r["module"]) for r in rows]
+
+    assert modules() == [1, 1, 1, 2, 2, 2]  # ceil(6 / 2) rounds each
+    assert modules("fedprophet.module_rounds=[1, 5]") == [1, 2, 2, 2, 2, 2]
+    assert modules("fedprophet.module_rounds=[4, 2]") == [1, 1, 1, 1, 2, 2]
+
+
+def test_module_rounds_of_the_wrong_length_is_one_line():
+    with pytest.raises(EdgeflError, match=r"fedprophet\.module_rounds.*3 round counts.*2 modules"):
+        prepare(load_scenario(QUICKSTART, [*TINY, "fedprophet.module_rounds=[1, 2, 3]"]), "q.toml",
+                dry_run=True)
 
 
 # --- 6. partial average ------------------------------------------------------------------------------

@@ -43,9 +43,11 @@ class Context:
         """No attack during the clean warm-up rounds."""
         return None if round_ < self.scenario.training.warmup_rounds else self.train_attack
 
-    def lr(self, round_: int) -> float:
+    def lr(self, round_: int, start: int = 0) -> float:
+        """lr0 x decay^(round - start): the decay restarts at `start` (FedProphet's release
+        restarts it for every module)."""
         t = self.scenario.training
-        return t.lr * t.lr_decay**round_
+        return t.lr * t.lr_decay ** (round_ - start)
 
 
 @dataclass

@@ -50,27 +50,45 @@ def accuracy_ratio(clean: float, adv: float) -> float:
 
 @dataclass
 class StageControl:
-    """When to fix the current module: its round budget (rounds / M) ran out, or the validation
-    score (clean + adversarial accuracy) has not improved for `patience` of that budget."""
+    """The release's module schedule (module_scheduler.stat_update). A module runs at most `budget`
+    rounds (ceil(rounds / M)); its first `warmup` rounds train without attack; validation is scored
+    from its round `warmup + grace` on (no best state before); it ends early once `patience`
+    scored rounds in a row brought no gain. Rounds are counted from the module's first round."""
 
     budget: int
-    patience: int
+    warmup: int = 0
+    grace: int = 0
+    patience: int = 1
     started: int = 0
     best: float = -1.0
-    best_round: int = 0
+    stale: int = 0  # scored rounds since the best one
+
+    def age(self, round_: int) -> int:
+        """`round_` counted from the module's first round (0 there)."""
+        return round_ - self.started
+
+    def warming(self, round_: int) -> bool:
+        """Is `round_` one of the module's clean warm-up rounds?"""
+        return self.age(round_) < self.warmup
+
+    def scored(self, round_: int) -> bool:
+        """Does `round_`'s validation count (past the warm-up and the grace)?"""
+        return self.age(round_) >= self.warmup + self.grace
 
     def record(self, round_: int, score: float) -> bool:
-        """Record a round's score; True when it is the best of the stage so far."""
+        """Score a round; True when it is scored and the best of the stage so far."""
+        if not self.scored(round_):
+            return False
         if score > self.best:
-            self.best, self.best_round = score, round_
+            self.best, self.stale = score, 0
             return True
+        self.stale += 1
         return False
 
-    def done(self, round_: int) -> bool:
-        """After `round_`, is the stage over?"""
-        return (round_ + 1 - self.started >= self.budget
-                or round_ - self.best_round >= self.patience)
+    def done(self, round_: int, budget: int | None = None) -> bool:
+        """After `round_`, is the stage over? (`budget` replaces the module's round budget.)"""
+        return self.age(round_) + 1 >= (budget or self.budget) or self.stale >= self.patience
 
     def restart(self, first_round: int) -> None:
         """A new stage begins at `first_round`."""
-        self.started, self.best, self.best_round = first_round, -1.0, first_round
+        self.started, self.best, self.stale = first_round, -1.0, 0

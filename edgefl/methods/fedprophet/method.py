@@ -21,7 +21,9 @@ import torch
 from torch import nn
 
 from edgefl.attacks import Attack, make_attack
+from edgefl.config import FedProphetConfig
 from edgefl.devices.pool import DeviceState
+from edgefl.errors import EdgeflError
 from edgefl.execution.local import TrainSettings, evaluate, make_optimizer, seed_everything
 from edgefl.methods.aggregate import State, bn_keys, keep_local, partial_average, state_bytes
 from edgefl.methods.base import METHODS, ClientUpdate, Context, Method
@@ -60,8 +62,8 @@ class FedProphet(Method):
         self.local_keys = bn_keys(self.net) if s.training.fedbn else set()
         self.local_states: dict[int, State] = {}
         self.m = 0  # the module being trained
-        budget = math.ceil(s.rounds / len(self.modules))
-        self.stage = StageControl(budget, max(1, math.ceil(self.cfg.patience * budget)))
+        self.stage = stage_control(s.rounds, len(self.modules), self.cfg)
+        check_module_rounds(self.cfg.module_rounds, len(self.modules), ctx.where)
         self.alpha = self.cfg.alpha
         self.eps = 0.0  # L2 radius on the current module's input features (module > 0)
         self.d_star = 0.0
@@ -104,7 +106,7 @@ class FedProphet(Method):
         keys = self.trained_keys(last)
         s = self.net.state_dict()
         held = self.local_keys if client in self.local_states else set()
-        attack = self.ctx.attack_for(round_)
+        attack = self.round_attack(round_)
         t = self.ctx.scenario.training
         return Workload(
             atoms=(*self.ctx.profile.atoms[first.start:end.stop], *head), batch=t.batch_size,
@@ -128,7 +130,7 @@ class FedProphet(Method):
         prefix, exit_ = self.split(net, self.m, last)
         x, y = self.ctx.client_data(client)
         t = self.ctx.scenario.training
-        opt = make_optimizer(list(exit_.parameters()), t, self.ctx.lr(round_))
+        opt = make_optimizer(list(exit_.parameters()), t, self.ctx.lr(round_, self.stage.started))
         loss = train_cascade(prefix, exit_, x, y, opt, workload.iterations, workload.batch,
                              self.client_attack(round_), self.cfg.mu, gen, TrainSettings.of(t))
         state = {k: v.detach().clone() for k, v in net.state_dict().items()}
@@ -143,8 +145,13 @@ class FedProphet(Method):
         head = net.heads[str(last)] if end.head is not None else nn.Identity()
         return nn.Sequential(*atoms[:first.start]), Exit(nn.Sequential(*atoms[first.start:end.stop]), head)
 
+    def round_attack(self, round_: int) -> Attack | None:
+        """The scenario's attack, none in the module's clean warm-up (the release's per-stage
+        adv_warmup) or the scenario's global one."""
+        return None if self.stage.warming(round_) else self.ctx.attack_for(round_)
+
     def client_attack(self, round_: int) -> Attack | None:
-        attack = self.ctx.attack_for(round_)
+        attack = self.round_attack(round_)
         if attack is None or self.m == 0:
             return attack
         return feature_attack(self.eps, attack.steps, self.lower)
@@ -171,21 +178,23 @@ class FedProphet(Method):
             self.restore_best()
 
     def skip(self, round_: int, clients: list[int]) -> None:
-        """Dry run: a fixed schedule, module m + 1 after every ceil(rounds / M) rounds (d* is not
-        measured: it needs data)."""
+        """Dry run: a fixed schedule, module m + 1 after fedprophet.module_rounds[m] rounds, or
+        after the budget ceil(rounds / M) when that is empty (d* is not measured: it needs data)."""
         if self.local_keys:
             self.local_states.update({k: {} for k in clients})
         self.dry = True
         self.final = round_ + 1 == self.ctx.scenario.rounds
-        self.switch = (not self.final and round_ + 1 - self.stage.started >= self.stage.budget
-                       and self.m + 1 < len(self.modules))
+        budget = self.cfg.module_rounds[self.m] if self.cfg.module_rounds else None
+        self.switch = not self.final and self.stage.done(round_, budget) and self.m + 1 < len(self.modules)
 
     def restore_best(self) -> None:
-        assert self.best is not None
-        state, local, clean, adv = self.best
-        self.net.load_state_dict(state)
-        self.local_states = local
-        self.prev_ratio = accuracy_ratio(clean, adv)
+        """Back to the module's best scored state (the last one when no round was scored)."""
+        if self.best is not None:
+            state, local, clean, adv = self.best
+            self.val = (clean, adv)
+            self.net.load_state_dict(state)
+            self.local_states = local
+        self.prev_ratio = accuracy_ratio(*self.val)
 
     def next_module(self, round_: int) -> None:
         """Fix module m, measure d* on the clients' data (Eq. 9), start module m + 1 at `round_`."""
@@ -238,3 +247,20 @@ class FedProphet(Method):
                 "eps": round(self.eps if self.m else self.ctx.scenario.attack.eps, 5),
                 "alpha": round(self.alpha, 3),
                 "val_clean": round(self.val[0], 4), "val_adv": round(self.val[1], 4)}
+
+
+def stage_control(rounds: int, modules: int, cfg: FedProphetConfig) -> StageControl:
+    """The release's schedule for `modules` modules in `rounds` rounds: a budget of
+    ceil(rounds / M) per module, int(grace x budget) unscored rounds after the warm-up and
+    int(patience x budget) scored rounds of patience (at least one)."""
+    budget = math.ceil(rounds / modules)
+    return StageControl(budget, cfg.warmup_rounds, int(cfg.grace * budget),
+                        max(1, int(cfg.patience * budget)))
+
+
+def check_module_rounds(module_rounds: list[int], modules: int, where: str) -> None:
+    """fedprophet.module_rounds is empty or gives one count per module."""
+    if module_rounds and len(module_rounds) != modules:
+        raise EdgeflError(where, "fedprophet.module_rounds",
+                          f"gives {len(module_rounds)} round counts but the model has {modules} modules "
+                          "at this R_min; give one per module or leave it empty")
