@@ -148,7 +148,8 @@ def _run_line(summary: dict[str, Any], out: Path) -> str:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    """One run per method, each skipped when finished and resumed when interrupted."""
+    """One run per method, each skipped when finished and resumed when interrupted; a method listed in
+    the scenario's `[compare] rounds` table runs that many rounds, the others the scenario's `rounds`."""
     from edgefl.config import load_scenario, to_toml
     from edgefl.experiment import prepare, prepare_out, run
     from edgefl.report.compare import check_target, compare_table, write_comparison
@@ -161,7 +162,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
                           "e.g. jfat,fedprophet")
     out = args.out or Path("runs") / f"compare-{args.scenario.stem}{'-dry' if args.dry_run else ''}"
     where = str(args.scenario)
-    scenarios = {m: load_scenario(args.scenario, [*_overrides(args), f"method={json.dumps(m)}"])
+    table = load_scenario(args.scenario, _overrides(args)).compare.rounds
+    scenarios = {m: load_scenario(args.scenario, [*_overrides(args), f"method={json.dumps(m)}",
+                                                  *([f"rounds={table[m]}"] if m in table else [])])
                  for m in methods}  # every method validated before any run starts
     for method, scenario in scenarios.items():
         run_dir = out / method

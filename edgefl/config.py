@@ -185,6 +185,14 @@ class DistillConfig:
 
 
 @dataclass
+class CompareConfig:
+    """`edgefl compare`: per-method round counts, as the paper trains them (FedProphet §7.1: jFAT 500,
+    baselines 1000, FedProphet 7 modules x 500 at most)."""
+
+    rounds: dict[str, int] = field(default_factory=dict)  # method -> rounds (unlisted: `rounds`)
+
+
+@dataclass
 class RayConfig:
     """The Ray executor: client updates on Ray workers (`executor = "ray"`)."""
 
@@ -218,6 +226,7 @@ class Scenario:
     width: WidthConfig = field(default_factory=WidthConfig)
     distill: DistillConfig = field(default_factory=DistillConfig)
     ray: RayConfig = field(default_factory=RayConfig)
+    compare: CompareConfig = field(default_factory=CompareConfig)
 
 
 def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
@@ -291,6 +300,11 @@ def check_type(value: Any, hint: Any, where: str, key: str) -> Any:
     be finite: NaN passes no range check, and inf would pass "must be positive".
     """
     origin = typing.get_origin(hint)
+    if origin is dict:
+        _, inner = typing.get_args(hint)
+        if not isinstance(value, dict):
+            raise EdgeflError(where, key, f"must be a table of name = {inner.__name__}, got {value!r}")
+        return {k: check_type(v, inner, where, f"{key}.{_printable(k)}") for k, v in value.items()}
     if origin is list:
         (inner,) = typing.get_args(hint)
         if not isinstance(value, list):
@@ -387,6 +401,8 @@ def validate(s: Scenario, where: str) -> None:
         ("distill.diversity", s.distill.diversity >= 0, "must be non-negative"),
         ("ray.workers", s.ray.workers >= 0, "must be 0 (one per CPU) or positive"),
         ("ray.max_retries", s.ray.max_retries >= 0, "must be non-negative"),
+        *((f"compare.rounds.{_printable(m)}", n >= 1, "must be at least 1")
+          for m, n in s.compare.rounds.items()),
     ]
     if s.data.partition == "skew":
         checks.append(("data.skew_s", (s.fleet.clients - 1) * s.data.skew_s < 100,
@@ -421,6 +437,7 @@ def _check_names(s: Scenario, where: str) -> None:
         ("evaluation.attack", s.evaluation.attack, ATTACKS.names()),
     ]
     named += [("evaluation.extra", a, ATTACKS.names()) for a in s.evaluation.extra]
+    named += [("compare.rounds", m, METHODS.names()) for m in s.compare.rounds]
     named += [("distill.family", m, MODELS.names()) for m in s.distill.family]
     catalog = load_catalog()
     named += [("fleet.devices", d, sorted(catalog.devices)) for d in s.fleet.devices]
@@ -455,4 +472,6 @@ def _toml_value(v: Any) -> str:
         return json.dumps(v)  # a JSON string is a valid TOML basic string
     if isinstance(v, list):
         return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):  # an inline table; keys quoted, as any string may name a method
+        return "{ " + ", ".join(f"{json.dumps(k)} = {_toml_value(x)}" for k, x in v.items()) + " }"
     return repr(v)

@@ -59,3 +59,30 @@ def test_compare_validates_every_method_before_running_any(tmp_path, capsys):
     assert main(["compare", str(SCENARIO), "--methods", "jfat,nosuch", "--out", str(out), "--dry-run"]) == 2
     assert "nosuch" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_compare_gives_each_method_its_rounds_from_the_table(tmp_path, capsys):
+    out = tmp_path / "cmp"
+    assert main(["compare", str(SCENARIO), "--methods", "jfat,fedprophet,heterofl_at", *SMALL,
+                 "--set", "compare.rounds={ jfat = 2, fedprophet = 4 }", "--out", str(out),
+                 "--dry-run", "--quiet"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("jfat: 2 rounds")
+    assert lines[1].startswith("fedprophet: 4 rounds")
+    assert lines[2].startswith("heterofl_at: 3 rounds")  # not listed: the scenario's rounds
+    for method, rounds in (("jfat", 2), ("fedprophet", 4), ("heterofl_at", 3)):
+        with open(out / method / "metrics.csv", newline="") as f:
+            assert len(list(csv.DictReader(f))) == rounds
+
+
+@pytest.mark.parametrize(("table", "key"), [("{ nosuch = 5 }", "compare.rounds"),
+                                            ("{ jfat = 0 }", "compare.rounds.jfat"),
+                                            ("{ jfat = 1.5 }", "compare.rounds.jfat"),
+                                            ("5", "compare.rounds")])
+def test_compare_rounds_table_is_checked(tmp_path, capsys, table, key):
+    out = tmp_path / "cmp"
+    assert main(["compare", str(SCENARIO), "--methods", "jfat", "--set", f"compare.rounds={table}",
+                 "--out", str(out), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f": {key}: " in err, err
+    assert not out.exists()

@@ -276,3 +276,9 @@ def test_to_toml_round_trips_control_characters(tmp_path: Path) -> None:
     assert s.data.root == "runs\ndata\x01x"
     again = load_scenario(write(tmp_path, to_toml(s), "resolved.toml"))
     assert again == s
+
+
+def test_compare_rounds_table_round_trips(tmp_path: Path) -> None:
+    s = load_scenario(write(tmp_path, '[compare]\nrounds = { jfat = 500, fedprophet = 3500 }\n'))
+    assert s.compare.rounds == {"jfat": 500, "fedprophet": 3500}
+    assert load_scenario(write(tmp_path, to_toml(s), "resolved.toml")) == s
