@@ -217,7 +217,7 @@ def cmd_partition(args: argparse.Namespace) -> int:
     data = shapes_only(s.data.dataset)
     model = build_model(s.model.name, data.num_classes, data.input_shape, data.mean, data.std)
     profile = profile_model(model, s.model.name)
-    _, modules = partition_model(profile, data.num_classes, data.input_shape[-1], s, str(args.scenario))
+    _, modules = partition_model(profile, data.num_classes, s, str(args.scenario))
     if args.json:
         print(json.dumps([{"index": m.index, "atoms": list(m.names), "mem_bytes": m.mem_bytes,
                            "flops": m.flops, "out_shape": list(m.out_shape)} for m in modules], indent=2))

@@ -112,6 +112,8 @@ class FedProphetConfig:
     #   without gain (the release: 50 of 500)
     module_rounds: list[int] = field(default_factory=list)  # dry runs: rounds each module runs,
     #   warm-up included (one per module); empty = the whole budget ceil(rounds / modules)
+    head_side: int = 0  # auxiliary heads pool a C-channel map to at least this side; 0 = the
+    #   release's ceil(sqrt(classes / C)) (global pooling when C >= classes)
     val_samples: int = 512  # validation samples (from the clients' slices) the server scores
     apa_samples: int = 512  # client samples the perturbation size d* is measured on (Eq. 9)
 
@@ -370,6 +372,7 @@ def validate(s: Scenario, where: str) -> None:
         ("fedprophet.patience", 0 < s.fedprophet.patience <= 1, "must be a fraction in (0, 1]"),
         ("fedprophet.module_rounds", all(n >= 1 for n in s.fedprophet.module_rounds),
          "every module must run at least 1 round"),
+        ("fedprophet.head_side", s.fedprophet.head_side >= 0, "must be 0 (the release's rule) or a side"),
         ("fedprophet.val_samples", s.fedprophet.val_samples >= 1, "must be at least 1"),
         ("fedprophet.apa_samples", s.fedprophet.apa_samples >= 1, "must be at least 1"),
         ("prox.mu", s.prox.mu >= 0, "must be non-negative"),

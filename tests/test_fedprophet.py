@@ -10,6 +10,7 @@ modules at 224 MB).
 
 from __future__ import annotations
 
+import copy
 import csv
 import itertools
 import json
@@ -27,10 +28,16 @@ from edgefl.devices.pool import DeviceState
 from edgefl.errors import EdgeflError
 from edgefl.experiment import Experiment, prepare, run
 from edgefl.methods.aggregate import partial_average
-from edgefl.methods.fedprophet.cascade import Exit, cascade_loss, output_perturbation
-from edgefl.methods.fedprophet.coordinator import StageControl, accuracy_ratio, adjust_alpha, assign_modules
+from edgefl.methods.fedprophet.cascade import Exit, cascade_loss, feature_attack, output_perturbation
+from edgefl.methods.fedprophet.coordinator import (
+    StageControl,
+    accuracy_ratio,
+    adjust_alpha,
+    assign_modules,
+    stage_score,
+)
 from edgefl.methods.fedprophet.method import stage_control
-from edgefl.methods.fedprophet.partition import Estimator, head_profile, partition, partition_model
+from edgefl.methods.fedprophet.partition import Estimator, aux_head, head_profile, partition, partition_model
 from edgefl.models import build_model
 from edgefl.profiling import AtomProfile, ModelProfile, paper_mem_req, profile_model
 
@@ -95,8 +102,8 @@ def test_whole_model_memreq_matches_the_release(paper_case):
 
 
 def test_partition_gives_the_papers_seven_modules(paper_case):
-    profile, classes, shape, s, batch, r_min, _, _ = paper_case
-    need, modules = partition_model(profile, classes, shape[-1], s, "test")
+    profile, classes, _, s, batch, r_min, _, _ = paper_case
+    need, modules = partition_model(profile, classes, s, "test")
     assert (need.batch, need.slots, need.accounting, need.classes) == (batch, 1, "paper", classes)
     assert len(modules) == 7
     # contiguous, in order, covering every atom once
@@ -118,24 +125,24 @@ def test_partition_gives_the_papers_seven_modules(paper_case):
 def test_partition_is_greedy(paper_case):
     """Alg. 1: a module closes only when its next atom (with the head that would then follow it)
     no longer fits R_min. The last atom holds the classifier: a module ending there needs no head."""
-    profile, classes, shape, s, _, r_min, _, _ = paper_case
-    need, modules = partition_model(profile, classes, shape[-1], s, "test")
+    profile, classes, _, s, _, r_min, _, _ = paper_case
+    need, modules = partition_model(profile, classes, s, "test")
     atoms = profile.atoms
     for mod, nxt in itertools.pairwise(modules):
         i = nxt.start
-        head = head_profile(atoms[i].out_shape, classes, shape[-1]) if i < len(atoms) - 1 else None
+        head = head_profile(atoms[i].out_shape, classes) if i < len(atoms) - 1 else None
         assert need(atoms[mod.start:i + 1], head) > r_min * MB, (mod.names, atoms[i].name)
         # and the module as closed fits, with its own head
-        assert need(atoms[mod.start:mod.stop], head_profile(atoms[mod.stop - 1].out_shape, classes,
-                                                            shape[-1])) <= r_min * MB
+        closed = head_profile(atoms[mod.stop - 1].out_shape, classes)
+        assert need(atoms[mod.start:mod.stop], closed) <= r_min * MB
 
 
 def test_module_mem_and_flops_are_its_atoms_and_head(paper_case):
-    profile, classes, shape, s, _, _, _, _ = paper_case
-    need, modules = partition_model(profile, classes, shape[-1], s, "test")
+    profile, classes, _, s, _, _, _, _ = paper_case
+    need, modules = partition_model(profile, classes, s, "test")
     for m in modules:
         run_ = profile.atoms[m.start:m.stop]
-        head = None if m is modules[-1] else head_profile(run_[-1].out_shape, classes, shape[-1])
+        head = None if m is modules[-1] else head_profile(run_[-1].out_shape, classes)
         assert m.head == head
         assert m.mem_bytes == pytest.approx(need(run_, head))
         assert m.flops == pytest.approx(sum(a.flops for a in run_) + (head.flops if head else 0.0))
@@ -153,21 +160,21 @@ def cifar(r_min: float):
 
 def test_an_atom_that_cannot_fit_r_min_is_named(vgg):
     """conv1 of VGG16-BN (Conv 3->64 without bias + BN: P = 1728 + 128; its conv and BN read
-    3x32x32 + 64x32x32 = 68608 elements), with its head (4x4 average pooling to 64x8x8, then
-    Linear(4096, 10): 40970 parameters): 4 x (3 x 1856 + 64 x 68608) + 4 x (64 x (65536 + 10)
-    + 3 x 40970) = 34 857 336 B."""
+    3x32x32 + 64x32x32 = 68608 elements), with the release's head (64 channels >= 10 classes:
+    ceil(sqrt(10 / 64)) = 1, global average pooling, then Linear(64, 10): 650 parameters):
+    4 x (3 x 1856 + 64 x 68608) + 4 x (64 x (65536 + 10) + 3 x 650) = 34 373 496 B."""
     profile = vgg
     assert profile.atoms[1].name == "conv1"
-    conv1 = 4 * (3 * 1856 + 64 * 68608) + 4 * (64 * (65536 + 10) + 3 * 40970)
-    assert conv1 == 34_857_336
+    conv1 = 4 * (3 * 1856 + 64 * 68608) + 4 * (64 * (65536 + 10) + 3 * 650)
+    assert conv1 == 34_373_496
     with pytest.raises(EdgeflError) as err:
-        partition_model(profile, 10, 32, cifar(34.8), "cifar.toml")
+        partition_model(profile, 10, cifar(34.3), "cifar.toml")
     text = str(err.value)
-    assert "atom conv1 " in text and "34.857" in text
+    assert "atom conv1 " in text and "34.373" in text
     assert err.value.where == "cifar.toml" and err.value.key == "fleet.reserved_memory_mb"
-    # conv1 fits at 34.9 MB; conv2 (38.3 MB with its head) does not
+    # conv1 fits at 34.4 MB; conv2 (38.2 MB with its head) does not
     with pytest.raises(EdgeflError, match="atom conv2 "):
-        partition_model(profile, 10, 32, cifar(34.9), "cifar.toml")
+        partition_model(profile, 10, cifar(34.4), "cifar.toml")
 
 
 def sized(*sizes: int) -> list[AtomProfile]:
@@ -358,7 +365,7 @@ def test_workloads_carry_the_assigned_modules_and_head(digits: Experiment):
     # the slowest client: module 1 and its head
     w = method.plan(0, 0, slow)
     head = head_profile(atoms[mods[0].stop - 1].out_shape, digits.ctx.data.num_classes,
-                        digits.ctx.data.input_shape[-1])
+                        digits.scenario.fedprophet.head_side)
     assert w.atoms == (*atoms[:mods[0].stop], head)
     expected = tensor_bytes(state, keys(tuple(a.name for a in atoms[:mods[0].stop]), 0))
     assert w.download_bytes == w.upload_bytes == expected
@@ -396,46 +403,125 @@ def test_accuracy_ratio():
     assert accuracy_ratio(0.5, 0.0) == math.inf
 
 
+def test_apa_runs_every_tenth_of_a_stage_once_scored():
+    # the release: 500 rounds a module, scored from its round 100 + 25; alpha moves at rounds
+    # 150, 200, ... of the module (round % int(0.1 x 500) == 0 and round > 125)
+    stage = StageControl(budget=500, warmup=100, grace=25, patience=50, started=1000)
+    due = [age for age in range(500) if stage.apa_due(1000 + age)]
+    assert due == list(range(150, 500, 50))
+    small = StageControl(budget=24, warmup=0, grace=1, patience=12)  # int(2.4) = 2
+    assert [age for age in range(24) if small.apa_due(age)] == list(range(2, 24, 2))
+
+
+def test_apa_uses_the_mean_of_the_last_five_scored_ratios():
+    stage = StageControl(budget=100, warmup=0, grace=2, patience=50)
+    stage.record(0, 9.0, 100.0)  # before the grace: not kept
+    stage.record(1, 9.0, 100.0)
+    for r, ratio in enumerate([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0], start=2):
+        stage.record(r, 0.1 * r, ratio)
+    assert stage.recent_ratio() == pytest.approx((3 + 4 + 5 + 6 + 7) / 5)
+    # Eq. 10 on that mean: 5.0 > 1.05 x 4.0 raises alpha by one step
+    assert adjust_alpha(0.3, stage.recent_ratio(), 4.0, 0.05, 0.1, 0.3) == pytest.approx(0.4)
+    stage.restart(9)
+    assert stage.ratios == []
+
+
+def test_stage_score_weights_robustness_by_the_last_ratio():
+    # C + (C*_{m-1} / A*_{m-1}) A: the previous module ended at 0.9 / 0.45 = 2
+    assert stage_score(0.8, 0.4, accuracy_ratio(0.9, 0.45)) == pytest.approx(0.8 + 2 * 0.4)
+    assert stage_score(0.8, 0.4, 1.0) == pytest.approx(1.2)  # the first module: C + A
+    # so a point of robustness counts double: 0.70 / 0.45 beats 0.85 / 0.36 (1.60 vs 1.57)
+    assert stage_score(0.70, 0.45, 2.0) > stage_score(0.85, 0.36, 2.0)
+
+
+def test_d_star_is_measured_at_the_best_alpha(digits: Experiment):
+    method = digits.method
+    method.m, method.d_star, method.alpha, method.lower = 1, 2.0, 0.7, 0.0
+    state = copy.deepcopy(method.net.state_dict())
+    method.best = (state, {}, 0.8, 0.4, 0.5)  # the best round had alpha 0.5
+    method.restore_best()
+    assert method.alpha == 0.5 and method.eps == pytest.approx(1.0)
+    assert method.prev_ratio == pytest.approx(2.0)
+    attack = method.apa_attack()
+    steps = digits.scenario.attack.steps
+    assert attack.eps == pytest.approx(1.0)
+    assert attack.step_size == pytest.approx(2.5 * 1.0 / steps)  # the release's 2.5 eps / T
+
+
+def test_feature_pgd_step_is_two_and_a_half_eps_over_t():
+    attack = feature_attack(0.4, 10, 0.0)
+    assert (attack.eps, attack.steps, attack.lower) == (0.4, 10, 0.0)
+    assert attack.step_size == pytest.approx(0.1)
+
+
+def test_validation_uses_the_evaluation_attack(digits: Experiment, monkeypatch: pytest.MonkeyPatch):
+    seen = []
+    monkeypatch.setattr("edgefl.methods.fedprophet.method.evaluate",
+                        lambda model, x, y, attack: seen.append(attack) or (1.0, 0.5))
+    digits.scenario.evaluation.steps = 20
+    digits.scenario.attack.steps = 10
+    assert digits.method.validate() == (1.0, 0.5)
+    (attack,) = seen
+    a = digits.scenario.attack
+    assert (attack.steps, attack.eps, attack.step_size) == (20, a.eps, a.step_size)  # PGD-20
+
+
+@pytest.mark.parametrize(("shape", "classes", "min_side", "pool", "features"), [
+    ((32, 4, 4), 10, 0, 1, 32),  # C >= classes: ceil(sqrt(10 / 32)) = 1, global pooling
+    ((64, 32, 32), 256, 0, 2, 256),  # Caltech-256: ceil(sqrt(256 / 64)) = 2
+    ((8, 2, 2), 10, 0, None, 32),  # ceil(sqrt(10 / 8)) = 2 is the map itself: no pooling
+    ((32, 4, 4), 10, 2, 2, 128),  # head_side = 2 keeps a 2 x 2 map
+    ((16,), 10, 0, None, 16),  # a flat output: the linear layer alone
+])
+def test_aux_head_is_the_releases(shape, classes, min_side, pool, features):
+    head = aux_head(shape, classes, min_side)
+    pools = [m for m in head if isinstance(m, nn.AdaptiveAvgPool2d)]
+    assert [p.output_size for p in pools] == ([] if pool is None else [pool])
+    (linear,) = [m for m in head if isinstance(m, nn.Linear)]
+    assert (linear.in_features, linear.out_features) == (features, classes)
+    assert head(torch.zeros(2, *shape)).shape == (2, classes)
+
+
 # --- 5. stage control --------------------------------------------------------------------------------
 
 def test_stage_ends_when_the_budget_runs_out():
     stage = StageControl(budget=3, patience=10)
     for r, score in enumerate([0.1, 0.2, 0.3]):
-        assert stage.record(r, score)
+        assert stage.record(r, score, 1.0)
         assert stage.done(r) == (r == 2)
 
 
 def test_stage_ends_after_patience_rounds_without_improvement():
     stage = StageControl(budget=100, patience=2)
-    assert stage.record(0, 0.5)
+    assert stage.record(0, 0.5, 1.0)
     assert not stage.done(0)
-    assert not stage.record(1, 0.4)
+    assert not stage.record(1, 0.4, 1.0)
     assert not stage.done(1)
-    assert not stage.record(2, 0.5)  # equal is no improvement
+    assert not stage.record(2, 0.5, 1.0)  # equal is no improvement
     assert stage.done(2)
 
 
 def test_improvement_resets_the_patience():
     stage = StageControl(budget=100, patience=2)
-    stage.record(0, 0.5)
-    stage.record(1, 0.4)
-    assert stage.record(2, 0.6)
+    stage.record(0, 0.5, 1.0)
+    stage.record(1, 0.4, 1.0)
+    assert stage.record(2, 0.6, 1.0)
     assert not stage.done(2)
-    stage.record(3, 0.1)
+    stage.record(3, 0.1, 1.0)
     assert not stage.done(3)
-    stage.record(4, 0.1)
+    stage.record(4, 0.1, 1.0)
     assert stage.done(4)
 
 
 def test_restart_gives_the_next_stage_its_own_budget():
     stage = StageControl(budget=2, patience=5)
-    stage.record(0, 0.9)
-    stage.record(1, 0.95)
+    stage.record(0, 0.9, 1.0)
+    stage.record(1, 0.95, 1.0)
     assert stage.done(1)
     stage.restart(2)  # the next stage's first round
-    assert stage.record(2, 0.1)  # a new stage keeps no best from the last one
+    assert stage.record(2, 0.1, 1.0)  # a new stage keeps no best from the last one
     assert not stage.done(2)
-    stage.record(3, 0.2)
+    stage.record(3, 0.2, 1.0)
     assert stage.done(3)
 
 
@@ -448,12 +534,12 @@ def test_the_releases_schedule_for_500_rounds_a_module():
     stage.restart(1000)  # module 3 starts at round 1000
     assert stage.warming(1099) and not stage.warming(1100)
     for r in range(1000, 1125):  # warm-up and grace: nothing scored, the patience cannot run
-        assert not stage.record(r, 0.0 if r % 2 else 1.0)
+        assert not stage.record(r, 0.0 if r % 2 else 1.0, 1.0)
         assert not stage.done(r)
-    assert stage.record(1125, 0.5)  # the first scored round is the module's round 125
+    assert stage.record(1125, 0.5, 1.0)  # the first scored round is the module's round 125
     for r in range(1126, 1175):
-        assert not stage.record(r, 0.5) and not stage.done(r)
-    assert not stage.record(1175, 0.4)
+        assert not stage.record(r, 0.5, 1.0) and not stage.done(r)
+    assert not stage.record(1175, 0.4, 1.0)
     assert stage.done(1175)  # 50 scored rounds without gain: the module trained 176 rounds
 
 

@@ -38,9 +38,12 @@ def cascade_loss(exit_: Exit, z: torch.Tensor, y: torch.Tensor, mu: float) -> to
     return nn.functional.cross_entropy(exit_.head(out), y) + reg
 
 
+FEATURE_STEP = 2.5  # the release's feature PGD step: 2.5 eps / T (module_scheduler.stat_update)
+
+
 def feature_attack(eps: float, steps: int, lower: float | None) -> PGDL2:
-    """L2 PGD on features with the release's step 2 eps / T."""
-    attack = PGDL2(eps=eps, step_size=2 * eps / steps, steps=steps)
+    """L2 PGD on features with the release's step 2.5 eps / T."""
+    attack = PGDL2(eps=eps, step_size=FEATURE_STEP * eps / steps, steps=steps)
     attack.lower = lower
     return attack
 
@@ -73,6 +76,7 @@ def output_perturbation(prefix: nn.Sequential, module: nn.Sequential, x: torch.T
                         attack: Attack) -> float:
     """E[d*] of Eq. 9: the mean L2 size of the change in the module's output that a PGD attack on
     its input (within the eps it was trained with) can cause."""
+    prefix.eval()
     module.eval()
     with torch.no_grad():
         z = prefix(x)

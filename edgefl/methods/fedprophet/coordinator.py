@@ -5,13 +5,16 @@
   times the FLOPs of module m alone.
 * Adaptive Perturbation Adjustment (Eq. 9-10): eps_m = alpha x E[d*_m]; alpha moves by a step when
   the clean/adversarial validation accuracy ratio leaves (1 +- Delta) times the previous module's
-  final ratio, and never drops below where it started.
+  final ratio, and never drops below where it started. As the release: every 10 % of a stage once
+  validation is scored, on the mean of the last five scored ratios.
+* Stage control (the release's module_scheduler): a per-module clean warm-up, the score
+  C + (C*_{m-1} / A*_{m-1}) A from the end of a grace period on, and patience.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 def assign_modules(
@@ -48,6 +51,15 @@ def accuracy_ratio(clean: float, adv: float) -> float:
     return clean / adv if adv > 0 else float("inf")
 
 
+def stage_score(clean: float, adv: float, previous_ratio: float) -> float:
+    """The release's validation score C + (C*_{m-1} / A*_{m-1}) A (1 x A for the first module)."""
+    return clean + previous_ratio * adv
+
+
+APA_EVERY = 0.1  # the release moves alpha every 10 % of a stage
+APA_WINDOW = 5  # on the mean of the last five scored ratios
+
+
 @dataclass
 class StageControl:
     """The release's module schedule (module_scheduler.stat_update). A module runs at most `budget`
@@ -62,6 +74,7 @@ class StageControl:
     started: int = 0
     best: float = -1.0
     stale: int = 0  # scored rounds since the best one
+    ratios: list[float] = field(default_factory=list)  # C / A of the scored rounds
 
     def age(self, round_: int) -> int:
         """`round_` counted from the module's first round (0 there)."""
@@ -75,10 +88,11 @@ class StageControl:
         """Does `round_`'s validation count (past the warm-up and the grace)?"""
         return self.age(round_) >= self.warmup + self.grace
 
-    def record(self, round_: int, score: float) -> bool:
-        """Score a round; True when it is scored and the best of the stage so far."""
+    def record(self, round_: int, score: float, ratio: float) -> bool:
+        """Score a round (and keep its C / A); True when it is scored and the best of the stage."""
         if not self.scored(round_):
             return False
+        self.ratios.append(ratio)
         if score > self.best:
             self.best, self.stale = score, 0
             return True
@@ -89,6 +103,16 @@ class StageControl:
         """After `round_`, is the stage over? (`budget` replaces the module's round budget.)"""
         return self.age(round_) + 1 >= (budget or self.budget) or self.stale >= self.patience
 
+    def apa_due(self, round_: int) -> bool:
+        """Does APA move alpha after `round_`? Past the first scored round, every 10 % of the budget."""
+        age = self.age(round_)
+        return age > self.warmup + self.grace and age % max(1, int(APA_EVERY * self.budget)) == 0
+
+    def recent_ratio(self) -> float:
+        """The mean C / A of the last five scored rounds."""
+        recent = self.ratios[-APA_WINDOW:]
+        return sum(recent) / len(recent)
+
     def restart(self, first_round: int) -> None:
         """A new stage begins at `first_round`."""
-        self.started, self.best, self.stale = first_round, -1.0, 0
+        self.started, self.best, self.stale, self.ratios = first_round, -1.0, 0, []

@@ -28,7 +28,13 @@ from edgefl.execution.local import TrainSettings, evaluate, make_optimizer, seed
 from edgefl.methods.aggregate import State, bn_keys, keep_local, partial_average, state_bytes
 from edgefl.methods.base import METHODS, ClientUpdate, Context, Method
 from edgefl.methods.fedprophet.cascade import Exit, feature_attack, output_perturbation, train_cascade
-from edgefl.methods.fedprophet.coordinator import StageControl, accuracy_ratio, adjust_alpha, assign_modules
+from edgefl.methods.fedprophet.coordinator import (
+    StageControl,
+    accuracy_ratio,
+    adjust_alpha,
+    assign_modules,
+    stage_score,
+)
 from edgefl.methods.fedprophet.partition import aux_head, partition_model
 from edgefl.profiling import optimizer_slots
 from edgefl.sim.workload import Workload
@@ -54,10 +60,9 @@ class FedProphet(Method):
         self.cfg = s.fedprophet
         self.slots = optimizer_slots(s.training.optimizer, s.training.momentum)
         model = ctx.new_model().to(ctx.device)
-        side = ctx.data.input_shape[-1]
-        self.need, self.modules = partition_model(ctx.profile, ctx.data.num_classes, side, s, ctx.where)
+        self.need, self.modules = partition_model(ctx.profile, ctx.data.num_classes, s, ctx.where)
         self.net = Backbone(model, nn.ModuleDict({
-            str(mod.index): aux_head(mod.out_shape, ctx.data.num_classes, side)
+            str(mod.index): aux_head(mod.out_shape, ctx.data.num_classes, self.cfg.head_side)
             for mod in self.modules if mod.head is not None}).to(ctx.device))
         self.local_keys = bn_keys(self.net) if s.training.fedbn else set()
         self.local_states: dict[int, State] = {}
@@ -69,7 +74,7 @@ class FedProphet(Method):
         self.d_star = 0.0
         self.lower: float | None = None
         self.prev_ratio = 1.0  # C*/A* of the previous module
-        self.best: tuple[State, dict[int, State], float, float] | None = None
+        self.best: tuple[State, dict[int, State], float, float, float] | None = None
         self.val = (0.0, 0.0)
         self.perf_min = 0.0
         self.assignment: dict[int, int] = {}  # client -> M_k this round
@@ -165,11 +170,11 @@ class FedProphet(Method):
                               [u.num_samples for u in updates])
         self.net.load_state_dict(new)
         self.val = self.validate()
-        if self.stage.record(round_, sum(self.val)):
-            self.best = (copy.deepcopy(self.net.state_dict()), copy.deepcopy(self.local_states), *self.val)
-        if self.m > 0:
-            ratio = accuracy_ratio(*self.val)
-            self.alpha = adjust_alpha(self.alpha, ratio, self.prev_ratio, self.cfg.delta,
+        if self.stage.record(round_, stage_score(*self.val, self.prev_ratio), accuracy_ratio(*self.val)):
+            self.best = (copy.deepcopy(self.net.state_dict()), copy.deepcopy(self.local_states), *self.val,
+                         self.alpha)
+        if self.m > 0 and self.stage.apa_due(round_):
+            self.alpha = adjust_alpha(self.alpha, self.stage.recent_ratio(), self.prev_ratio, self.cfg.delta,
                                       self.cfg.alpha_step, self.cfg.alpha)
             self.eps = self.alpha * self.d_star
         self.final = round_ + 1 == self.ctx.scenario.rounds
@@ -188,12 +193,14 @@ class FedProphet(Method):
         self.switch = not self.final and self.stage.done(round_, budget) and self.m + 1 < len(self.modules)
 
     def restore_best(self) -> None:
-        """Back to the module's best scored state (the last one when no round was scored)."""
+        """Back to the module's best scored state and its alpha (the last ones when no round was
+        scored): d* of the next module is measured at that alpha, as the release."""
         if self.best is not None:
-            state, local, clean, adv = self.best
-            self.val = (clean, adv)
+            state, local, clean, adv, alpha = self.best
             self.net.load_state_dict(state)
-            self.local_states = local
+            self.local_states, self.val, self.alpha = local, (clean, adv), alpha
+            if self.m > 0:
+                self.eps = self.alpha * self.d_star
         self.prev_ratio = accuracy_ratio(*self.val)
 
     def next_module(self, round_: int) -> None:
@@ -212,7 +219,7 @@ class FedProphet(Method):
         self.switch = False
 
     def apa_attack(self) -> Attack:
-        """The attack module m was trained against, on its input."""
+        """The attack module m was trained against, on its input, at its best alpha."""
         a = self.ctx.scenario.attack
         if self.m == 0:
             return make_attack("pgd", a.eps, a.step_size, a.steps)
@@ -225,12 +232,13 @@ class FedProphet(Method):
 
     def validate(self) -> tuple[float, float]:
         """Clean and adversarial accuracy of modules 1..m with head m on the clients' validation
-        slices (C_m, A_m of Eq. 10), against the input attack."""
+        slices (C_m, A_m of Eq. 10), against the evaluation attack (PGD-20, as the release)."""
         x, y = self.samples([s.val for s in self.ctx.splits], self.cfg.val_samples)
         if len(y) == 0:
             return 0.0, 0.0
-        a = self.ctx.scenario.attack
-        return evaluate(self.cascade(self.m), x, y, make_attack("pgd", a.eps, a.step_size, a.steps))
+        a, e = self.ctx.scenario.attack, self.ctx.scenario.evaluation
+        attack = make_attack(e.attack, e.eps or a.eps, e.step_size or a.step_size, e.steps)
+        return evaluate(self.cascade(self.m), x, y, attack)
 
     def cascade(self, m: int) -> nn.Module:
         prefix, exit_ = self.split(self.net, 0, m)

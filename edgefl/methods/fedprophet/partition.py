@@ -24,18 +24,25 @@ from edgefl.profiling.atoms import BYTES
 from edgefl.profiling.memory import paper_scale
 
 
-def aux_head(out_shape: tuple[int, ...], classes: int, input_side: int) -> nn.Sequential:
-    """A linear layer to the classes, after k x k average pooling when the map is at least k wide
-    (k = 7 for ImageNet-size inputs, 4 for smaller ones, as in the release)."""
-    k = 7 if input_side >= 64 else 4
-    if len(out_shape) == 3 and out_shape[-1] >= k:
-        c, h, w = out_shape
-        return nn.Sequential(nn.AvgPool2d(k), nn.Flatten(), nn.Linear(c * (h // k) * (w // k), classes))
+def head_side(channels: int, classes: int, min_side: int = 0) -> int:
+    """The side an auxiliary head pools a C-channel map to: the release's ceil(sqrt(classes / C))
+    (the fewest features that are at least the classes), or `min_side` when that is larger."""
+    return max(math.ceil(math.sqrt(classes / channels)), min_side)
+
+
+def aux_head(out_shape: tuple[int, ...], classes: int, min_side: int = 0) -> nn.Sequential:
+    """The release's auxiliary model (module_scheduler.model_partition): adaptive average pooling to
+    side x side when the map is wider (`head_side`), then one linear layer to the classes."""
+    if len(out_shape) == 3:
+        c, h, _ = out_shape
+        side = head_side(c, classes, min_side)
+        if h > side:
+            return nn.Sequential(nn.AdaptiveAvgPool2d(side), nn.Flatten(), nn.Linear(c * side**2, classes))
     return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(out_shape), classes))
 
 
-def head_profile(out_shape: tuple[int, ...], classes: int, input_side: int) -> AtomProfile:
-    return profile_model(AtomModel([("head", aux_head(out_shape, classes, input_side))], out_shape)).atoms[0]
+def head_profile(out_shape: tuple[int, ...], classes: int, min_side: int = 0) -> AtomProfile:
+    return profile_model(AtomModel([("head", aux_head(out_shape, classes, min_side))], out_shape)).atoms[0]
 
 
 @dataclass(frozen=True)
@@ -98,11 +105,11 @@ def _module(n: int, a: int, b: int, atoms: Sequence[AtomProfile], heads: Sequenc
                   atoms[b - 1].out_shape, head)
 
 
-def partition_model(profile: ModelProfile, classes: int, input_side: int, s: Scenario,
+def partition_model(profile: ModelProfile, classes: int, s: Scenario,
                     where: str) -> tuple[Estimator, list[Module]]:
-    """Partition a profiled model with the scenario's batch, optimizer, accounting and R_min."""
+    """Partition a profiled model with the scenario's batch, optimizer, accounting, R_min and heads."""
     need = Estimator(s.training.batch_size, optimizer_slots(s.training.optimizer, s.training.momentum),
                      s.cost.accounting, classes)
-    heads = [head_profile(a.out_shape, classes, input_side) for a in profile.atoms]
+    heads = [head_profile(a.out_shape, classes, s.fedprophet.head_side) for a in profile.atoms]
     return need, partition(profile.atoms, heads, need, s.fleet.reserved_memory_mb * 1e6, where,
                            paged=s.cost.accounting == "walk")
