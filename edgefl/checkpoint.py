@@ -1,15 +1,16 @@
 """Checkpoints: everything a run needs to continue after a kill, as plain data.
 
 A checkpoint holds the next round, the method's state (edgefl.snapshot), every RNG (torch, CUDA,
-NumPy's and Python's global ones), the simulated clock and the metrics rows so far (the spans are
-read back from the run's events.csv). It
-is written to a temporary file and renamed, so a kill leaves the previous checkpoint whole, and it
-is read with `torch.load(..., weights_only=True)`: no object is ever unpickled.
+NumPy's and Python's global ones), the simulated clock, the metrics rows so far, the run's
+fingerprint (edgefl.rundir) and the length and SHA-256 of each CSV log as it was (the spans are read
+back from the run's events.csv, once it is shown to be unchanged). It is written by rundir's safe
+writer, so a kill leaves the previous checkpoint whole, and it is read with
+`torch.load(..., weights_only=True)`: no object is ever unpickled.
 """
 
 from __future__ import annotations
 
-import os
+import io
 import random
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import numpy as np
 import torch
 
 from edgefl.errors import EdgeflError
+from edgefl.rundir import write_file
 
 FILE = "checkpoint.pt"
 
@@ -40,22 +42,49 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def save(out: Path, state: dict[str, Any]) -> None:
-    """Atomically replace the run's checkpoint."""
-    tmp = out / (FILE + ".tmp")
-    torch.save({**state, "rng": rng_state()}, tmp)
-    os.replace(tmp, out / FILE)
+    """Atomically replace the run's checkpoint (rundir's safe writer)."""
+    buffer = io.BytesIO()
+    torch.save({**state, "rng": rng_state()}, buffer)
+    write_file(out / FILE, buffer.getvalue())
 
 
-def load(out: Path) -> dict[str, Any] | None:
-    """The run's checkpoint (RNGs restored), or None when it has none yet."""
+# what every checkpoint holds, by type: anything else is a foreign or damaged file
+FIELDS: dict[str, type | tuple[type, ...]] = {
+    "next_round": int, "method": dict, "rows": list, "clock": (int, float), "rng": dict,
+    "fingerprint": dict, "logs": dict}
+LOGS = ("metrics.csv", "clients.csv", "events.csv")
+
+
+def load(out: Path, rounds: int) -> dict[str, Any]:
+    """The run's checkpoint, checked to be plain data of the shape `save` writes for a run of
+    `rounds` rounds (RNGs not yet restored: see set_rng_state)."""
     path = out / FILE
-    if not path.exists():
-        return None
+    if path.is_symlink():
+        raise EdgeflError(str(path), "checkpoint", "is a symbolic link; put back the run's own file")
     try:
         state = torch.load(path, weights_only=True)
-    except Exception as exc:  # a corrupt or foreign file: say so, never unpickle it
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise EdgeflError(str(path), "checkpoint", f"is not a plain-data edgefl checkpoint ({reason}); "
-                          "start the run again without --resume") from None
-    set_rng_state(state["rng"])
+    except Exception:  # a corrupt or foreign file: say so, never unpickle it
+        raise EdgeflError(str(path), "checkpoint", "is not a plain-data edgefl checkpoint (damaged, or "
+                          "it holds objects edgefl never writes) and was not loaded; start the run "
+                          "again") from None
+    problem = _shape_problem(state, rounds)
+    if problem:
+        raise EdgeflError(str(path), "checkpoint", f"is not an edgefl checkpoint of this run ({problem}); "
+                          "start the run again")
     return dict(state)
+
+
+def _shape_problem(state: Any, rounds: int) -> str | None:
+    if not isinstance(state, dict):
+        return "not a table"
+    for key, kind in FIELDS.items():
+        if not isinstance(state.get(key), kind) or isinstance(state.get(key), bool):
+            return f"{key} missing or of the wrong type"
+    if not 1 <= state["next_round"] <= rounds or len(state["rows"]) != state["next_round"]:
+        return f"next_round {state['next_round']} does not fit {rounds} rounds and its rows"
+    for name in LOGS:
+        seal = state["logs"].get(name)
+        if not (isinstance(seal, list) and len(seal) == 2 and isinstance(seal[0], int)
+                and isinstance(seal[1], str)):
+            return f"logs.{name} missing"
+    return None

@@ -19,15 +19,26 @@ from edgefl.errors import EdgeflError
 def main(argv: Sequence[str] | None = None) -> int:
     # fvcore scripts a few helpers with torch.jit, which recent torch warns about on every start
     warnings.filterwarnings("ignore", message=r".*torch\.jit\.script.* is deprecated")
-    args = parser().parse_args(argv)
     try:
+        args = parser().parse_args(argv)
         return int(args.func(args))
     except EdgeflError as exc:
         print(f"edgefl: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # a storage failure no check foresaw: still one line, never a traceback
+        print(f"edgefl: error: {exc.filename or 'storage'}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("edgefl: interrupted", file=sys.stderr)
         return 130
+
+
+def out_dir(text: str) -> Path:
+    """An --out folder: never the empty string (which would be the current folder)."""
+    if not text.strip():
+        raise EdgeflError("--out", repr(text), "give a folder name; an empty one would be the "
+                          "current folder")
+    return Path(text)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -38,7 +49,7 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("scenario", type=Path, nargs="?", help="scenario file (not with --resume)")
     run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                      help="override a scenario key, e.g. --set rounds=5 --set fleet.clients=10")
-    run.add_argument("--out", type=Path, help="run directory (default runs/<scenario name>)")
+    run.add_argument("--out", type=out_dir, help="run directory (default runs/<scenario name>)")
     run.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
     run.add_argument("--download", action="store_true", help="allow downloading the dataset")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -55,7 +66,7 @@ def parser() -> argparse.ArgumentParser:
     comp.add_argument("scenario", type=Path)
     comp.add_argument("--methods", required=True, help="comma-separated, e.g. jfat,fedprophet,heterofl_at")
     comp.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    comp.add_argument("--out", type=Path, help="folder (default runs/compare-<scenario name>), one run "
+    comp.add_argument("--out", type=out_dir, help="folder (default runs/compare-<scenario name>), one run "
                       "directory per method; finished runs are kept, interrupted ones resumed")
     comp.add_argument("--target", type=float, metavar="ACC", help="adversarial accuracy to reach (0-1)")
     comp.add_argument("--dry-run", action="store_true", help="simulated times only, no training")
@@ -67,7 +78,7 @@ def parser() -> argparse.ArgumentParser:
     plot = sub.add_parser("plot", help="figures (PNG and SVG) from run directories: accuracy against "
                           "simulated time, speed-up over jFAT, time breakdown, fleet memory, epsilon")
     plot.add_argument("runs", type=Path, nargs="+")
-    plot.add_argument("--out", type=Path, help="folder for the figures (default: the first RUN/figures)")
+    plot.add_argument("--out", type=out_dir, help="folder for the figures (default: the first RUN/figures)")
     plot.add_argument("--target", type=float, metavar="ACC",
                       help="adversarial accuracy to reach, a fraction (e.g. 0.5): adds time-to-target")
     plot.set_defaults(func=cmd_plot)
@@ -154,6 +165,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from edgefl.experiment import prepare, prepare_out, run
     from edgefl.report.compare import check_target, compare_table, write_comparison
     from edgefl.report.figures import make_figures
+    from edgefl.rundir import claim
 
     check_target(args.target)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -166,10 +178,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     scenarios = {m: load_scenario(args.scenario, [*_overrides(args), f"method={json.dumps(m)}",
                                                   *([f"rounds={table[m]}"] if m in table else [])])
                  for m in methods}  # every method validated before any run starts
+    claim(out, "compare")
     for method, scenario in scenarios.items():
         run_dir = out / method
-        saved = run_dir / "scenario.toml"
-        if saved.exists() and saved.read_text() != to_toml(scenario):
+        if _saved_scenario(run_dir) not in (None, to_toml(scenario)):
             raise EdgeflError(str(run_dir), "scenario.toml", "holds a run of another scenario; "
                               "choose another --out or delete that run directory")
         if (run_dir / "summary.json").exists():
@@ -177,8 +189,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
             continue
         exp = prepare(scenario, where, dry_run=args.dry_run)
         resume = (run_dir / "checkpoint.pt").exists()
-        if not resume:
-            prepare_out(run_dir, True, where)  # a dry run, or killed before its first checkpoint
+        if not resume:  # a dry run, or killed before its first checkpoint: replaced if edgefl's alone
+            prepare_out(run_dir, True, where)
         summary = run(exp, run_dir, progress=not args.quiet, resume=resume)
         print(_run_line(summary, run_dir))
     runs = [out / m for m in methods]
@@ -187,6 +199,18 @@ def cmd_compare(args: argparse.Namespace) -> int:
     print((out / "comparison.md").read_text(), end="")
     print("\n".join(str(p) for p in paths))
     return 0
+
+
+def _saved_scenario(run_dir: Path) -> str | None:
+    """A run folder's scenario.toml text; None when it has none."""
+    path = run_dir / "scenario.toml"
+    if not path.exists() and not path.is_symlink():
+        return None
+    try:
+        return path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise EdgeflError(str(path), "scenario.toml", f"cannot be read ({exc}); choose another "
+                          "--out") from None
 
 
 def _overrides(args: argparse.Namespace) -> list[str]:
@@ -209,14 +233,15 @@ def cmd_partition(args: argparse.Namespace) -> int:
 
     from edgefl.config import load_scenario
     from edgefl.data.datasets import shapes_only
+    from edgefl.experiment import fitted_profile
     from edgefl.methods.fedprophet.partition import partition_model
     from edgefl.models import build_model
-    from edgefl.profiling import profile_model
 
     s = load_scenario(args.scenario, args.overrides)
     data = shapes_only(s.data.dataset)
-    model = build_model(s.model.name, data.num_classes, data.input_shape, data.mean, data.std)
-    profile = profile_model(model, s.model.name)
+    profile = fitted_profile(s, lambda: build_model(s.model.name, data.num_classes, data.input_shape,
+                                                    data.mean, data.std), data.input_shape,
+                             str(args.scenario))
     _, modules = partition_model(profile, data.num_classes, s, str(args.scenario))
     if args.json:
         print(json.dumps([{"index": m.index, "atoms": list(m.names), "mem_bytes": m.mem_bytes,

@@ -197,6 +197,7 @@ class RayConfig:
     """The Ray executor: client updates on Ray workers (`executor = "ray"`)."""
 
     address: str = ""  # "" starts a local Ray; "auto" or "ray://HOST:10001" joins a cluster
+    trust_address: bool = False  # a cluster not on this machine receives pickled code: say you trust it
     workers: int = 0  # concurrent client tasks (0 = one per CPU)
     max_retries: int = 3  # a task whose worker dies is retried this many times
 
@@ -206,8 +207,8 @@ class Scenario:
     method: str = "jfat"
     rounds: int = 20
     seed: int = 0
-    device: str = "auto"  # auto | cpu | cuda | cuda:N
-    threads: int = 0  # CPU threads for PyTorch (0 = PyTorch's default); 1 is fastest for tiny models
+    device: str = "auto"  # auto | cpu | cuda | cuda:N (a GPU this machine has)
+    threads: int = 0  # CPU threads for PyTorch (0 = PyTorch's default; at most 1024); 1 suits tiny models
     executor: str = "local"  # local (in-process) | ray
     checkpoint_every: int = 1  # rounds between checkpoints (0 = none), for `edgefl run --resume`
     data: DataConfig = field(default_factory=DataConfig)
@@ -242,18 +243,29 @@ def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scena
         raw = tomllib.loads(text)
     except (ValueError, RecursionError) as exc:  # TOMLDecodeError, an int over 4300 digits, deep nesting
         raise EdgeflError(where, "syntax", f"not valid TOML ({exc})") from None
-    for item in overrides or []:
-        apply_override(raw, item, where)
-    scenario = build(Scenario, raw, where, "")
-    validate(scenario, where)
+    keys = [apply_override(raw, item, where) for item in overrides or []]
+    try:
+        scenario = build(Scenario, raw, where, "")
+        validate(scenario, where)
+    except EdgeflError as exc:
+        set_by = next((k for k in reversed(keys) if _same_key(k, exc.key)), None)
+        if set_by is None:
+            raise
+        raise EdgeflError(f"--set {_printable(set_by)}", exc.key, exc.fix) from None
     return scenario
 
 
-def apply_override(raw: dict[str, Any], item: str, where: str) -> None:
-    """Apply one `--set a.b=value`; the value is read as TOML, or as a bare string."""
+def _same_key(set_key: str, error_key: str) -> bool:
+    """Whether an error about `error_key` is about the value `--set set_key=...` gave."""
+    return (set_key == error_key or set_key.startswith(error_key + ".")
+            or error_key.startswith(set_key + "."))
+
+
+def apply_override(raw: dict[str, Any], item: str, where: str) -> str:
+    """Apply one `--set a.b=value` (the value is read as TOML, or as a bare string); returns the key."""
     key, sep, text = item.partition("=")
     if not sep or not key.strip():
-        raise EdgeflError(where, f"--set {_printable(item)}", "write it as KEY=VALUE, e.g. rounds=5")
+        raise EdgeflError(f"--set {_printable(item)}", "KEY=VALUE", "write it as KEY=VALUE, e.g. rounds=5")
     try:
         value = tomllib.loads(f"v = {text}")["v"]
     except (ValueError, RecursionError):  # TOMLDecodeError, an int over 4300 digits, deep nesting
@@ -263,8 +275,9 @@ def apply_override(raw: dict[str, Any], item: str, where: str) -> None:
     for part in parents:
         node = node.setdefault(part, {})
         if not isinstance(node, dict):
-            raise EdgeflError(where, _printable(key), f"{part!r} is not a section")
+            raise EdgeflError(f"--set {_printable(item)}", _printable(key), f"{part!r} is not a section")
     node[leaf] = value
+    return key.strip()
 
 
 def build(cls: type, raw: Any, where: str, prefix: str) -> Any:
@@ -319,7 +332,18 @@ def check_type(value: Any, hint: Any, where: str, key: str) -> Any:
         raise EdgeflError(where, key, f"must be {hint.__name__}, got {value!r}")
     if hint is float and not math.isfinite(value):
         raise EdgeflError(where, key, f"must be a finite number, got {value!r}")
+    if hint is str and not _is_utf8(value):
+        raise EdgeflError(where, key, f"must be valid UTF-8 text, got {value!r} (a file name in another "
+                          "encoding cannot be saved in scenario.toml: rename it or link to it)")
     return value
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates: bytes a UTF-8 system could not decode
+        return False
+    return True
 
 
 def validate(s: Scenario, where: str) -> None:
@@ -327,7 +351,8 @@ def validate(s: Scenario, where: str) -> None:
     checks: list[tuple[str, bool, str]] = [
         ("rounds", s.rounds >= 1, "must be at least 1"),
         ("seed", s.seed >= 0, "must be a non-negative integer"),
-        ("threads", s.threads >= 0, "must be 0 (PyTorch's default) or a positive count"),
+        ("threads", 0 <= s.threads <= MAX_THREADS,
+         f"must be 0 (PyTorch's default) or a positive count up to {MAX_THREADS}"),
         ("executor", s.executor in ("local", "ray"), "must be local or ray"),
         ("checkpoint_every", s.checkpoint_every >= 0, "must be 0 (no checkpoints) or a round count"),
         ("data.alpha", s.data.alpha > 0, "must be positive"),
@@ -403,6 +428,13 @@ def validate(s: Scenario, where: str) -> None:
         ("ray.max_retries", s.ray.max_retries >= 0, "must be non-negative"),
         *((f"compare.rounds.{_printable(m)}", n >= 1, "must be at least 1")
           for m, n in s.compare.rounds.items()),
+        ("ray.address", s.ray.trust_address or is_local_address(s.ray.address),
+         "joins a Ray cluster that is not on this machine; Ray runs code it receives pickled, so set "
+         "ray.trust_address = true only for a cluster you trust, or leave the address empty"),
+        ("evaluation.extra", s.evaluation.attack not in s.evaluation.extra,
+         f"must not repeat evaluation.attack ({s.evaluation.attack!r}, already the adv_acc column)"),
+        ("evaluation.extra", len(set(s.evaluation.extra)) == len(s.evaluation.extra),
+         "names an attack twice; give each once"),
     ]
     if s.data.partition == "skew":
         checks.append(("data.skew_s", (s.fleet.clients - 1) * s.data.skew_s < 100,
@@ -412,6 +444,34 @@ def validate(s: Scenario, where: str) -> None:
         if not ok:
             raise EdgeflError(where, key, fix)
     _check_names(s, where)
+    check_device(s.device, where)
+
+
+MAX_THREADS = 1024  # far more than any CPU has; torch aborts natively on absurd counts
+LOCAL_HOSTS = ("localhost", "127.0.0.1", "[::1]", "::1")
+
+
+def is_local_address(address: str) -> bool:
+    """"" (a new local Ray) or an address on this machine; "auto" may join any cluster."""
+    host = address.removeprefix("ray://").rpartition(":")[0] or address.removeprefix("ray://")
+    return address == "" or host in LOCAL_HOSTS
+
+
+def check_device(name: str, where: str) -> None:
+    """auto, cpu, cuda or cuda:N naming a GPU this machine has."""
+    import re
+
+    import torch
+
+    match = re.fullmatch(r"cuda(?::(\d{1,4}))?", name)
+    if name not in ("auto", "cpu") and match is None:
+        raise EdgeflError(where, "device", f"unknown {name!r}; choose auto, cpu, cuda or cuda:N")
+    if match is None:
+        return
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if int(match.group(1) or 0) >= count:
+        have = f"GPUs 0 to {count - 1}" if count else "no GPU PyTorch can use"
+        raise EdgeflError(where, "device", f"{name} is not on this machine ({have}); choose auto or cpu")
 
 
 def _is_range(values: list[float], low: float, high: float) -> bool:

@@ -8,9 +8,9 @@ evaluate, and append a row to metrics.csv and the clients' rows to clients.csv.
 from __future__ import annotations
 
 import csv
+import hashlib
+import io
 import json
-import os
-import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from edgefl import checkpoint
+from edgefl import checkpoint, rundir
 from edgefl.attacks import make_attack
 from edgefl.config import Scenario, to_toml
 from edgefl.data import DATASETS, Dataset, load_dataset, split_clients
@@ -37,6 +37,7 @@ from edgefl.methods import METHODS, Context, Method
 from edgefl.models import build_model
 from edgefl.profiling import profile_model
 from edgefl.report.trace import chrome_trace
+from edgefl.rundir import Appender, WriteFailed, write_file
 from edgefl.sim.cost import make_cost_model
 from edgefl.sim.engine import ClientRecord, Federation, RoundRecord, Span
 from edgefl.sim.swap import min_budget
@@ -71,11 +72,7 @@ def prepare(scenario: Scenario, where: str, dry_run: bool = False) -> Experiment
         return build_model(scenario.model.name, data.num_classes, data.input_shape, data.mean,
                            data.std)
 
-    try:
-        profile = profile_model(new_model(), scenario.model.name)
-    except (RuntimeError, ValueError) as exc:
-        raise EdgeflError(where, "model.name", f"{scenario.model.name} does not fit "
-                          f"{scenario.data.dataset}'s {data.input_shape} inputs ({exc})") from None
+    profile = fitted_profile(scenario, new_model, data.input_shape, where)
     a = scenario.attack
     attack = None if a.name == "none" else make_attack(a.name, a.eps, a.step_size, a.steps)
     torch.manual_seed(scenario.seed)
@@ -85,6 +82,16 @@ def prepare(scenario: Scenario, where: str, dry_run: bool = False) -> Experiment
     if scenario.cost.accounting == "walk":  # the paper's formulas swap any model in any budget
         check_budgets(pool, method, where)
     return Experiment(scenario, where, ctx, pool, method, dry_run)
+
+
+def fitted_profile(s: Scenario, new_model: Callable[[], Any], input_shape: Any, where: str) -> Any:
+    """The model's atom profile, or one line when the model does not fit the dataset's inputs."""
+    try:
+        return profile_model(new_model(), s.model.name)
+    except (RuntimeError, ValueError) as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise EdgeflError(where, "model.name", f"{s.model.name} does not fit "
+                          f"{s.data.dataset}'s {tuple(input_shape)} inputs ({reason})") from None
 
 
 def _real_data(s: Scenario, where: str, device: torch.device) -> tuple[Dataset, Any, np.ndarray]:
@@ -100,6 +107,8 @@ def _dry_data(s: Scenario, where: str) -> tuple[Dataset, Any, np.ndarray]:
     computed only if a method asks for them (local epochs): fleets may outnumber the samples."""
     spec = DATASETS.get(s.data.dataset)
     labels = np.arange(spec.train_samples) % spec.num_classes
+    if getattr(METHODS.get(s.method), "uses_public", False):  # as the real run would refuse it
+        public_split(len(labels), s.distill.public_samples, s.seed, where)
     splits = LazySplits(lambda: client_splits(s, labels, where)[1])
     return shapes_only(s.data.dataset), splits, np.zeros(0, dtype=np.int64)
 
@@ -150,25 +159,40 @@ def check_budgets(pool: DevicePool, method: Method, where: str) -> None:
 
 def run(exp: Experiment, out: Path, progress: bool = True, resume: bool = False) -> dict[str, Any]:
     """Train and simulate every round, writing the run directory as it goes; with `resume`,
-    continue from the run directory's checkpoint."""
+    continue from the run directory's checkpoint after checking every file it reads."""
+    try:
+        return _run(exp, out, progress, resume)
+    except WriteFailed as exc:
+        saved = not exp.dry_run and (out / checkpoint.FILE).exists()
+        then = (f"then continue it with edgefl run --resume {out}" if saved
+                else "then start it again with --overwrite (it has no checkpoint yet)")
+        raise EdgeflError(str(exc.path), "write", f"cannot write it ({exc.reason}); everything written "
+                          f"before is kept: free space or make the folder writable, {then}") from None
+
+
+def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, Any]:
     s = exp.scenario
+    text = to_toml(s)
+    fingerprint = rundir.fingerprint(text)
+    saved = resume_state(exp, out, fingerprint) if resume else None
+    if saved is None:
+        rundir.write_marker(out, "run", fingerprint)
+        write_file(out / "scenario.toml", text)
     evaluator = None if exp.dry_run else Evaluator(exp)
     cost_model = make_cost_model(s.cost)
     fed, rows, first = Federation(), [], 0
-    saved = checkpoint.load(out) if resume else None
     if saved:
-        exp.method.load_state(saved["method"])
-        rows, first = saved["rows"], saved["next_round"]
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "scenario.toml").write_text(to_toml(s))
+        rows, first = saved.state["rows"], saved.state["next_round"]
     started = time.perf_counter()
     extra = (evaluator.columns if evaluator else []) + list(exp.method.round_info())
     executor = make_executor(exp)
-    with (CsvLog(out / "metrics.csv", METRICS + extra, first) as metrics,
-          CsvLog(out / "clients.csv", CLIENTS, first) as clients,
-          CsvLog(out / "events.csv", EVENTS, first) as events):
+    kept = saved.logs if saved else {}
+    with (CsvLog(out / "metrics.csv", METRICS + extra, kept.get("metrics.csv")) as metrics,
+          CsvLog(out / "clients.csv", CLIENTS, kept.get("clients.csv")) as clients,
+          CsvLog(out / "events.csv", EVENTS, kept.get("events.csv")) as events):
+        logs = [metrics, clients, events]
         if saved:
-            fed = Federation(saved["clock"], [_span(r) for r in events.kept])
+            fed = Federation(saved.state["clock"], [_span(r) for r in events.rows()])
         bar = tqdm(range(first, s.rounds), desc=f"{s.method}", unit="round", disable=not progress,
                    initial=first, total=s.rounds)
         for t in bar:
@@ -186,12 +210,69 @@ def run(exp: Experiment, out: Path, progress: bool = True, resume: bool = False)
             if not exp.dry_run and s.checkpoint_every and (
                     (t + 1) % s.checkpoint_every == 0 or t + 1 == s.rounds):
                 checkpoint.save(out, {"next_round": t + 1, "method": exp.method.state(), "rows": rows,
-                                      "clock": fed.now})
+                                      "clock": fed.now, "fingerprint": fingerprint,
+                                      "logs": {log.path.name: log.seal() for log in logs}})
     summary = _summary(exp, rows, time.perf_counter() - started)
     trace = chrome_trace(fed.spans, [d.name for d in exp.pool.devices])
-    (out / "trace.json").write_text(json.dumps(trace) + "\n")
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    write_file(out / "trace.json", json.dumps(trace) + "\n")
+    write_file(out / "summary.json", json.dumps(summary, indent=2) + "\n")
     return summary
+
+
+@dataclass
+class Resumed:
+    state: dict[str, Any]  # the checkpoint
+    logs: dict[str, bytes]  # each CSV log's bytes as the checkpoint vouches for them
+
+
+def resume_state(exp: Experiment, out: Path, fingerprint: dict[str, str]) -> Resumed:
+    """Check that the run folder, its checkpoint and its logs belong together and to this scenario and
+    code, then restore the method and the RNGs; nothing is written before every check has passed."""
+    marker = rundir.read_marker(out)
+    if marker is None or marker.get("kind") != "run":
+        raise EdgeflError(str(out), rundir.MARKER, "missing: this folder holds no run edgefl can "
+                          "resume (or an older edgefl's); start the run again")
+    code = {k: marker.get(k) for k in ("edgefl", "code")}
+    if code != {k: fingerprint[k] for k in code}:
+        raise EdgeflError(str(out), "--resume", f"the run was started by edgefl {code['edgefl']} (code "
+                          f"{code['code']}), this is edgefl {fingerprint['edgefl']} (code "
+                          f"{fingerprint['code']}): resume it with that version, or start it again")
+    if marker.get("scenario") != fingerprint["scenario"]:
+        raise EdgeflError(str(out / "scenario.toml"), "--resume", "was edited after the run started; "
+                          "restore it, or start a new run with the edited scenario")
+    state = checkpoint.load(out, exp.scenario.rounds)
+    path = str(out / checkpoint.FILE)
+    if state["fingerprint"] != fingerprint:
+        raise EdgeflError(path, "checkpoint", "belongs to another run (another scenario, seed or "
+                          "edgefl); put back this run's checkpoint, or start the run again")
+    logs = {name: _vouched(out / name, state["logs"][name], state["next_round"])
+            for name in ("metrics.csv", "clients.csv", "events.csv")}
+    try:
+        exp.method.load_state(state["method"])
+        checkpoint.set_rng_state(state["rng"])
+    except Exception as exc:  # any mismatch of a plain-data file is the user's input
+        raise EdgeflError(path, "checkpoint", f"does not fit this run's model and method "
+                          f"({type(exc).__name__}); start the run again") from None
+    return Resumed(state, logs)
+
+
+def _vouched(path: Path, seal: list[Any], next_round: int) -> bytes:
+    """The first `length` bytes of a log, if their SHA-256 is `digest`: the rows the checkpoint saw.
+    Later bytes (rounds after the checkpoint, a row torn by a full disk) are dropped on resume."""
+    try:
+        if path.is_symlink():
+            raise OSError("a symbolic link")
+        data = path.read_bytes()
+    except OSError as exc:
+        raise EdgeflError(str(path), "--resume", f"cannot be read ({exc.strerror or exc}) but the "
+                          f"checkpoint holds {next_round} rounds of it; put it back, or start the run "
+                          "again") from None
+    length, digest = seal
+    if len(data) < length or hashlib.sha256(data[:length]).hexdigest() != digest:
+        raise EdgeflError(str(path), "--resume", f"does not hold the rows of the checkpoint's "
+                          f"{next_round} rounds (edited, cut or replaced); put back the original, or "
+                          "start the run again")
+    return data[:length]
 
 
 class Evaluator:
@@ -215,30 +296,41 @@ class Evaluator:
 
 
 class CsvLog:
-    """An append-only CSV log that, on resume, first drops the rows of rounds >= `first`
-    (written after the last checkpoint), so no round appears twice; `kept` holds the rest."""
+    """An append-only CSV log, written through rundir's appender. It starts from its header, or on
+    resume from the bytes the checkpoint vouches for (rows of later rounds are dropped, so no round
+    appears twice); `seal` gives the length and SHA-256 of everything written so far."""
 
-    def __init__(self, path: Path, columns: list[str], first: int) -> None:
-        self.path, self.columns, self.first = path, columns, first
-        self.kept: list[dict[str, str]] = []
+    def __init__(self, path: Path, columns: list[str], kept: bytes | None) -> None:
+        self.path, self.columns = path, columns
+        self.data = kept if kept is not None else self._render([], header=True)
+        self.digest = hashlib.sha256(self.data)
+        self.length = len(self.data)
 
     def __enter__(self) -> CsvLog:
-        if self.path.exists():
-            with open(self.path, newline="") as f:
-                self.kept = [r for r in csv.DictReader(f) if r["round"] and int(r["round"]) < self.first]
-        tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "w", newline="") as f:
-            writer = csv.DictWriter(f, self.columns)
-            writer.writeheader()
-            writer.writerows(self.kept)
-        os.replace(tmp, self.path)
-        self.file = open(self.path, "a", newline="")  # closed in __exit__
-        self.writer = csv.DictWriter(self.file, self.columns)
+        write_file(self.path, self.data)
+        self.file = Appender(self.path)  # closed in __exit__
         return self
 
+    def rows(self) -> list[dict[str, str]]:
+        """The rows this log started from."""
+        return list(csv.DictReader(io.StringIO(self.data.decode(), newline="")))
+
+    def _render(self, rows: list[dict[str, Any]], header: bool = False) -> bytes:
+        text = io.StringIO(newline="")
+        writer = csv.DictWriter(text, self.columns)
+        if header:
+            writer.writeheader()
+        writer.writerows(rows)
+        return text.getvalue().encode()
+
     def write(self, rows: list[dict[str, Any]]) -> None:
-        self.writer.writerows(rows)
-        self.file.flush()
+        payload = self._render(rows)
+        self.file.append(payload)
+        self.digest.update(payload)
+        self.length += len(payload)
+
+    def seal(self) -> list[Any]:
+        return [self.length, self.digest.hexdigest()]
 
     def __exit__(self, *exc: object) -> None:
         self.file.close()
@@ -308,9 +400,12 @@ def _summary(exp: Experiment, rows: list[dict[str, Any]], wall_s: float) -> dict
 
 
 def prepare_out(out: Path, overwrite: bool, where: str) -> None:
-    """Refuse to mix a new run into an existing run directory unless told to replace it."""
-    if out.exists() and any(out.iterdir()):
+    """Make `out` a new run folder: create it or take an empty one; a folder holding an edgefl run
+    is replaced only with --overwrite, and only when edgefl wrote everything in it; any other
+    folder is refused."""
+    if rundir.marker_kind(out) == "run" and not out.is_symlink():
         if not overwrite:
             raise EdgeflError(str(out), "--out", "already holds a run; choose another --out or "
                               "pass --overwrite to replace it")
-        shutil.rmtree(out)
+        rundir.clear_run(out)
+    rundir.claim(out, "run")

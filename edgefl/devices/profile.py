@@ -84,13 +84,22 @@ def _required(cls: type) -> list[str]:
     return [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING]
 
 
+# sane upper bounds, far beyond any real device: a figure past them is a typo, and would overflow the
+# cost model's arithmetic into inf or nan simulated hours
+DEVICE_LIMITS = {"memory_mb": (1e9, "a petabyte"), "compute_gflops": (1e9, "an exaFLOP/s"),
+                 "storage_read_mbps": (1e8, "100 TB/s"), "storage_write_mbps": (1e8, "100 TB/s")}
+MAX_LATENCY_MS = 1e6  # 1000 s per access or message
+MAX_LINK_MBPS = 1e8  # 100 Tbit/s
+
+
 def _check(p: DeviceProfile | AppProfile | NetworkProfile, where: str, stem: str) -> None:
     checks: list[tuple[str, bool, str]] = [("name", p.name == stem, f"must equal the file name {stem!r}")]
     if isinstance(p, DeviceProfile):
-        checks += [(k, getattr(p, k) > 0, "must be positive") for k in (
-            "memory_mb", "compute_gflops", "storage_read_mbps", "storage_write_mbps")]
+        checks += [(k, 0 < getattr(p, k) <= high, f"must be positive and at most {high:g} ({what})")
+                   for k, (high, what) in DEVICE_LIMITS.items()]
         checks += [
-            ("storage_latency_ms", p.storage_latency_ms >= 0, "must be non-negative"),
+            ("storage_latency_ms", 0 <= p.storage_latency_ms <= MAX_LATENCY_MS,
+             f"must be in [0, {MAX_LATENCY_MS:g}] ms"),
             ("networks", bool(p.networks) and set(p.networks) <= set(NETWORK_NAMES),
              f"must be a non-empty list drawn from {', '.join(NETWORK_NAMES)}"),
         ]
@@ -98,9 +107,11 @@ def _check(p: DeviceProfile | AppProfile | NetworkProfile, where: str, stem: str
         checks += [(k, 0 < getattr(p, k) <= 1, "must be a fraction in (0, 1]")
                    for k in ("perf_left", "memory_left")]
     else:
-        checks += [(k, len(v) == 2 and 0 < v[0] <= v[1], "must be [low, high] with 0 < low <= high")
-                   for k, v in (("up_mbps", p.up_mbps), ("down_mbps", p.down_mbps),
-                                ("latency_ms", p.latency_ms))]
+        checks += [(k, len(v) == 2 and 0 < v[0] <= v[1] <= high,
+                    f"must be [low, high] with 0 < low <= high <= {high:g}")
+                   for k, v, high in (("up_mbps", p.up_mbps, MAX_LINK_MBPS),
+                                      ("down_mbps", p.down_mbps, MAX_LINK_MBPS),
+                                      ("latency_ms", p.latency_ms, MAX_LATENCY_MS))]
     for key, ok, fix in checks:
         if not ok:
             raise EdgeflError(where, key, fix)

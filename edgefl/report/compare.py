@@ -14,6 +14,8 @@ time: `breakdown` splits the total that way.
 from __future__ import annotations
 
 import csv
+import io
+import math
 import statistics
 import tomllib
 from collections import defaultdict
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from edgefl.errors import EdgeflError
+from edgefl.rundir import claim, write_file
 
 BASELINE = "jfat"
 COLUMNS = ["method", "run", "clean_acc", "adv_acc", "sim_time_s", "time_to_target_s", "speedup_vs_jfat",
@@ -61,26 +64,81 @@ class Run:
 
 
 def load_run(path: Path) -> Run:
-    """Read a run directory written by `edgefl run`."""
+    """Read a run directory written by `edgefl run`, checking every value the reports use."""
     metrics, clients = _read_csv(path, "metrics.csv"), _read_csv(path, "clients.csv")
-    scenario = path / "scenario.toml"
-    if not scenario.is_file():
+    return Run(path, _read_scenario(path), metrics, clients)
+
+
+# the scenario keys the reports read, and their types
+SCENARIO_KEYS: dict[str, type | tuple[type, ...]] = {
+    "method": str, "seed": int, "fleet.pool": str, "fleet.balance_s": (int, float),
+    "fleet.reserved_memory_mb": (int, float)}
+
+
+def _read_scenario(path: Path) -> dict[str, Any]:
+    file = path / "scenario.toml"
+    if not file.is_file():
         raise EdgeflError(str(path), "scenario.toml", "missing; give a run directory made by edgefl run")
-    return Run(path, tomllib.loads(scenario.read_text()), metrics, clients)
+    try:
+        scenario = tomllib.loads(file.read_text())
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise EdgeflError(str(file), "scenario.toml", f"cannot be read as TOML ({reason}); give a run "
+                          "directory made by edgefl run") from None
+    for key, kind in SCENARIO_KEYS.items():
+        section, _, leaf = key.rpartition(".")
+        table = scenario.get(section, {}) if section else scenario
+        value = table.get(leaf) if isinstance(table, dict) else None
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise EdgeflError(str(file), key, "missing or of the wrong type; give a run directory made "
+                              "by edgefl run")
+    return scenario
+
+
+# how each column the reports read must parse ("" allowed where a round may leave it empty)
+NUMBERS = {"round": int, "client": int, "mem_avail_bytes": int, "mem_req_bytes": int}
+OPTIONAL = {"clean_acc", "adv_acc", "eps"}
 
 
 def _read_csv(path: Path, name: str) -> list[dict[str, str]]:
     file = path / name
     if not file.is_file():
         raise EdgeflError(str(path), name, "missing; give a run directory made by edgefl run")
-    with open(file, newline="") as f:
-        rows = list(csv.DictReader(f))
+    try:
+        with open(file, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            rows = list(reader)
+            header = reader.fieldnames or []
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise EdgeflError(str(file), "file", f"cannot be read as CSV ({exc}); give a run directory "
+                          "made by edgefl run") from None
+    missing = [c for c in NEEDED[name] if c not in header]
+    if missing:
+        raise EdgeflError(str(file), missing[0], "missing from the header: not a log edgefl wrote, or "
+                          "an older edgefl's; run it again")
     if not rows:
         raise EdgeflError(str(file), "rows", "no rounds logged yet; run at least one round")
-    missing = [c for c in NEEDED[name] if c not in rows[0]]
-    if missing:
-        raise EdgeflError(str(file), missing[0], "missing: an older edgefl wrote this run; run it again")
+    for line, row in enumerate(rows, start=2):
+        _check_row(file, line, row, [*NEEDED[name], *(["eps"] if "eps" in header else [])])
     return rows
+
+
+def _check_row(file: Path, line: int, row: dict[str | None, Any], columns: list[str]) -> None:
+    """A whole row whose read columns are numbers (integers where counted, finite)."""
+    if None in row or None in row.values():
+        raise EdgeflError(str(file), f"line {line}", "has a different number of fields than the header "
+                          "(cut or edited); give a run directory made by edgefl run")
+    for column in columns:
+        text = row[column]
+        if text == "" and column in OPTIONAL:
+            continue
+        try:
+            ok = math.isfinite(NUMBERS.get(column, float)(text))
+        except ValueError:
+            ok = False
+        if not ok:
+            raise EdgeflError(str(file), f"line {line}", f"{column} is {text[:20]!r}, not a number; "
+                              "give a run directory made by edgefl run")
 
 
 def evaluated(run: Run) -> list[tuple[float, float, float]]:
@@ -174,16 +232,18 @@ def target_line(rows: list[Row], target: float | None) -> str:
 
 
 def write_comparison(rows: list[Row], out_dir: Path, target: float | None) -> list[Path]:
-    """comparison.md (a Markdown table and the target line) and comparison.csv in `out_dir`."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    """comparison.md (a Markdown table and the target line) and comparison.csv in `out_dir`, a
+    comparison folder (created, or an empty or edgefl-marked one)."""
+    claim(out_dir, "compare")
     md, csv_path = out_dir / "comparison.md", out_dir / "comparison.csv"
     header = f"| {' | '.join(COLUMNS)} |\n|{'---|' * len(COLUMNS)}\n"
     body = "".join(f"| {' | '.join(_cell(r[c], FORMATS.get(c, '')) for c in COLUMNS)} |\n" for r in rows)
-    md.write_text(f"{header}{body}\n{target_line(rows, target)}\n")
-    with open(csv_path, "w", newline="") as f:
-        writer = csv.DictWriter(f, COLUMNS)
-        writer.writeheader()
-        writer.writerows({c: "" if r[c] is None else r[c] for c in COLUMNS} for r in rows)
+    write_file(md, f"{header}{body}\n{target_line(rows, target)}\n")
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, COLUMNS)
+    writer.writeheader()
+    writer.writerows({c: "" if r[c] is None else r[c] for c in COLUMNS} for r in rows)
+    write_file(csv_path, text.getvalue())
     return [md, csv_path]
 
 

@@ -8,6 +8,7 @@ boundaries (Fig. 11).
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import matplotlib
@@ -28,6 +29,7 @@ from edgefl.report.compare import (
     memory,
     table,
 )
+from edgefl.rundir import claim, write_file
 
 PART_LABELS = {"compute": "compute", "data_access": "data access (swap, data)",
                "comm": "communication", "wait": "waiting", "server": "server"}
@@ -45,7 +47,7 @@ def make_figures(runs: list[Path], out_dir: Path, target: float | None = None) -
                "breakdown": breakdown_figure(loaded, labels),
                "memory": memory_figure(loaded),
                "epsilon": epsilon_figure(loaded, labels)}
-    out_dir.mkdir(parents=True, exist_ok=True)
+    claim(out_dir, "figures")
     written = []
     for name, fig in figures.items():
         if fig is not None:
@@ -54,11 +56,13 @@ def make_figures(runs: list[Path], out_dir: Path, target: float | None = None) -
 
 
 def save(fig: Figure, stem: Path) -> list[Path]:
-    """`stem`.png and `stem`.svg; closes the figure."""
+    """`stem`.png and `stem`.svg, through rundir's safe writer; closes the figure."""
     fig.tight_layout()
     paths = [stem.with_suffix(".png"), stem.with_suffix(".svg")]
     for path in paths:
-        fig.savefig(path, dpi=120)
+        buffer = io.BytesIO()
+        fig.savefig(buffer, dpi=120, format=path.suffix[1:])
+        write_file(path, buffer.getvalue())
     plt.close(fig)
     return paths
 

@@ -1,0 +1,195 @@
+"""Output folders edgefl owns, and the one way it writes files into them.
+
+An output folder (a run, a comparison, a figures folder) is claimed by writing the marker file
+`.edgefl-run` into it before anything else; a folder that already holds other files and no marker
+is never written into, and only a marked folder whose every entry edgefl wrote is ever emptied.
+
+Every file is written by `write_file`: a uniquely named temporary file beside the target (created
+with O_EXCL, so never through a symlink), fsync, then `os.replace`, which replaces a symlink at the
+target itself and never writes its target. Appends to the CSV logs open with O_NOFOLLOW. A failed
+write (disk full, a read-only folder) is a `WriteFailed` naming the file.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from edgefl.errors import EdgeflError
+
+MARKER = ".edgefl-run"
+# what edgefl writes into a folder of each kind (figures/ is a folder of its own kind)
+RUN_FILES = {MARKER, "scenario.toml", "metrics.csv", "clients.csv", "events.csv", "trace.json",
+             "summary.json", "checkpoint.pt", "figures"}
+FIGURE_NAMES = {"accuracy", "speedup", "breakdown", "memory", "epsilon"}
+FIGURE_FILES = {MARKER, *(f"{n}.{ext}" for n in FIGURE_NAMES for ext in ("png", "svg"))}
+
+
+class WriteFailed(EdgeflError):
+    """A file could not be written: the storage is full, read-only or gone."""
+
+    def __init__(self, path: Path, exc: OSError) -> None:
+        super().__init__(str(path), "write", f"cannot write it ({_reason(exc)}); free space or make "
+                         "the folder writable, then run again")
+        self.path, self.reason = path, _reason(exc)
+
+
+def _reason(exc: OSError) -> str:
+    return exc.strerror or type(exc).__name__
+
+
+def write_file(path: Path, data: bytes | str) -> None:
+    """Atomically replace `path` with `data` (a str is written as UTF-8)."""
+    payload = data.encode() if isinstance(data, str) else data
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "wb") as f:
+            _write_all(f.fileno(), payload)
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        tmp = None
+    except OSError as exc:
+        raise WriteFailed(path, exc) from None
+    finally:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+
+
+def _write_all(fd: int, payload: bytes) -> None:
+    view = memoryview(payload)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+class Appender:
+    """An append-only file opened without following a symlink; every append is fsynced."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise EdgeflError(str(path), "file", "is a symbolic link; edgefl never writes "
+                                  "through one: remove it and run again") from None
+            raise WriteFailed(path, exc) from None
+
+    def append(self, payload: bytes) -> None:
+        try:
+            _write_all(self.fd, payload)
+            os.fsync(self.fd)
+        except OSError as exc:
+            raise WriteFailed(self.path, exc) from None
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def claim(folder: Path, kind: str, flag: str = "--out") -> None:
+    """Make `folder` an output folder of `kind` (run, compare, figures): create it, or take an
+    empty one, or one already marked as this kind; refuse anything else with one line."""
+    where = str(folder)
+    if folder.is_symlink():
+        raise EdgeflError(where, flag, "is a symbolic link; give the folder it points to, or another "
+                          "folder")
+    if folder.exists() and not folder.is_dir():
+        raise EdgeflError(where, flag, "is a file, not a folder; choose another " + flag)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        entries = sorted(p.name for p in folder.iterdir())
+    except OSError as exc:
+        raise EdgeflError(where, flag, f"cannot create or read this folder ({_reason(exc)}); choose "
+                          f"another {flag}") from None
+    marked = marker_kind(folder)
+    if entries and marked is None:
+        raise EdgeflError(where, flag, f"holds files that edgefl did not write (e.g. {entries[0]!r}) "
+                          f"and no {MARKER} marker; choose an empty or new folder")
+    if marked is not None and marked != kind:
+        raise EdgeflError(where, flag, f"holds an edgefl {marked} folder, not a {kind} folder; choose "
+                          "another " + flag)
+    if marked is None:
+        write_marker(folder, kind)
+
+
+def write_marker(folder: Path, kind: str, fingerprint: dict[str, str] | None = None) -> None:
+    write_file(folder / MARKER, json.dumps({"kind": kind, **(fingerprint or {})}, indent=2) + "\n")
+
+
+def read_marker(folder: Path) -> dict[str, Any] | None:
+    """The marker's fields, or None when the folder has no (readable) marker."""
+    path = folder / MARKER
+    if path.is_symlink() or not path.is_file():
+        return None
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) and isinstance(value.get("kind"), str) else None
+
+
+def marker_kind(folder: Path) -> str | None:
+    marker = read_marker(folder)
+    return None if marker is None else str(marker["kind"])
+
+
+def clear_run(folder: Path, flag: str = "--out") -> None:
+    """Empty a marked run folder for --overwrite, after checking that edgefl wrote every entry in it;
+    anything else and nothing is deleted."""
+    where = str(folder)
+    if marker_kind(folder) != "run":
+        raise EdgeflError(where, flag, f"holds no edgefl run ({MARKER} missing); edgefl replaces "
+                          "only its own run folders: choose another " + flag)
+    strange = _foreign(folder, RUN_FILES)
+    figures = folder / "figures"
+    if not strange and figures.is_dir() and not figures.is_symlink():
+        strange = [f"figures/{n}" for n in _foreign(figures, FIGURE_FILES)]
+    if strange:
+        raise EdgeflError(where, flag, f"holds {strange[0]!r}, which edgefl did not write; move it "
+                          "out, or choose another " + flag)
+    try:
+        for entry in folder.iterdir():
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+    except OSError as exc:
+        raise EdgeflError(where, flag, f"cannot empty it ({_reason(exc)})") from None
+
+
+def _foreign(folder: Path, known: set[str]) -> list[str]:
+    """Entries edgefl did not write: unknown names, and known ones of the wrong type."""
+    out = []
+    for entry in sorted(folder.iterdir()):
+        temporary = entry.name.startswith(".") and entry.name.endswith(".tmp")
+        is_dir = entry.is_dir() and not entry.is_symlink()
+        if not temporary and (entry.name not in known or is_dir != (entry.name == "figures")):
+            out.append(entry.name)
+    return out
+
+
+@functools.cache
+def code_version() -> dict[str, str]:
+    """The package version and a hash of the edgefl sources and device profiles: what a run's
+    results depend on besides its scenario."""
+    from edgefl import __version__
+    from edgefl.devices.catalog import PROFILES_DIR
+
+    digest = hashlib.sha256()
+    package = Path(__file__).resolve().parent
+    files = [*sorted(package.rglob("*.py")), *sorted(PROFILES_DIR.rglob("*.toml"))]
+    for path in files:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return {"edgefl": __version__, "code": digest.hexdigest()[:16]}
+
+
+def fingerprint(scenario_text: str) -> dict[str, str]:
+    """What a run belongs to: its resolved scenario and the code's version."""
+    return {**code_version(), "scenario": hashlib.sha256(scenario_text.encode()).hexdigest()[:16]}
