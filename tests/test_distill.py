@@ -1,9 +1,11 @@
 """FedDF-AT and FedET-AT (FedProphet §7.2) against hand-computed values.
 
 FedDF: Lin et al., NeurIPS 2020, Alg. 3 (the target is the softmax of the teachers' mean logits).
-FedET: Cho et al., IJCAI 2022, §3.2 (confidence = the variance of a teacher's prediction over the
-classes; the confidence-weighted consensus of the teachers backing the majority label; lambda x the
-dissenting teachers' KL). With two classes a prediction (a, 1 - a) has variance (a - 1/2)^2.
+FedET: Cho et al., IJCAI 2022, §3.2, as the FedProphet release's FedET_Server (confidence = the
+variance of a teacher's logits over the classes; the consensus label is the argmax of the
+confidence-weighted mean logits; CE to it plus lambda x the dissenting teachers' KL; the
+classifier head shared up and down). With two classes, logits (a, b) have variance (a - b)^2 / 2
+(unbiased, as torch.var).
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from edgefl.cli import main
 from edgefl.config import load_scenario
 from edgefl.errors import EdgeflError
 from edgefl.experiment import Experiment, prepare
-from edgefl.methods.distill import DistillAT, choose_member, distil, distill_flops
+from edgefl.methods.base import ClientUpdate
+from edgefl.methods.distill import DistillAT, choose_member, distil, distill_flops, head_keys
 from edgefl.methods.feddf import feddf_loss
 from edgefl.methods.fedet import fedet_loss, fedet_targets
 from edgefl.profiling.atoms import AtomProfile, ModelProfile
@@ -105,30 +108,83 @@ def test_feddf_distils_the_softmax_of_the_mean_logits(temperature: float, expect
 
 
 def test_fedet_weighted_consensus_and_diversity_on_two_samples() -> None:
-    teachers = log_probs([[[0.9, 0.1], [0.7, 0.3]],
-                          [[0.6, 0.4], [0.8, 0.2]],
-                          [[0.2, 0.8], [0.6, 0.4]]])  # [K=3, B=2, C=2]
-    consensus, dissent, mask = fedet_targets(teachers, 1.0)
-    # sample 1: votes 0, 0, 1 -> label 0 backed by teachers 1, 2 with confidences 0.4^2 = 0.16 and
-    # 0.1^2 = 0.01: (0.16 x 0.9 + 0.01 x 0.6) / 0.17 = 15/17; teacher 3 dissents: (0.2, 0.8).
-    # sample 2: all vote 0, confidences 0.04, 0.09, 0.01: (0.028 + 0.072 + 0.006) / 0.14 = 0.106/0.14.
-    assert consensus[:, 0].tolist() == pytest.approx([15 / 17, 0.106 / 0.14], rel=1e-9)
-    assert dissent[0].tolist() == pytest.approx([0.2, 0.8], rel=1e-9)
+    teachers = torch.tensor([[[4.0, 0.0], [1.0, 0.0]],
+                             [[0.0, 1.0], [3.0, 0.0]],
+                             [[0.0, 1.0], [2.0, 0.0]]], dtype=torch.float64)  # [K=3, B=2, C=2]
+    labels, dissent, mask = fedet_targets(teachers)
+    # sample 1: confidences 16/2 = 8, 1/2, 1/2 (sum 9); weighted logits (32/9, 1/9): label 0,
+    #   though two of the three teachers vote 1; they dissent: (0.5 (0, 1) + 0.5 (0, 1)) / 1 = (0, 1)
+    # sample 2: confidences 0.5, 4.5, 2; every teacher says 0: label 0, no dissent, target 0
+    assert labels.tolist() == [0, 0]
+    assert dissent.flatten().tolist() == pytest.approx([0.0, 1.0, 0.0, 0.0], abs=1e-9)
     assert mask.tolist() == [True, False]
-    # against a uniform student, lambda 0.05:
-    # KL(15/17, 2/17 || 1/2) = 15/17 ln(30/17) + 2/17 ln(4/17) = 0.330937
-    # KL(0.757143, 0.242857 || 1/2) = 0.138796; KL(0.2, 0.8 || 1/2) = 0.2 ln 0.4 + 0.8 ln 1.6 = 0.192745
-    # (0.330937 + 0.138796) / 2 + 0.05 x 0.192745 / 2 = 0.239685
+    # against zero student logits, lambda 0.05, T = 1: CE = ln 2 on each sample;
+    # KL(softmax(0, 1) || 1/2) = 0.268941 ln 0.537883 + 0.731059 ln 1.462117 = 0.110944 on sample 1 only:
+    # ln 2 + 0.05 x 0.110944 / 2 = 0.695921
     loss = fedet_loss(torch.zeros(2, 2, dtype=torch.float64), teachers, 1.0, 0.05)
-    assert loss.item() == pytest.approx(0.23968503037321467, rel=1e-9)
+    assert loss.item() == pytest.approx(math.log(2) + 0.05 * 0.11094407167172735 / 2, rel=1e-9)
 
 
-def test_fedet_breaks_a_tied_vote_by_confidence() -> None:
-    # one vote each; confidences 0.4^2 = 0.16 for label 0 against 0.2^2 = 0.04 for label 1
-    consensus, dissent, mask = fedet_targets(log_probs([[[0.9, 0.1]], [[0.3, 0.7]]]), 1.0)
-    assert consensus[0].tolist() == pytest.approx([0.9, 0.1], rel=1e-9)
-    assert dissent[0].tolist() == pytest.approx([0.3, 0.7], rel=1e-9)
+def test_fedet_confidence_is_the_variance_of_the_logits_not_a_vote() -> None:
+    # one teacher each way: (0, 3) has variance 4.5 against (2, 0)'s 2: label 1, (2, 0) dissents
+    labels, dissent, mask = fedet_targets(torch.tensor([[[2.0, 0.0]], [[0.0, 3.0]]], dtype=torch.float64))
+    assert labels.tolist() == [1]
+    assert dissent[0].tolist() == pytest.approx([2.0, 0.0], rel=1e-9)
     assert mask.tolist() == [True]
+
+
+def filled(state: dict[str, torch.Tensor], value: float) -> dict[str, torch.Tensor]:
+    """`state` with every floating-point entry set to `value`."""
+    return {k: torch.full_like(v, value) if v.is_floating_point() else v.clone() for k, v in state.items()}
+
+
+def floats(model: nn.Module, keys: set[str] | None = None) -> set[float]:
+    """The distinct values of the model's floating-point state entries (at `keys`, else all)."""
+    state = model.state_dict()
+    return {x for k, v in state.items() if v.is_floating_point() and (keys is None or k in keys)
+            for x in v.flatten().tolist()}
+
+
+def test_fedet_shares_the_head_up_and_down_and_keeps_its_server_model_apart() -> None:
+    _, m = experiment("fedet_at", "distill.server_iters=0")  # the steps around the distillation only
+    head = set(distill_head(m.model))
+    server_before = {k: v.clone() for k, v in m.model.state_dict().items()}
+    cnn3_before = {k: v.clone() for k, v in m.net("cnn3").state_dict().items()}
+    big, small = m.net("smallcnn").state_dict(), m.net("digits_cnn").state_dict()
+    updates = [ClientUpdate(0, filled(big, 1.0), 10, 0.0, {"member": "smallcnn"}),
+               ClientUpdate(1, filled(big, 3.0), 30, 0.0, {"member": "smallcnn"}),
+               ClientUpdate(2, filled(small, 7.0), 10, 0.0, {"member": "digits_cnn"})]
+    m.aggregate(0, updates)
+    # server model: its previous state, but the head is the plain mean of the 10 x 200 heads (1 + 3) / 2;
+    # digits_cnn's 10 x 256 head has another shape and takes no part
+    assert floats(m.model, head) == {2.0}
+    for key, value in m.model.state_dict().items():
+        if key not in head:
+            assert torch.equal(value, server_before[key])
+    # the clients' copy of smallcnn: FedAvg (10 x 1 + 30 x 3) / 40 = 2.5, then the server's head, 2
+    assert floats(m.net("smallcnn"), set(big) - head) == {2.5}
+    assert floats(m.net("smallcnn"), head) == {2.0}
+    # digits_cnn keeps its average (7) head and all; cnn3, trained by nobody, is untouched
+    assert floats(m.net("digits_cnn")) == {7.0}
+    for key, value in m.net("cnn3").state_dict().items():
+        assert torch.equal(value, cnn3_before[key])
+
+
+def distill_head(model: nn.Module) -> tuple[str, str]:
+    keys = head_keys(model)
+    assert keys is not None
+    return keys
+
+
+def test_feddf_distils_every_member_even_one_nobody_trained() -> None:
+    _, m = experiment("feddf_at")
+    before = {n: {k: v.clone() for k, v in m.net(n).state_dict().items()} for n in m.names}
+    state = m.net("smallcnn").state_dict()
+    own = {k: v.clone() for k, v in state.items()}
+    m.aggregate(0, [ClientUpdate(0, own, 10, 0.0, {"member": "smallcnn"})])
+    for name in m.names:  # two Adam steps move every member, cnn3 and digits_cnn included
+        after = m.net(name).state_dict()
+        assert any(not torch.equal(after[k], v) for k, v in before[name].items())
 
 
 LOSSES = {"feddf": lambda s, t: feddf_loss(s, t, 2.0), "fedet": lambda s, t: fedet_loss(s, t, 1.0, 0.05)}
@@ -166,16 +222,17 @@ def test_server_flops_by_hand() -> None:
     assert distill_flops([teacher_a, teacher_b], student, 3, 4) == 8040
 
 
-def test_feddf_counts_a_teacher_per_client_fedet_one_per_member() -> None:
+def test_both_count_a_teacher_per_client_feddf_a_student_per_member() -> None:
     flops = {}
     for name in ("feddf_at", "fedet_at"):
         _, m = experiment(name)
         m.members = {0: "smallcnn", 1: "smallcnn", 2: "digits_cnn"}
         flops[name] = m.server_flops(0)
-    forward = sum(a.flops for a in m.profiles["smallcnn"].atoms)
-    # the same student work; FedDF runs one more smallcnn forward per sample (2 teachers, not 1),
-    # at batch min(64, 100) = 64 and 2 server steps
-    assert flops["feddf_at"] - flops["fedet_at"] == pytest.approx(2 * 64 * forward, rel=1e-12)
+    teachers = [m.profiles[n] for n in ("smallcnn", "smallcnn", "digits_cnn")]
+    # batch min(64, 100) = 64, 2 server steps; FedET distils its server model, FedDF every member
+    assert flops["fedet_at"] == distill_flops(teachers, m.profiles["smallcnn"], 2, 64)
+    assert flops["feddf_at"] == pytest.approx(
+        sum(distill_flops(teachers, m.profiles[n], 2, 64) for n in m.names), rel=1e-12)
 
 
 # --- end to end -----------------------------------------------------------------------------

@@ -369,30 +369,26 @@ def test_fedcurv_hooks_use_only_other_clients_previous_entries():
     check_penalty(method.hooks(1, 1, {}), 4.625, ([[-0.9, -0.6]], [-1.1]))
 
 
-def test_fisher_diagonal_is_mean_over_batches_of_squared_gradients():
+def test_fisher_diagonal_is_mean_over_samples_of_squared_gradients():
     # logits = W x + b with W = 0, b = [ln 3, 0]: softmax = [3/4, 1/4] for every input;
-    # dCE/dlogits = softmax - onehot(y), dW = dlogits x^T (averaged over a batch)
+    # dCE/dlogits = softmax - onehot(y), dW = dlogits x^T, per sample
     model = linear([[0.0, 0.0], [0.0, 0.0]], [math.log(3.0), 0.0], dtype=torch.float64)
     x = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], dtype=torch.float64)
     y = torch.tensor([0, 1, 0])
-    # sample 1 (y=0): dz = [-1/4, 1/4]; sample 2 (y=1): dz = [3/4, -3/4]; sample 3 (y=0): [-1/4, 1/4]
-    # batch {1, 2}: dW = ([[-1/4, 0], [1/4, 0]] + [[0, 3/4], [0, -3/4]]) / 2 = [[-1/8, 3/8], [1/8, -3/8]]
-    #               db = ([-1/4, 1/4] + [3/4, -3/4]) / 2 = [1/4, -1/4]
-    # batch {3}:    dW = [[-1/4, -1/4], [1/4, 1/4]], db = [-1/4, 1/4]
-    # Fisher = mean over the 2 batches of the squares:
-    #   W: [[(1/64 + 1/16) / 2, (9/64 + 1/16) / 2], same] = [[5/128, 13/128], [5/128, 13/128]]
-    #   b: [(1/16 + 1/16) / 2] x 2 = [1/16, 1/16]
-    fisher = fisher_diagonal(model, x, y, batch=2)
-    assert torch.allclose(fisher["weight"], torch.tensor([[5 / 128, 13 / 128], [5 / 128, 13 / 128]],
-                                                         dtype=torch.float64), rtol=0, atol=1e-12)
-    assert torch.allclose(fisher["bias"], torch.tensor([1 / 16, 1 / 16], dtype=torch.float64),
-                          rtol=0, atol=1e-12)
-    # one batch of all three: dW = ([[-1/4, 0], [1/4, 0]] + [[0, 3/4], [0, -3/4]]
-    #   + [[-1/4, -1/4], [1/4, 1/4]]) / 3 = [[-1/6, 1/6], [1/6, -1/6]] -> squares 1/36;
-    #   db = ([-1/4, 1/4] + [3/4, -3/4] + [-1/4, 1/4]) / 3 = [1/12, -1/12] -> squares 1/144
-    whole = fisher_diagonal(model, x, y, batch=256)
-    assert torch.allclose(whole["weight"], torch.full((2, 2), 1 / 36, dtype=torch.float64), atol=1e-12)
-    assert torch.allclose(whole["bias"], torch.full((2,), 1 / 144, dtype=torch.float64), atol=1e-12)
+    # sample 1 (y=0): dz = [-1/4, 1/4], dW = [[-1/4, 0], [1/4, 0]]
+    # sample 2 (y=1): dz = [3/4, -3/4], dW = [[0, 3/4], [0, -3/4]]
+    # sample 3 (y=0): dz = [-1/4, 1/4], dW = [[-1/4, -1/4], [1/4, 1/4]]
+    # Fisher = mean over the 3 samples of the squares:
+    #   W: [[(1/16 + 0 + 1/16) / 3, (0 + 9/16 + 1/16) / 3], same] = [[1/24, 5/24], [1/24, 5/24]]
+    #   b: [(1/16 + 9/16 + 1/16) / 3] x 2 = [11/48, 11/48]
+    # (the square of the batch-mean gradient would give b [1/144, 1/144]: not the Fisher)
+    for batch in (2, 256):  # the batch only bounds memory
+        fisher = fisher_diagonal(model, x, y, batch=batch)
+        assert torch.allclose(fisher["weight"], torch.tensor([[1 / 24, 5 / 24], [1 / 24, 5 / 24]],
+                                                             dtype=torch.float64), rtol=0, atol=1e-12)
+        assert torch.allclose(fisher["bias"], torch.full((2,), 11 / 48, dtype=torch.float64),
+                              rtol=0, atol=1e-12)
+    assert model.training  # the mode is restored
 
 
 def plan_bytes(method: str, client: int = 0, round_: int = 0) -> tuple[float, float]:

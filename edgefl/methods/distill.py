@@ -13,18 +13,20 @@ training". Here:
 * Local training is the scenario's adversarial training on that member, as in FedAvgAT.
 * The server averages each member over the clients that trained it (FedAvg, BatchNorm included
   whatever `training.fedbn` says: a client's member changes with its free memory from round to
-  round, so it has no BatchNorm of its own to keep), then distils an ensemble of teachers into the
-  large model, starting from its average (or its previous state when no client trained it), on
-  the public split `ctx.public` (labels unused):
+  round, so it has no BatchNorm of its own to keep), then distils the ensemble of every received
+  client model into the members the method names (FedDF: every member, each starting from its
+  average, or its previous state when no client trained it; FedET: a server model of its own, see
+  edgefl.methods.fedet), on the public split `ctx.public` (labels unused):
   `distill.server_iters` Adam steps at `distill.server_lr` on batches of `distill.server_batch`,
   KL at `distill.temperature` (Lin et al., "Ensemble Distillation for Robust Model Fusion in
-  Federated Learning", NeurIPS 2020, Alg. 3). The method picks the teachers and the target.
+  Federated Learning", NeurIPS 2020, Alg. 3). The method picks the target and the loss.
 * The distillation uses clean public inputs. FedProphet adds adversarial training to the
   baselines' local training only; FedDF's and FedET's server step stays as published, and an
   adversarial one (PGD on the student at every server step) would multiply the server's work by
   the PGD steps with no source saying how the baselines did it.
-* Server time: per distillation step, a batch through every teacher's forward and the student's
-  forward and training backward, counted as edgefl.sim.workload counts a client's passes.
+* Server time: per distillation step and distilled member, a batch through every teacher's forward
+  and the student's forward and training backward, counted as edgefl.sim.workload counts a
+  client's passes.
 """
 
 from __future__ import annotations
@@ -118,33 +120,60 @@ def distill_flops(teachers: Sequence[ModelProfile], student: ModelProfile, iters
     return iters * batch * (forwards + train_pass_flops(student.atoms))
 
 
-class DistillAT(FedAvgAT):
-    """Clients train the largest family member that fits; the server distils into the large one.
+def head_keys(model: nn.Module) -> tuple[str, str] | None:
+    """The state-dict keys (weight, bias) of the model's last Linear layer, its classifier head
+    (Fed-ET's "representation layer"); None when it has no biased Linear layer."""
+    linears = [name for name, m in model.named_modules() if isinstance(m, nn.Linear) and m.bias is not None]
+    return (f"{linears[-1]}.weight", f"{linears[-1]}.bias") if linears else None
 
-    Subclasses set `per_client_teachers` (every client's model is a teacher, FedDF; or each
-    member's average, FedET) and the distillation loss `target_loss`.
+
+class DistillAT(FedAvgAT):
+    """Clients train the largest family member that fits; the server distils the ensemble of every
+    received client model into `distilled()` members (each starting from its own average).
+
+    Subclasses set the distillation loss `target_loss`, and may keep the evaluated server model
+    apart from the copy of the largest member that clients train (`server_apart`) and act before
+    and after the distillation (`before_distil`, `after_distil`).
     """
 
     uses_public = True
-    per_client_teachers = True
+    server_apart = False  # the evaluated model is the largest member's average, not a model of its own
     state_attrs = ("small", "members")
 
     def __init__(self, ctx: Context) -> None:
         super().__init__(ctx)
         self.names = family_names(ctx.scenario, ctx.where)
         built = {name: build_member(ctx, name) for name in self.names[1:]}
-        self.small = nn.ModuleDict({name: model for name, (model, _) in built.items()}).to(ctx.device)
+        nets = {name: model for name, (model, _) in built.items()}
+        if self.server_apart:
+            nets = {self.names[0]: copy.deepcopy(self.model), **nets}
+        self.small = nn.ModuleDict(nets).to(ctx.device)
         self.profiles = {self.names[0]: ctx.profile, **{name: p for name, (_, p) in built.items()}}
         self.bytes = {name: state_bytes(self.net(name).state_dict()) for name in self.names}
         self.members: dict[int, str] = {}  # client -> the member it trains this round
 
     def net(self, name: str) -> nn.Module:
-        """The server's copy of a member (the first is the large, evaluated model)."""
-        return self.model if name == self.names[0] else self.small[name]
+        """The server's copy of the member clients train (the first is the large model, which is
+        the evaluated model itself unless `server_apart`)."""
+        return self.model if name == self.names[0] and not self.server_apart else self.small[name]
+
+    def distilled(self) -> list[str]:
+        """The members the server distils into (FedDF: every one)."""
+        return self.names
+
+    def student(self, name: str) -> nn.Module:
+        """The server model distilled for member `name` (the evaluated model for the first)."""
+        return self.model if name == self.names[0] else self.net(name)
 
     @abstractmethod
     def target_loss(self, student: torch.Tensor, teachers: torch.Tensor) -> torch.Tensor:
         """The distillation loss of the student's logits [B, C] given the teachers' [K, B, C]."""
+
+    def before_distil(self, updates: list[ClientUpdate]) -> None:
+        """What the server does between averaging the members and distilling (nothing here)."""
+
+    def after_distil(self) -> None:
+        """What the server does after distilling (nothing here)."""
 
     # --- planning ---------------------------------------------------------------------------
     def begin_round(self, round_: int, states: dict[int, DeviceState]) -> None:
@@ -161,11 +190,11 @@ class DistillAT(FedAvgAT):
         return options[name]
 
     def server_flops(self, round_: int) -> float:
+        """Every distilled member's distillation, with every client's model as a teacher."""
         d = self.ctx.scenario.distill
-        chosen = list(self.members.values())
-        teachers = chosen if self.per_client_teachers else list(dict.fromkeys(chosen))
-        return distill_flops([self.profiles[n] for n in teachers], self.profiles[self.names[0]],
-                             d.server_iters, min(d.server_batch, d.public_samples))
+        teachers = [self.profiles[n] for n in self.members.values()]
+        batch = min(d.server_batch, d.public_samples)
+        return sum(distill_flops(teachers, self.profiles[n], d.server_iters, batch) for n in self.distilled())
 
     # --- training ---------------------------------------------------------------------------
     def train(self, round_: int, client: int, workload: Workload) -> ClientUpdate:
@@ -185,18 +214,17 @@ class DistillAT(FedAvgAT):
             groups.setdefault(u.extra["member"], []).append(u)
         for name, group in groups.items():
             self.net(name).load_state_dict(fedavg([u.state for u in group], [u.num_samples for u in group]))
+        self.before_distil(updates)
         d, ctx = self.ctx.scenario.distill, self.ctx
         x = ctx.data.train_x[torch.from_numpy(ctx.public).to(ctx.device)]
-        distil(self.model, self.teachers(groups), x, self.target_loss, d.server_iters, d.server_batch,
-               d.server_lr, seed_everything(ctx.scenario.seed, round_, SERVER))
-
-    def teachers(self, groups: dict[str, list[ClientUpdate]]) -> list[nn.Module]:
-        """Frozen copies: every client's model, or each trained member's average."""
-        if self.per_client_teachers:
-            return [self.loaded(name, u.state) for name, group in groups.items() for u in group]
-        return [copy.deepcopy(self.net(name)) for name in groups]
+        teachers = [self.loaded(u.extra["member"], u.state) for u in updates]
+        for name in self.distilled():
+            distil(self.student(name), teachers, x, self.target_loss, d.server_iters, d.server_batch,
+                   d.server_lr, seed_everything(ctx.scenario.seed, round_, SERVER))
+        self.after_distil()
 
     def loaded(self, name: str, state: State) -> nn.Module:
+        """A frozen copy of member `name` holding a client's `state`."""
         model = copy.deepcopy(self.net(name))
         model.load_state_dict(state)
         return model

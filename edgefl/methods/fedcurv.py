@@ -30,17 +30,29 @@ def curvature_penalty(lam: float, fisher_sum: Tensors, weighted_sum: Tensors, co
 
 
 def fisher_diagonal(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch: int = 256) -> Tensors:
-    """Empirical Fisher diagonal: the mean over batches of the squared loss gradient."""
-    sums = {n: torch.zeros_like(p) for n, p in model.named_parameters()}
-    batches = range(0, len(x), batch)
-    for i in batches:
-        model.zero_grad(set_to_none=True)
-        nn.functional.cross_entropy(model(x[i:i + batch]), y[i:i + batch]).backward()
-        for n, p in model.named_parameters():
-            if p.grad is not None:
-                sums[n] += p.grad.detach() ** 2
-    model.zero_grad(set_to_none=True)
-    return {n: s / len(batches) for n, s in sums.items()}
+    """Empirical Fisher diagonal (FedCurv, Shoham et al. §3; EWC, Kirkpatrick et al.): the mean over
+    the samples of each sample's squared loss gradient, (1/N) sum_i (d CE(f(x_i), y_i) / d w)^2.
+
+    Per sample, not per batch: the square of a batch's mean gradient is not the Fisher (it shrinks
+    with the batch and vanishes near a minimum of the local loss). The model is evaluated as the
+    server would (eval mode: BatchNorm on its running statistics); `batch` only bounds memory.
+    """
+    params = {n: p.detach() for n, p in model.named_parameters()}
+    buffers = dict(model.named_buffers())
+
+    def sample_loss(p: Tensors, xi: torch.Tensor, yi: torch.Tensor) -> torch.Tensor:
+        logits = torch.func.functional_call(model, (p, buffers), (xi.unsqueeze(0),))
+        return nn.functional.cross_entropy(logits, yi.unsqueeze(0))
+
+    per_sample = torch.func.vmap(torch.func.grad(sample_loss), in_dims=(None, 0, 0))
+    sums = {n: torch.zeros_like(p) for n, p in params.items()}
+    was_training = model.training
+    model.eval()
+    for i in range(0, len(x), batch):
+        for n, g in per_sample(params, x[i:i + batch], y[i:i + batch]).items():
+            sums[n] += (g * g).sum(0)
+    model.train(was_training)
+    return {n: s / len(x) for n, s in sums.items()}
 
 
 @METHODS.register("fedcurv_at")

@@ -1,13 +1,22 @@
 """FedDF-AT (FedProphet §7.2): ensemble distillation (Lin et al., "Ensemble Distillation for Robust
-Model Fusion in Federated Learning", NeurIPS 2020, Alg. 3) with local adversarial training.
+Model Fusion in Federated Learning", NeurIPS 2020, §3 and Alg. 3) with local adversarial training.
 
 Clients train the largest family member that fits their memory (edgefl.methods.distill). The
-server averages each member over its clients and distils into the large model the ensemble of
-every received client model, as FedDF's Alg. 3 does ("AvgLogits"): the target is the softmax of the
-teachers' mean logits, softmax(mean_k z_k / T), and the loss KL(target || softmax(s / T)) averaged
-over the batch. FedDF also distils into every other prototype; here only the large, evaluated
-model is distilled and the smaller members keep their FedAvg (FedProphet evaluates the large one).
+target of every distillation is the ensemble of all received client models, whatever their
+architecture, as Alg. 3 ("AvgLogits"): softmax(mean_k z_k / T), with the loss
+KL(target || softmax(s / T)) averaged over the batch.
+
+Does FedDF distil into every architecture? Yes. Alg. 3 (heterogeneous FL) keeps one prototype per
+architecture; each prototype starts from the average of the received models of its architecture
+and is distilled from the ensemble of all received models. The FedProphet release's FedDF baseline
+(`FedDF_Server` in src/server/kdserver.py) does the same for every edge model. edgefl does so
+too: every family member is distilled each round, starting from its average (or its previous
+state when no client trained it this round), so a client that can hold only a small member starts
+the next round from a model that has learnt from the whole ensemble, not from its own
+architecture's clients alone. (Before this, edgefl distilled only the large, evaluated model and
+left the small members at their FedAvg: a simplification neither the paper nor the release makes.)
 """
+
 
 from __future__ import annotations
 
@@ -29,7 +38,5 @@ def feddf_loss(student: torch.Tensor, teachers: torch.Tensor, temperature: float
 
 @METHODS.register("feddf_at")
 class FedDFAT(DistillAT):
-    per_client_teachers = True  # Alg. 3: the ensemble of all received client models
-
     def target_loss(self, student: torch.Tensor, teachers: torch.Tensor) -> torch.Tensor:
         return feddf_loss(student, teachers, self.ctx.scenario.distill.temperature)
