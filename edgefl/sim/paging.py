@@ -5,10 +5,14 @@ atom's layers become the pieces (a layer's weights, gradient, optimizer state an
 activations are fetched and evicted on their own), or the batch is run as micro-batches of equal
 size with gradients accumulated (a step's activations, in-flight tensors and pinned batch shrink
 with the micro-batch; the parameters are walked once per micro-batch). Atoms whose step fits stay
-whole, so a workload whose atoms all fit walks exactly as before. The smallest budget any schedule
-runs in is the largest step of the finest one: every atom whole or by layers, whichever needs less,
-one sample at a time (FedProphet, Tang et al., §4 sets the problem: MemReq above the device's
-memory forces swapping).
+whole, so a workload whose atoms all fit walks exactly as before. Otherwise two plans are tried,
+each with as few micro-batches as fit: the atoms that do not fit by layers, and all atoms whole;
+the walk keeps the one that moves fewer bytes. The smallest budget any schedule runs in is the
+largest step of the finest one: every atom whole or by layers, whichever needs less, one sample at
+a time (FedProphet, Tang et al., §4 sets the problem: MemReq above the device's memory forces
+swapping). Not modelled: a layer whose backward reads a tensor saved by the layer before it (the
+first saver is charged, edgefl.profiling.atoms), a residual block's input held for its addition,
+and the per-micro-batch statistics of batch normalisation.
 """
 
 from __future__ import annotations

@@ -114,13 +114,13 @@ class SwapWalk:
         self.evictions = 0
         self.sizes = {(kind, i): _size(w, p, kind, self.batch)
                       for kind in ("param", "opt", "grad", "act") for i, p in enumerate(parts)}
+        self.workspaces = [BYTES * self.batch * (p.in_elems + p.out_elems) for p in parts]
 
     def size(self, key: Key) -> float:
         return self.sizes[key]
 
     def workspace(self, i: int) -> float:
-        p = self.plan.parts[i]
-        return BYTES * self.batch * (p.in_elems + p.out_elems)
+        return self.workspaces[i]
 
     def run(self) -> Traffic:
         """Total traffic over all iterations (the batch reads, one per micro-batch, included)."""
