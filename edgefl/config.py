@@ -254,7 +254,7 @@ def apply_override(raw: dict[str, Any], item: str) -> None:
     """Apply one `--set a.b=value`; the value is read as TOML, or as a bare string."""
     key, sep, text = item.partition("=")
     if not sep or not key.strip():
-        raise EdgeflError(f"--set {_printable(item)}", "KEY=VALUE", "write it as KEY=VALUE, e.g. rounds=5")
+        raise EdgeflError("--set", _printable(item), "write it as KEY=VALUE, e.g. rounds=5")
     try:
         value = tomllib.loads(f"v = {text}")["v"]
     except (ValueError, RecursionError):  # TOMLDecodeError, an int over 4300 digits, deep nesting
@@ -264,7 +264,7 @@ def apply_override(raw: dict[str, Any], item: str) -> None:
     for part in parents:
         node = node.setdefault(part, {})
         if not isinstance(node, dict):
-            raise EdgeflError(f"--set {_printable(item)}", _printable(key), f"{part!r} is not a section")
+            raise EdgeflError("--set", _printable(key), f"{part!r} is not a section")
     node[leaf] = value
 
 
