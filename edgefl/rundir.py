@@ -52,6 +52,7 @@ def write_file(path: Path, data: bytes | str) -> None:
     tmp = None
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.fchmod(fd, 0o666 & ~_umask())  # as open() would create it, not mkstemp's 0600
         with os.fdopen(fd, "wb") as f:
             _write_all(f.fileno(), payload)
             os.fsync(f.fileno())
@@ -62,6 +63,13 @@ def write_file(path: Path, data: bytes | str) -> None:
     finally:
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)
+
+
+@functools.cache
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _write_all(fd: int, payload: bytes) -> None:
