@@ -134,6 +134,15 @@ def test_overwrite_removes_a_symlink_in_a_run_not_its_target(tmp_path: Path) -> 
     assert not (out / "trace.json").is_symlink()
 
 
+def test_an_unwritable_out_is_one_line(tmp_path: Path, capsys: Capsys, monkeypatch) -> None:
+    """A read-only folder (root ignores chmod, so the failure is injected where every write goes)."""
+    out = tmp_path / "ro"
+    monkeypatch.setattr(rundir, "_write_all", full_disk(lambda _: True, errno.EACCES))
+    line = refused(capsys, run_args(out, "--dry-run"))
+    assert rundir.MARKER in line and "Permission denied" in line
+    assert list(out.iterdir()) == []
+
+
 def test_empty_out_is_refused_and_the_current_folder_untouched(tmp_path: Path, capsys: Capsys,
                                                                monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
