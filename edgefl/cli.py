@@ -19,11 +19,12 @@ from edgefl.errors import EdgeflError
 def main(argv: Sequence[str] | None = None) -> int:
     # fvcore scripts a few helpers with torch.jit, which recent torch warns about on every start
     warnings.filterwarnings("ignore", message=r".*torch\.jit\.script.* is deprecated")
+    args = None
     try:
         args = parser().parse_args(argv)
         return int(args.func(args))
     except EdgeflError as exc:
-        print(f"edgefl: error: {exc}", file=sys.stderr)
+        print(f"edgefl: error: {_blamed(exc, args)}", file=sys.stderr)
         return 2
     except OSError as exc:  # a storage failure no check foresaw: still one line, never a traceback
         print(f"edgefl: error: {exc.filename or 'storage'}: {exc.strerror or exc}", file=sys.stderr)
@@ -31,6 +32,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("edgefl: interrupted", file=sys.stderr)
         return 130
+
+
+def _blamed(exc: EdgeflError, args: argparse.Namespace | None) -> EdgeflError:
+    """An error about a scenario key that --set gave names the --set flag, not the file."""
+    from edgefl.config import blame_set
+
+    scenario, overrides = getattr(args, "scenario", None), getattr(args, "overrides", [])
+    return blame_set(exc, str(scenario), overrides) if scenario and overrides else exc
 
 
 def out_dir(text: str) -> Path:

@@ -243,16 +243,22 @@ def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scena
         raw = tomllib.loads(text)
     except (ValueError, RecursionError) as exc:  # TOMLDecodeError, an int over 4300 digits, deep nesting
         raise EdgeflError(where, "syntax", f"not valid TOML ({exc})") from None
-    keys = [apply_override(raw, item, where) for item in overrides or []]
+    for item in overrides or []:
+        apply_override(raw, item)
     try:
         scenario = build(Scenario, raw, where, "")
         validate(scenario, where)
     except EdgeflError as exc:
-        set_by = next((k for k in reversed(keys) if _same_key(k, exc.key)), None)
-        if set_by is None:
-            raise
-        raise EdgeflError(f"--set {_printable(set_by)}", exc.key, exc.fix) from None
+        raise blame_set(exc, where, overrides or []) from None
     return scenario
+
+
+def blame_set(exc: EdgeflError, where: str, overrides: list[str]) -> EdgeflError:
+    """`exc` as an error of the --set flag when it is about `where`'s key that an override set."""
+    keys = [item.partition("=")[0].strip() for item in overrides]
+    if exc.where != where or not any(_same_key(k, exc.key) for k in keys):
+        return exc
+    return EdgeflError("--set", exc.key, exc.fix)
 
 
 def _same_key(set_key: str, error_key: str) -> bool:
@@ -261,11 +267,11 @@ def _same_key(set_key: str, error_key: str) -> bool:
             or error_key.startswith(set_key + "."))
 
 
-def apply_override(raw: dict[str, Any], item: str, where: str) -> str:
-    """Apply one `--set a.b=value` (the value is read as TOML, or as a bare string); returns the key."""
+def apply_override(raw: dict[str, Any], item: str) -> None:
+    """Apply one `--set a.b=value`; the value is read as TOML, or as a bare string."""
     key, sep, text = item.partition("=")
     if not sep or not key.strip():
-        raise EdgeflError(f"--set {_printable(item)}", "KEY=VALUE", "write it as KEY=VALUE, e.g. rounds=5")
+        raise EdgeflError("--set", _printable(item), "write it as KEY=VALUE, e.g. rounds=5")
     try:
         value = tomllib.loads(f"v = {text}")["v"]
     except (ValueError, RecursionError):  # TOMLDecodeError, an int over 4300 digits, deep nesting
@@ -275,9 +281,8 @@ def apply_override(raw: dict[str, Any], item: str, where: str) -> str:
     for part in parents:
         node = node.setdefault(part, {})
         if not isinstance(node, dict):
-            raise EdgeflError(f"--set {_printable(item)}", _printable(key), f"{part!r} is not a section")
+            raise EdgeflError("--set", _printable(key), f"{part!r} is not a section")
     node[leaf] = value
-    return key.strip()
 
 
 def build(cls: type, raw: Any, where: str, prefix: str) -> Any:

@@ -403,7 +403,7 @@ def prepare_out(out: Path, overwrite: bool, where: str) -> None:
     """Make `out` a new run folder: create it or take an empty one; a folder holding an edgefl run
     is replaced only with --overwrite, and only when edgefl wrote everything in it; any other
     folder is refused."""
-    if rundir.marker_kind(out) == "run" and not out.is_symlink():
+    if rundir.probe(out, "--out") == "dir" and rundir.marker_kind(out) == "run":
         if not overwrite:
             raise EdgeflError(str(out), "--out", "already holds a run; choose another --out or "
                               "pass --overwrite to replace it")

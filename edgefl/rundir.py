@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,7 @@ def write_file(path: Path, data: bytes | str) -> None:
     tmp = None
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.fchmod(fd, 0o666 & ~_umask())  # as open() would create it, not mkstemp's 0600
         with os.fdopen(fd, "wb") as f:
             _write_all(f.fileno(), payload)
             os.fsync(f.fileno())
@@ -61,6 +63,13 @@ def write_file(path: Path, data: bytes | str) -> None:
     finally:
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)
+
+
+@functools.cache
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _write_all(fd: int, payload: bytes) -> None:
@@ -97,10 +106,11 @@ def claim(folder: Path, kind: str, flag: str = "--out") -> None:
     """Make `folder` an output folder of `kind` (run, compare, figures): create it, or take an
     empty one, or one already marked as this kind; refuse anything else with one line."""
     where = str(folder)
-    if folder.is_symlink():
+    found = probe(folder, flag)
+    if found == "link":
         raise EdgeflError(where, flag, "is a symbolic link; give the folder it points to, or another "
                           "folder")
-    if folder.exists() and not folder.is_dir():
+    if found == "file":
         raise EdgeflError(where, flag, "is a file, not a folder; choose another " + flag)
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -117,6 +127,19 @@ def claim(folder: Path, kind: str, flag: str = "--out") -> None:
                           "another " + flag)
     if marked is None:
         write_marker(folder, kind)
+
+
+def probe(path: Path, flag: str) -> str:
+    """What `path` is, without following a symlink: missing, link, dir or file; a path that cannot
+    even be looked at (too long, under a file, no permission) is one line naming `flag`."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return "missing"
+    except OSError as exc:
+        raise EdgeflError(str(path), flag, f"cannot be used ({_reason(exc)}); choose another "
+                          f"{flag}") from None
+    return "link" if stat.S_ISLNK(mode) else "dir" if stat.S_ISDIR(mode) else "file"
 
 
 def write_marker(folder: Path, kind: str, fingerprint: dict[str, str] | None = None) -> None:

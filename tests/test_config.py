@@ -157,34 +157,39 @@ def test_later_override_wins(tmp_path: Path) -> None:
     assert s.rounds == 9
 
 
+def expect_set_error(path: Path, key: str, overrides: list[str]) -> EdgeflError:
+    """An override's error names the --set flag and the key, not the file that was fine."""
+    with pytest.raises(EdgeflError) as info:
+        load_scenario(path, overrides)
+    assert info.value.where == "--set"
+    assert key in info.value.key
+    assert str(path) not in str(info.value) and "\n" not in str(info.value)
+    return info.value
+
+
 @pytest.mark.parametrize("item", ["rounds", "=5", "training.lr"])
 def test_malformed_override_names_the_item(tmp_path: Path, item: str) -> None:
-    path = write(tmp_path, "")
-    with pytest.raises(EdgeflError) as info:
-        load_scenario(path, [item])
-    assert str(path) in str(info.value)
-    assert item in info.value.key
-    assert "KEY=VALUE" in info.value.fix
+    assert "KEY=VALUE" in expect_set_error(write(tmp_path, ""), item, [item]).fix
 
 
 def test_override_wrong_type_names_key(tmp_path: Path) -> None:
-    expect_error(write(tmp_path, ""), "rounds", ["rounds=ten"])
+    expect_set_error(write(tmp_path, ""), "rounds", ["rounds=ten"])
 
 
 def test_override_unknown_key_names_key(tmp_path: Path) -> None:
-    expect_error(write(tmp_path, ""), "training.lrr", ["training.lrr=1"])
+    expect_set_error(write(tmp_path, ""), "training.lrr", ["training.lrr=1"])
 
 
 def test_override_into_scalar_fails(tmp_path: Path) -> None:
-    path = write(tmp_path, "rounds = 3\n")
-    with pytest.raises(EdgeflError) as info:
-        load_scenario(path, ["rounds.x=1"])
-    assert str(path) in str(info.value)
-    assert "rounds" in info.value.key
+    expect_set_error(write(tmp_path, "rounds = 3\n"), "rounds", ["rounds.x=1"])
 
 
 def test_override_impossible_value_names_key(tmp_path: Path) -> None:
-    expect_error(write(tmp_path, ""), "fleet.sample_fraction", ["fleet.sample_fraction=1.5"])
+    expect_set_error(write(tmp_path, ""), "fleet.sample_fraction", ["fleet.sample_fraction=1.5"])
+
+
+def test_a_file_error_beside_an_override_still_names_the_file(tmp_path: Path) -> None:
+    expect_error(write(tmp_path, "rounds = 0\n"), "rounds", ["seed=3"])
 
 
 # defaults ----------------------------------------------------------------------------------------

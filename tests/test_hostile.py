@@ -1,13 +1,21 @@
 """Hostile input: random, truncated and mutated scenario and profile files, and random `--set` strings.
 
 Every one ends with exit code 2 and one line `edgefl: error: ...` on stderr, never a traceback, and
-`edgefl run` leaves no run directory behind. A generated scenario that might be valid is run with
-`--set rounds=0` (which validation refuses) or only loaded, so no example ever starts training.
+`edgefl run` leaves no run directory behind. The same holds for hostile output folders (a file, a
+symlink, a folder edgefl did not make: nothing in it changes), for run folders whose files were
+edited, cut or replaced (plot and resume check what they read; resume writes nothing first), and
+for values the types accept but no device, report or file could take. A generated scenario that
+might be valid is run with `--set rounds=0` (which validation refuses) or only loaded, so no example
+ever starts training.
 """
 
 from __future__ import annotations
 
+import csv
 import dataclasses
+import io
+import os
+import shutil
 import tempfile
 import tomllib
 import typing
@@ -17,14 +25,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+import torch
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from test_cli import one_error_line
 
 from edgefl.cli import main
-from edgefl.config import Scenario, load_scenario
+from edgefl.config import Scenario, load_scenario, to_toml
 from edgefl.devices.profile import DeviceProfile
 from edgefl.errors import EdgeflError
+from edgefl.report.compare import NEEDED
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIO_TEXT = (ROOT / "scenarios" / "quickstart.toml").read_text()
@@ -295,3 +305,236 @@ def test_random_override(capsys: Capsys, override: str) -> None:
        values.map(toml_value) | st.text(max_size=20))
 def test_schema_override(capsys: Capsys, key: str, value: str) -> None:
     run_refused(capsys, SCENARIO_TEXT, f"--set={key}={value}", REFUSED)
+
+
+# (f) values the schema's types accept but the machine, the report or a file could not take ----------
+
+
+def leaves_of(hint: Any) -> list[str]:
+    return [k for k, h in SCENARIO_LEAVES if h == hint]
+
+
+VALID_DEVICES = {"auto", "cpu", *(f"cuda:{k}" for k in range(torch.cuda.device_count())),
+                 *(["cuda"] if torch.cuda.is_available() else [])}
+
+
+@HOSTILE
+@given(st.sampled_from(["banana", "", "mps", "meta", "cuda:99", "cuda:", "CPU", " cpu", "cuda:-1", "xla"])
+       | st.text(max_size=8))
+@example("cuda")  # a GPU this machine lacks (when it lacks one)
+def test_unknown_or_absent_devices(capsys: Capsys, device: str) -> None:
+    if device in VALID_DEVICES:
+        return
+    for dry in ([], ["--dry-run"]):  # a dry run checks what the real run would
+        assert ": device: " in run_refused(capsys, SCENARIO_TEXT, f"--set=device={toml_string(device)}", *dry)
+
+
+@HOSTILE
+@given(st.integers(1025, 2**63 - 1))
+def test_absurd_thread_counts(capsys: Capsys, threads: int) -> None:
+    assert ": threads: " in run_refused(capsys, SCENARIO_TEXT, f"--set=threads={threads}")
+
+
+@HOSTILE
+@given(st.lists(st.sampled_from(["pgd", "fgsm", "cw", "pgd_l2", "autoattack"]), min_size=1, max_size=4))
+def test_extra_attacks_repeat_nothing(capsys: Capsys, extra: list[str]) -> None:
+    if "pgd" not in extra and len(set(extra)) == len(extra):
+        return  # a valid list: distinct attacks other than the main one
+    assert ": evaluation.extra: " in run_refused(capsys, SCENARIO_TEXT,
+                                                 f"--set=evaluation.extra={toml_value(extra)}")
+
+
+@HOSTILE
+@given(st.sampled_from(leaves_of(str)), st.text(max_size=5), st.sampled_from(["\udcff", "\udc80x"]))
+def test_strings_that_are_not_utf8(capsys: Capsys, key: str, text: str, surrogate: str) -> None:
+    """What a non-UTF-8 file name gives in argv: refused, since scenario.toml could not hold it."""
+    line = run_refused(capsys, SCENARIO_TEXT, f"--set={key}={text}{surrogate}")
+    assert "UTF-8" in line and f"--set: {key}: " in line
+
+
+@HOSTILE
+@given(leaf_and_invalid_value(SCENARIO_LEAVES))
+def test_set_errors_name_the_flag(capsys: Capsys, mutation: tuple[str, Any]) -> None:
+    key, value = mutation
+    line = run_refused(capsys, SCENARIO_TEXT, f"--set={key}={toml_value(value)}")
+    assert line.startswith("edgefl: error: --set") and key.split(".")[0] in line
+
+
+@HOSTILE
+@given(st.sampled_from([k for k, h in PROFILE_LEAVES if h is float]), st.floats(1e10, 1e308))
+@example("storage_latency_ms", 1e308)  # gave nan hours after round 0 was written
+@example("memory_mb", 1e308)  # an OverflowError after round 0
+def test_profile_values_beyond_any_device(capsys: Capsys, key: str, value: float) -> None:
+    text = toml_document(set_key(tomllib.loads(PROFILE_TEXT), key, value))
+    assert f": {key}: " in validate_refused(capsys, text, "raspberry_pi_4")
+
+
+def test_ray_joins_only_a_cluster_the_scenario_trusts(capsys: Capsys) -> None:
+    for address in ("auto", "ray://10.0.0.7:10001", "evil.example.com:6379"):
+        assert ": ray.address: " in run_refused(capsys, SCENARIO_TEXT,
+                                                f"--set=ray.address={toml_string(address)}")
+    for address in ("", "ray://localhost:10001", "127.0.0.1:6379"):
+        load_scenario(ROOT / "scenarios" / "quickstart.toml", [f"ray.address={toml_string(address)}"])
+    load_scenario(ROOT / "scenarios" / "quickstart.toml", ['ray.address="auto"', "ray.trust_address=true"])
+
+
+def test_dry_runs_refuse_what_the_real_run_would(capsys: Capsys) -> None:
+    line = run_refused(capsys, SCENARIO_TEXT, "--set=method=feddf_at", "--set=distill.public_samples=5000",
+                       "--dry-run")
+    assert "distill.public_samples" in line
+    with scratch() as folder:
+        path = write(folder / "s.toml", SCENARIO_TEXT)
+        line = expect_error(capsys, ["partition", str(path), "--set=model.name=vgg16",
+                                     "--set=fleet.reserved_memory_mb=10000"])
+        assert "does not fit" in line and "--set: model.name" in line
+
+
+# (g) where runs go: --out targets that are not a folder edgefl may write ------------------------------
+
+
+def bad_out(kind: str, folder: Path) -> Path:
+    """A hostile --out of `kind` in `folder` (which also holds a user's file)."""
+    user = write(folder / "thesis.tex", "chapter 1\n")
+    if kind == "file":
+        return user
+    if kind == "under a file":
+        return user / "run"
+    if kind in ("dangling symlink", "symlink to a folder"):
+        (folder / "link").symlink_to(folder / ("nowhere" if kind == "dangling symlink" else "."))
+        return folder / "link"
+    if kind == "too long":
+        return folder / ("x" * 300)
+    if kind == "not a run":
+        return folder
+    raise AssertionError(kind)
+
+
+OUT_KINDS = ["file", "under a file", "dangling symlink", "symlink to a folder", "too long", "not a run"]
+
+
+def tree(folder: Path) -> dict[str, bytes | str]:
+    return {str(p.relative_to(folder)): os.readlink(p) if p.is_symlink() else
+            (p.read_bytes() if p.is_file() else "dir") for p in sorted(folder.rglob("*"))}
+
+
+@pytest.mark.parametrize("kind", OUT_KINDS)
+@pytest.mark.parametrize("command", ["run", "compare", "plot"])
+def test_hostile_out(capsys: Capsys, dry_run: Path, command: str, kind: str) -> None:
+    with scratch() as folder:
+        out = bad_out(kind, folder)
+        before = tree(folder)
+        argv = {"run": ["run", str(ROOT / "scenarios" / "quickstart.toml"), "--dry-run", "--overwrite"],
+                "compare": ["compare", str(ROOT / "scenarios" / "quickstart.toml"), "--methods", "jfat",
+                            "--dry-run"],
+                "plot": ["plot", str(dry_run)]}[command]
+        assert "--out" in expect_error(capsys, [*argv, "--out", str(out), "--set=rounds=1"]
+                                       if command != "plot" else [*argv, "--out", str(out)])
+        assert tree(folder) == before
+
+
+# (h) run folders that are not what edgefl wrote: plot and resume read nothing unchecked -------------
+
+
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("dry") / "run"
+    assert main(["run", str(ROOT / "scenarios" / "quickstart.toml"), "--dry-run", "--quiet", "--out",
+                 str(out), "--set=rounds=2", "--set=fleet.clients=4"]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real 1-round run without its summary: resuming it only finishes it."""
+    out = tmp_path_factory.mktemp("real") / "run"
+    assert main(["run", str(ROOT / "scenarios" / "quickstart.toml"), "--quiet", "--out", str(out),
+                 "--set=rounds=1", "--set=fleet.clients=4", "--set=training.local_iters=2",
+                 "--set=attack.steps=1", "--set=evaluation.steps=1", "--set=data.test_samples=16",
+                 "--set=threads=1"]) == 0
+    (out / "summary.json").unlink()
+    return out
+
+
+@contextmanager
+def copy_of(run: Path) -> Iterator[Path]:
+    with scratch() as folder:
+        shutil.copytree(run, folder / "run")
+        yield folder / "run"
+
+
+def plot_refused(capsys: Capsys, run: Path, name: str, content: bytes) -> str:
+    with copy_of(run) as copy:
+        write(copy / name, content)
+        return expect_error(capsys, ["plot", str(copy), "--out", str(copy / "figures")])
+
+
+IO = settings(HOSTILE, max_examples=15)
+
+
+@IO
+@given(st.sampled_from(["metrics.csv", "clients.csv", "scenario.toml"]), st.binary(max_size=300))
+@example("metrics.csv", b"0,1.0,2.0\n1,2.0,3.0\n")  # no header
+@example("scenario.toml", b"method = 1\n")
+def test_plot_on_garbage(capsys: Capsys, dry_run: Path, name: str, content: bytes) -> None:
+    plot_refused(capsys, dry_run, name, content)
+
+
+@IO
+@given(st.sampled_from([(n, c) for n, cols in NEEDED.items() for c in cols]), st.integers(0, 1),
+       st.sampled_from(["", "abc", "nan", "inf", "1e999", "\x00", "1,2"]))
+def test_plot_on_a_bad_value(capsys: Capsys, dry_run: Path, column: tuple[str, str], row: int,
+                             value: str) -> None:
+    name, key = column
+    if value == "" and key in ("clean_acc", "adv_acc"):
+        return  # a round that was not evaluated
+    with open(dry_run / name, newline="") as f:
+        rows = list(csv.DictReader(f))
+    rows[row][key] = value
+    text = io.StringIO()
+    writer = csv.DictWriter(text, list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    assert "line" in plot_refused(capsys, dry_run, name, text.getvalue().encode())
+
+
+@IO
+@given(st.sampled_from(["metrics.csv", "clients.csv", "events.csv", "scenario.toml", ".edgefl-run"]),
+       st.data())
+def test_resume_of_an_edited_run(capsys: Capsys, finished: Path, name: str, data: st.DataObject) -> None:
+    """Any byte changed, or the file cut short: refused before anything is written."""
+    with copy_of(finished) as copy:
+        original = (copy / name).read_bytes()
+        at = data.draw(st.integers(0, len(original) - 1))
+        flip = data.draw(st.booleans())
+        edited = (original[:at] + bytes([original[at] ^ 0x20]) + original[at + 1:]) if flip else original[:at]
+        write(copy / name, edited)
+        assume(name != "scenario.toml" or not same_scenario(copy / name, original))
+        before = tree(copy)
+        expect_error(capsys, ["run", "--resume", str(copy)])
+        assert tree(copy) == before
+
+
+def same_scenario(path: Path, original: bytes) -> bool:
+    """Whether an edit left the resolved scenario as it was (1e-05 for 1E-05): resume may go on."""
+    try:
+        return to_toml(load_scenario(path)) == original.decode()
+    except EdgeflError:
+        return False
+
+
+plain_data = st.recursive(st.none() | st.integers(-5, 5) | st.text(max_size=4) | st.floats(allow_nan=False),
+                          lambda kids: st.lists(kids, max_size=3)
+                          | st.dictionaries(st.sampled_from(["next_round", "rows", "method", "rng", "logs",
+                                                             "clock", "fingerprint", "x"]), kids, max_size=7),
+                          max_leaves=10)
+
+
+@IO
+@given(plain_data)
+def test_resume_with_a_foreign_plain_data_checkpoint(capsys: Capsys, finished: Path, state: Any) -> None:
+    with copy_of(finished) as copy:
+        torch.save(state, copy / "checkpoint.pt")
+        before = tree(copy)
+        line = expect_error(capsys, ["run", "--resume", str(copy)])
+        assert "checkpoint" in line and "weights_only" not in line
+        assert tree(copy) == before

@@ -5,7 +5,10 @@ store; a task rebuilds the experiment once per worker process from the resolved 
 worker needs the dataset at `data.root`, as the driver does), loads the snapshot and calls
 `Method.train` for one client. Training is seeded per (seed, round, client) and `train` never
 writes the method's state, so the updates equal the in-process executor's on the same hardware.
-A task whose worker process dies is retried up to `ray.max_retries` times.
+A task whose worker process dies is retried up to `ray.max_retries` times. Ray moves the state and
+the task's code with cloudpickle, so whoever runs the cluster runs code edgefl sends and sends back
+objects edgefl unpickles: scenario validation (edgefl.config) refuses an address not on this machine
+unless `ray.trust_address = true`.
 
 Fault injection: a worker that finds the file named by EDGEFL_FAULT_ONCE deletes it and exits,
 once, which is how the tests check that a dead worker's task is retried.

@@ -1,0 +1,298 @@
+"""Output safety and resume integrity: no user file is ever deleted or overwritten, every write goes
+through one safe writer, a run folder knows what it belongs to, and a run that ran out of space
+resumes to the files of an uninterrupted run."""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from test_cli import one_error_line, snapshot
+
+from edgefl import checkpoint, rundir
+from edgefl.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICKSTART = ROOT / "scenarios" / "quickstart.toml"
+SMALL = ["rounds=3", "fleet.clients=6", "training.local_iters=4", "attack.steps=2", "evaluation.steps=2",
+         "data.test_samples=32", "threads=1"]
+LOGS = ("metrics.csv", "clients.csv", "events.csv")
+Capsys = pytest.CaptureFixture[str]
+
+
+def sets(items: list[str]) -> list[str]:
+    return [arg for item in items for arg in ("--set", item)]
+
+
+def run_args(out: Path, *extra: str) -> list[str]:
+    return ["run", str(QUICKSTART), *sets(SMALL), "--out", str(out), "--quiet", *extra]
+
+
+def refused(capsys: Capsys, argv: list[str]) -> str:
+    capsys.readouterr()
+    assert main(argv) == 2
+    return one_error_line(capsys.readouterr().err)
+
+
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished real run of SMALL."""
+    out = tmp_path_factory.mktemp("whole") / "run"
+    assert main(run_args(out)) == 0
+    return out
+
+
+def same_files(a: Path, b: Path) -> None:
+    for name in (*LOGS, "trace.json", "scenario.toml", rundir.MARKER):
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+    ours, theirs = (torch.load(d / checkpoint.FILE, weights_only=True) for d in (a, b))
+    assert ours["logs"] == theirs["logs"]
+    for key, tensor in ours["method"]["model"].items():
+        assert torch.equal(tensor, theirs["method"]["model"][key]), key
+
+
+@pytest.fixture
+def unfinished(whole: Path, tmp_path: Path) -> Path:
+    """A copy of the finished run without its summary: resuming it trains nothing, only finishes."""
+    out = tmp_path / "copy"
+    shutil.copytree(whole, out)
+    (out / "summary.json").unlink()
+    return out
+
+
+# the safe writer ----------------------------------------------------------------------------------
+
+
+def test_write_file_replaces_a_symlink_never_its_target(tmp_path: Path) -> None:
+    target = tmp_path / "thesis.tex"
+    target.write_text("my thesis\n")
+    link = tmp_path / "trace.json"
+    link.symlink_to(target)
+    rundir.write_file(link, "{}\n")
+    assert target.read_text() == "my thesis\n"
+    assert not link.is_symlink() and link.read_text() == "{}\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["thesis.tex", "trace.json"]  # no temp left
+
+
+def test_appends_refuse_a_symlink(tmp_path: Path) -> None:
+    target = tmp_path / "notes.txt"
+    target.write_text("keep\n")
+    (tmp_path / "events.csv").symlink_to(target)
+    with pytest.raises(rundir.EdgeflError, match="symbolic link"):
+        rundir.Appender(tmp_path / "events.csv")
+    assert target.read_text() == "keep\n"
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path: Path, monkeypatch) -> None:
+    path = tmp_path / "checkpoint.pt"
+    path.write_bytes(b"old")
+    monkeypatch.setattr(rundir, "_write_all", full_disk(lambda _: True))
+    with pytest.raises(rundir.WriteFailed, match="No space left"):
+        rundir.write_file(path, b"new and longer")
+    assert path.read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]
+
+
+# --out: only ever an edgefl run is replaced ----------------------------------------------------------
+
+
+def test_overwrite_never_deletes_a_folder_edgefl_did_not_make(tmp_path: Path, capsys: Capsys) -> None:
+    out = tmp_path / "thesis"
+    out.mkdir()
+    (out / "thesis.tex").write_text("chapter 1\n")
+    before = snapshot(out)
+    line = refused(capsys, run_args(out, "--overwrite", "--dry-run"))
+    assert "did not write" in line and "--out" in line
+    assert snapshot(out) == before
+
+
+def test_overwrite_keeps_a_user_file_put_into_a_run(tmp_path: Path, capsys: Capsys) -> None:
+    out = tmp_path / "run"
+    assert main(run_args(out, "--dry-run")) == 0
+    (out / "notes.txt").write_text("mine\n")
+    (out / "figures").mkdir()
+    before = snapshot(out)
+    assert "notes.txt" in refused(capsys, run_args(out, "--overwrite", "--dry-run"))
+    assert snapshot(out) == before
+    (out / "notes.txt").unlink()
+    assert main(run_args(out, "--overwrite", "--dry-run")) == 0  # edgefl's files alone: replaced
+
+
+def test_overwrite_removes_a_symlink_in_a_run_not_its_target(tmp_path: Path) -> None:
+    out, target = tmp_path / "run", tmp_path / "thesis.tex"
+    target.write_text("chapter 1\n")
+    assert main(run_args(out, "--dry-run")) == 0
+    (out / "trace.json").unlink()
+    (out / "trace.json").symlink_to(target)
+    assert main(run_args(out, "--overwrite", "--dry-run")) == 0
+    assert target.read_text() == "chapter 1\n"
+    assert not (out / "trace.json").is_symlink()
+
+
+def test_an_unwritable_out_is_one_line(tmp_path: Path, capsys: Capsys, monkeypatch) -> None:
+    """A read-only folder (root ignores chmod, so the failure is injected where every write goes)."""
+    out = tmp_path / "ro"
+    monkeypatch.setattr(rundir, "_write_all", full_disk(lambda _: True, errno.EACCES))
+    line = refused(capsys, run_args(out, "--dry-run"))
+    assert rundir.MARKER in line and "Permission denied" in line
+    assert list(out.iterdir()) == []
+
+
+def test_empty_out_is_refused_and_the_current_folder_untouched(tmp_path: Path, capsys: Capsys,
+                                                               monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "thesis.tex").write_text("chapter 1\n")
+    before = snapshot(tmp_path)
+    assert "--out" in refused(capsys, ["run", str(QUICKSTART), "--out", "", "--overwrite", "--dry-run"])
+    assert "--out" in refused(capsys, ["compare", str(QUICKSTART), "--methods", "jfat", "--out", " "])
+    assert snapshot(tmp_path) == before
+
+
+def test_compare_never_deletes_a_user_file(tmp_path: Path, capsys: Capsys) -> None:
+    def compare(out: Path) -> list[str]:
+        return ["compare", str(QUICKSTART), "--methods", "jfat", *sets(SMALL), "--dry-run", "--quiet",
+                "--out", str(out)]
+    mine = tmp_path / "mine"
+    (mine / "jfat").mkdir(parents=True)
+    (mine / "jfat" / "notes.txt").write_text("mine\n")
+    assert "did not write" in refused(capsys, compare(mine))
+    assert (mine / "jfat" / "notes.txt").read_text() == "mine\n"
+    out = tmp_path / "cmp"
+    assert main(compare(out)) == 0
+    (out / "jfat" / "summary.json").unlink()  # a dry run is redone: replaced if edgefl's alone
+    (out / "jfat" / "notes.txt").write_text("mine\n")
+    assert "notes.txt" in refused(capsys, compare(out))
+    assert (out / "jfat" / "notes.txt").read_text() == "mine\n"
+
+
+# resume: every file checked before anything is written ---------------------------------------------
+
+
+def logs_of(out: Path) -> dict[str, bytes]:
+    return {name: (out / name).read_bytes() for name in (*LOGS, checkpoint.FILE)}
+
+
+def edit_checkpoint(out: Path, change: Callable[[dict], None]) -> None:
+    state = torch.load(out / checkpoint.FILE, weights_only=True)
+    change(state)
+    torch.save(state, out / checkpoint.FILE)
+
+
+@pytest.mark.parametrize(("change", "says"), [
+    (lambda s: s.update(next_round=99), "next_round"),
+    (lambda s: s.update(next_round="2"), "next_round"),
+    (lambda s: s.pop("logs"), "logs"),
+    (lambda s: s.update(fingerprint={"scenario": "other"}), "another run"),
+    (lambda s: s["method"].update(model={"w": torch.zeros(1)}), "does not fit"),
+])
+def test_a_bad_checkpoint_is_refused_before_any_file_changes(unfinished: Path, capsys: Capsys, change,
+                                                             says: str) -> None:
+    edit_checkpoint(unfinished, change)
+    before = snapshot(unfinished)
+    assert says in refused(capsys, ["run", "--resume", str(unfinished)])
+    assert snapshot(unfinished) == before
+
+
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")
+def test_a_foreign_checkpoint_is_refused(unfinished: Path, tmp_path: Path, capsys: Capsys) -> None:
+    torch.save({"a": 1, "next_round": [1]}, unfinished / checkpoint.FILE)
+    assert "not an edgefl checkpoint" in refused(capsys, ["run", "--resume", str(unfinished)])
+    (unfinished / checkpoint.FILE).write_bytes(b"\x80\x04garbage")
+    line = refused(capsys, ["run", "--resume", str(unfinished)])
+    assert "checkpoint" in line and "weights_only" not in line
+
+
+def test_a_checkpoint_of_another_run_is_refused(unfinished: Path, tmp_path: Path, capsys: Capsys) -> None:
+    other = tmp_path / "other"
+    assert main(run_args(other, "--set", "seed=1", "--set", "rounds=1")) == 0
+    shutil.copy(other / checkpoint.FILE, unfinished / checkpoint.FILE)
+    before = snapshot(unfinished)
+    assert "another run" in refused(capsys, ["run", "--resume", str(unfinished)])
+    assert snapshot(unfinished) == before
+
+
+def test_an_edited_scenario_is_refused(unfinished: Path, capsys: Capsys) -> None:
+    path = unfinished / "scenario.toml"
+    path.write_text(path.read_text().replace("seed = 0", "seed = 7"))
+    before = snapshot(unfinished)
+    assert "edited" in refused(capsys, ["run", "--resume", str(unfinished)])
+    assert snapshot(unfinished) == before
+
+
+@pytest.mark.parametrize("name", LOGS)
+def test_a_lost_or_edited_log_is_refused(unfinished: Path, capsys: Capsys, name: str) -> None:
+    path = unfinished / name
+    text = path.read_bytes()
+    path.write_bytes(text.replace(b"1", b"2", 1))
+    before = snapshot(unfinished)
+    assert name in refused(capsys, ["run", "--resume", str(unfinished)])
+    assert snapshot(unfinished) == before
+    path.unlink()
+    assert name in refused(capsys, ["run", "--resume", str(unfinished)])
+    assert not path.exists()  # never a header-only file beside a checkpoint of 3 rounds
+
+
+def test_a_torn_last_row_is_dropped(whole: Path, unfinished: Path) -> None:
+    with open(unfinished / "events.csv", "ab") as f:
+        f.write(b"1,3,comp")  # cut mid-row, as a full disk leaves it: no round 1 row to mistake
+    assert main(["run", "--resume", str(unfinished), "--quiet"]) == 0
+    same_files(unfinished, whole)
+
+
+# storage failures mid-run ------------------------------------------------------------------------
+
+
+def full_disk(when: Callable[[str], bool], code: int = errno.ENOSPC) -> Callable[[int, bytes], None]:
+    """A `_write_all` that, for a file `when` picks, writes half the bytes and fails as a full disk
+    (or read-only storage) would."""
+    real = rundir._write_all
+
+    def write_all(fd: int, payload: bytes) -> None:
+        if when(Path(os.readlink(f"/proc/self/fd/{fd}")).name):
+            os.write(fd, payload[:len(payload) // 2])
+            raise OSError(code, os.strerror(code))
+        real(fd, payload)
+    return write_all
+
+
+def nth(name: str, n: int) -> Callable[[str], bool]:
+    """True on the n-th write (from 1) to a file whose name starts with `name`, and after it."""
+    seen = [0]
+
+    def pick(written: str) -> bool:
+        if written.lstrip(".").startswith(name):
+            seen[0] += 1
+        return seen[0] >= n
+    return pick
+
+
+@pytest.mark.parametrize(("name", "n", "code"), [
+    ("events.csv", 3, errno.ENOSPC),  # header, round 0, round 1: torn in round 1
+    ("checkpoint.pt", 2, errno.EROFS),  # round 1's checkpoint: round 0's stays
+    ("trace.json", 1, errno.ENOSPC),  # after the last checkpoint
+])
+def test_a_full_disk_mid_run_resumes_to_identical_files(whole: Path, tmp_path: Path, capsys: Capsys,
+                                                        monkeypatch, name: str, n: int, code: int) -> None:
+    out = tmp_path / "full"
+    monkeypatch.setattr(rundir, "_write_all", full_disk(nth(name, n), code))
+    line = refused(capsys, run_args(out))
+    assert name in line and os.strerror(code) in line and f"--resume {out}" in line
+    assert not (out / "summary.json").exists()
+    assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
+    monkeypatch.undo()
+    assert main(["run", "--resume", str(out), "--quiet"]) == 0
+    same_files(out, whole)
+
+
+def test_a_full_disk_in_a_dry_run_says_to_start_again(tmp_path: Path, capsys: Capsys, monkeypatch) -> None:
+    out = tmp_path / "dry"
+    monkeypatch.setattr(rundir, "_write_all", full_disk(nth("clients.csv", 2)))
+    line = refused(capsys, run_args(out, "--dry-run"))
+    assert "clients.csv" in line and "--overwrite" in line
+    monkeypatch.undo()
+    assert main(run_args(out, "--dry-run", "--overwrite")) == 0
