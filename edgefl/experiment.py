@@ -41,6 +41,7 @@ from edgefl.rundir import Appender, WriteFailed, write_file
 from edgefl.sim.cost import make_cost_model
 from edgefl.sim.engine import ClientRecord, Federation, RoundRecord, Span
 from edgefl.sim.swap import min_budget
+from edgefl.sim.workload import Workload
 
 METRICS = ["round", "sim_time_s", "round_time_s", "compute_s", "data_access_s", "comm_s",
            "wait_s", "server_s", "clients", "swapped", "train_loss", "clean_acc", "adv_acc"]
@@ -336,13 +337,22 @@ class CsvLog:
         self.file.close()
 
 
+def _counted(exp: Experiment, client: int, w: Workload) -> Workload:
+    """The workload with the client's sample count where the `paper` accounting charges each
+    epoch's short last batch, as the FedProphet release does (fleets may outnumber the samples
+    of a dry run's shapes-only data, so the walk does not ask)."""
+    if exp.scenario.cost.accounting != "paper":
+        return w
+    return replace(w, samples=len(exp.ctx.splits[client].train))
+
+
 def _round(exp: Experiment, executor: Executor, fed: Federation, cost_model: Any,
            t: int) -> tuple[RoundRecord, float | str]:
     s, m = exp.scenario, exp.method
     states = {k: exp.pool.state(k, t) for k in exp.pool.sample_clients(t)}
     m.begin_round(t, states)
     plans = {k: m.plan(t, k, state) for k, state in states.items()}
-    jobs = [(k, state, cost_model.cost(plans[k], state)) for k, state in states.items()]
+    jobs = [(k, state, cost_model.cost(_counted(exp, k, plans[k]), state)) for k, state in states.items()]
     server_s = s.cost.server_s + m.server_flops(t) / (s.cost.server_gflops * 1e9)
     record = fed.run_round(t, jobs, server_s)
     if exp.dry_run:

@@ -27,9 +27,9 @@ NORM = AtomProfile("norm", macs=5.0, params=0, in_elems=2, out_elems=2, saved_by
 BATCH, ITERS = 2, 3
 
 
-def workload(atoms=(A0, A1), attack_steps=0, slots=1, down=0.0, up=0.0) -> Workload:
+def workload(atoms=(A0, A1), attack_steps=0, slots=1, down=0.0, up=0.0, **more) -> Workload:
     return Workload(atoms=tuple(atoms), batch=BATCH, iterations=ITERS, attack_steps=attack_steps,
-                    slots=slots, download_bytes=down, upload_bytes=up)
+                    slots=slots, download_bytes=down, upload_bytes=up, **more)
 
 
 def device(read_mbps=1e-4, write_mbps=5e-5, latency_ms=10.0) -> DeviceProfile:
@@ -119,6 +119,75 @@ def test_paper_swap_time_never_decreases_with_pgd_steps():
     times = [PAPER.cost(workload(attack_steps=t), state(memory=100.0)).data_access_s
              for t in range(5)]
     assert all(a < b for a, b in itertools.pairwise(times))
+
+
+@pytest.mark.parametrize(("samples", "iters", "sizes"), [
+    (0, 3, [2, 2, 2]),  # unknown: every batch full
+    (5, 3, [2, 2, 1]),  # an epoch of 2 + 2 + 1
+    (5, 5, [2, 2, 1, 2, 2]),  # the next epoch starts again with full batches
+    (4, 3, [2, 2, 2]),  # no remainder, no short batch
+    (1, 2, [1, 1]),  # fewer samples than a batch: one short batch an epoch
+])
+def test_batches_walk_epochs_with_a_short_last_batch(samples, iters, sizes):
+    w = Workload(atoms=(A0, A1), batch=2, iterations=iters, attack_steps=0, slots=1,
+                 download_bytes=0.0, upload_bytes=0.0, samples=samples)
+    assert w.batch_sizes() == sizes
+
+
+def test_paper_short_last_batch_that_fits():
+    # 5 samples, batch 2: batches 2, 2, 1; the 1-sample batch reads 4 x 1 x 2 = 8 B and costs half
+    c = PAPER.cost(workload(attack_steps=1, samples=5), state(memory=1000.0, flops=1000.0))
+    assert c.compute_s == pytest.approx(2 * 150 * (2 + 2 + 1) * (1 + 1) / 1000.0)  # 3.0
+    assert c.data_access_s == pytest.approx(2 * (16 / 100 + 0.17) + (8 / 100 + 0.17) + 120 / 100)
+    assert c.mem_req_bytes == 408  # MemReq is the full batch's
+
+
+def test_paper_short_last_batch_that_swaps():
+    # the 1-sample batch: F = 6, MemReq 4 x (90 + 6) = 384 B, forward need 4 x 36 = 144 B in 100 B;
+    # moved 4 x (12 + 120 + 60) = 768 B; accesses ceil(1.44) + ceil(3.84) = 2 + 4
+    c = PAPER.cost(workload(samples=5), state(memory=100.0))
+    assert c.data_access_s == pytest.approx(2 * 9.35 + (7.68 + 0.17 * 6))
+    assert c.data_access_s == pytest.approx(27.4)
+
+
+def test_paper_trades_charges_the_second_pair_and_the_forward():
+    # TRADES: 2 (forward, training backward) pairs, 1 forward-only pass, PGD-2, in 100 B.
+    # compute per batch: (2 x 300 MACs x (2 pairs + 2 steps) + 300 x 1 forward) / 1000 = 2.7 s
+    c = PAPER.cost(workload(attack_steps=2, train_pairs=2, extra_forwards=1), state(memory=100.0))
+    assert c.compute_s == pytest.approx(3 * 2.7)
+    # access per batch: the training pair 9.35 s; the second pair and each PGD step 6.44 s
+    # (4 x (2F + 4P) = 576 B, 2 x ceil(168 / 100) accesses); the forward moves the parameters in
+    # and out, 4 x 2 x 30 = 240 B, with ceil(168 / 100) = 2 accesses: 2.4 + 0.34
+    assert c.data_access_s == pytest.approx(3 * (9.35 + 6.44 + 2 * 6.44 + 2.74))
+    assert c.data_access_s == pytest.approx(3 * 31.41)
+
+
+def test_paper_trades_pair_when_the_batch_fits_costs_compute_only():
+    c = PAPER.cost(workload(train_pairs=2, extra_forwards=1), state(memory=1000.0, flops=1000.0))
+    assert c.compute_s == pytest.approx(3 * (2 * 300 * 2 + 300) / 1000.0)
+    assert c.data_access_s == pytest.approx(3 * (16 / 100 + 0.17) + 120 / 100)
+
+
+def test_paper_fisher_pass_is_charged_as_clean_batches():
+    # FedCurv: a forward and a training backward over 5 samples (train_pass_flops each), batches 2, 2, 1
+    # train_pass_flops: a forward 2 x 150 = 300, a backward 300 - 200 (no input gradient into the
+    # first atom) + 300 (weight gradients): 700 a sample
+    per_sample = 2 * 2 * (100 + 50) - 2 * 100 + 2 * (100 + 50)
+    w = workload(extra_flops=5 * per_sample)
+    c = PAPER.cost(w, state(memory=1000.0, flops=1000.0))
+    assert c.compute_s == pytest.approx((3 * 2 * 300 + 2 * (300 + 300 + 150)) / 1000.0)
+    assert c.data_access_s == pytest.approx(3 * (16 / 100 + 0.17) + 2 * (16 / 100 + 0.17)
+                                            + (8 / 100 + 0.17) + 120 / 100)
+
+
+def test_paper_leaves_the_auxiliary_head_out_and_adds_the_module_output():
+    # FedProphet's module A0 with its head: the release charges A0's MACs and parameters and adds
+    # A0's output (4 a sample) to its inputs (2): F = 2 x 6 = 12, P = 10
+    head = AtomProfile("head", macs=7.0, params=5, in_elems=4, out_elems=3, saved_bytes=0.0,
+                       weighted_in_elems=4)
+    c = PAPER.cost(workload(atoms=(A0, head)), state(memory=1e9, flops=1000.0))
+    assert c.mem_req_bytes == 4 * (3 * 10 + 12)
+    assert c.compute_s == pytest.approx(3 * 2 * 100 * 2 / 1000.0)
 
 
 # ---------------------------------------------------------------- walk accounting

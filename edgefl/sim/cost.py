@@ -21,10 +21,10 @@ from typing import Protocol
 
 from edgefl.config import CostConfig
 from edgefl.devices.pool import DeviceState
-from edgefl.profiling.atoms import BYTES
+from edgefl.profiling.atoms import BYTES, AtomProfile
 from edgefl.profiling.memory import mem_req, paper_mem_req, paper_scale
 from edgefl.sim.swap import Traffic, footprint, walk
-from edgefl.sim.workload import Workload
+from edgefl.sim.workload import Workload, train_pass_flops
 
 
 @dataclass(frozen=True)
@@ -97,38 +97,111 @@ class WalkCost:
             write_bytes=traffic.write_bytes)
 
 
+HEAD = "head"  # the name FedProphet's auxiliary head atom is profiled under (methods/fedprophet)
+
+
+@dataclass(frozen=True)
+class PaperRun:
+    """What the release's training_latency sums over a run of atoms, per sample (hardware/
+    sys_utils.py:341-346): MACs (fvcore), parameters, and the summed inputs of every conv/BN/linear
+    layer, plus the last atom's output when a module is charged (FedProphet: module_list is atoms);
+    the whole model ('total') adds none. The auxiliary head is not charged (the release leaves it
+    out of module_list); its module's output is what it reads."""
+
+    macs: float
+    params: int
+    features: float
+    inputs: int  # the batch's own elements (images, or features after a fixed prefix)
+
+    @classmethod
+    def of(cls, atoms: tuple[AtomProfile, ...]) -> PaperRun:
+        body = tuple(a for a in atoms if a.name != HEAD)
+        out = body[-1].out_elems if len(body) < len(atoms) else 0
+        return cls(sum(a.macs for a in body), sum(a.params for a in body),
+                   sum(a.weighted_in_elems for a in body) + out, body[0].in_elems)
+
+
 class PaperCost:
-    """The FedProphet release's accounting, per batch, with 0.17 s per storage access."""
+    """The FedProphet release's accounting (src/hardware/sys_utils.py, model_summary.training_latency,
+    lines 314-411), summed over the round's batches as its clients list them (client/atclient.py:
+    76-100: every epoch's short last batch included). Per batch of n samples, with F = n x features,
+    P = parameters, s = parameter copies (2 SGD, 3 momentum, 5 Adam), M the available memory and
+    bw the effective storage bandwidth:
+
+    * compute: 2 x n x MACs / perf for the training pass (line 362), 2 x n x MACs x T / perf for
+      PGD-T (line 381);
+    * MemReq = 4 B x (s P + F) (line 357); when it exceeds M (line 365): 4 B x (2F + 4P + 2(s-2)P)
+      over bw (368-370) plus 0.17 s x (ceil(4(F+P) / M) + ceil(MemReq / M)) (371-374); otherwise the
+      batch's input over bw plus 0.17 s (377), and the parameters once in the round (378-379);
+    * each PGD step whose need 4 B x (F + P) exceeds M (385-387): 4 B x (2F + 4P) over bw plus
+      0.17 s x 2 ceil(4(F+P) / M) (390-394);
+    * no communication (line 409 leaves it out).
+
+    Passes the release never runs are charged in its units: TRADES/MART's second (forward, training
+    backward) pair as a PGD step (2 n MACs, and a PGD step's traffic when the batch swaps: the
+    optimiser state moves once per batch); a forward-only pass half a pair (n MACs), moving the
+    parameters in and out (4 B x 2P) with ceil(4(F+P) / M) accesses when 4(F+P) exceeds M; FedCurv's
+    Fisher pass (extra_flops, a forward and a training backward per sample) as clean training
+    batches over those samples.
+    """
 
     def __init__(self, cfg: CostConfig) -> None:
         self.access_s = cfg.paper_access_s
 
     def cost(self, w: Workload, state: DeviceState) -> ClientCost:
-        params = sum(a.params for a in w.atoms)
-        features = w.batch * sum(a.weighted_in_elems for a in w.atoms)
-        macs = w.batch * sum(a.macs for a in w.atoms)
-        need = paper_mem_req(w.atoms, w.batch, w.slots)
-        mem, bw = state.memory_bytes, state.device.storage_read_mbps * 1e6
+        run = PaperRun.of(w.atoms)
         s = paper_scale(w.slots)
-        if need > mem:
-            per_batch = self._swap(BYTES * (2 * features + 4 * params + 2 * (s - 2) * params),
-                                   [BYTES * (features + params), need], mem, bw)
-            step_need = BYTES * (features + params)
-            if step_need > mem:
-                per_batch += w.attack_steps * self._swap(
-                    BYTES * (2 * features + 4 * params), [step_need, step_need], mem, bw)
-            access = w.iterations * per_batch
-        else:
-            access = (w.iterations * (w.batch_bytes / bw + self.access_s)
-                      + BYTES * params / bw)
+        compute = access = 0.0
+        sizes = w.batch_sizes()
+        batches = [(n, w.attack_steps, w.train_pairs, w.extra_forwards) for n in sizes]
+        batches += [(n, 0, 1, 0) for n in fisher_batches(w)]
+        for n, steps, pairs, forwards in batches:
+            c, a = self._batch(run, s, n, steps, pairs, forwards, state)
+            compute, access = compute + c, access + a
+        if BYTES * (s * run.params + sizes[0] * run.features) <= state.memory_bytes:
+            access += BYTES * run.params / (state.device.storage_read_mbps * 1e6)  # once (379)
+        need = BYTES * (s * run.params + w.batch * run.features)
         return ClientCost(
-            compute_s=w.iterations * 2 * macs * (1 + w.attack_steps) / state.flops,
-            data_access_s=access, download_s=0.0, upload_s=0.0, mem_req_bytes=need,
-            swapped=need > mem)
+            compute_s=compute, data_access_s=access, download_s=0.0, upload_s=0.0,
+            mem_req_bytes=need, swapped=need > state.memory_bytes)
 
-    def _swap(self, moved: float, needs: list[float], mem: float, bw: float) -> float:
-        """Seconds to move `moved` bytes with one access per memory-full of each need."""
-        return moved / bw + self.access_s * sum(math.ceil(n / mem) for n in needs)
+    def _batch(self, run: PaperRun, s: int, n: int, steps: int, pairs: int, forwards: int,
+               state: DeviceState) -> tuple[float, float]:
+        """(compute, data access) seconds of one batch of n samples."""
+        mem, bw = state.memory_bytes, state.device.storage_read_mbps * 1e6
+        feats, params = n * run.features, run.params
+        macs = n * run.macs
+        compute = (2 * macs * (pairs + steps) + macs * forwards) / state.flops
+        fwd_need = BYTES * (feats + params)
+        need = BYTES * (s * params + feats)
+        step = self._swap(BYTES * (2 * feats + 4 * params), 2 * self._fills(fwd_need, mem), bw)
+        if need > mem:
+            access = self._swap(BYTES * (2 * feats + 4 * params + 2 * (s - 2) * params),
+                                self._fills(fwd_need, mem) + self._fills(need, mem), bw)
+            access += (pairs - 1) * step
+        else:
+            access = BYTES * n * run.inputs / bw + self.access_s
+        if fwd_need > mem:
+            access += steps * step + forwards * self._swap(BYTES * 2 * params,
+                                                           self._fills(fwd_need, mem), bw)
+        return compute, access
+
+    @staticmethod
+    def _fills(need: float, mem: float) -> int:
+        """Storage accesses to stream `need` bytes through `mem`: one per memory-full."""
+        return math.ceil(need / mem)
+
+    def _swap(self, moved: float, accesses: int, bw: float) -> float:
+        return moved / bw + self.access_s * accesses
+
+
+def fisher_batches(w: Workload) -> list[int]:
+    """FedCurv's Fisher pass as batches: extra_flops is a forward and a training backward over the
+    client's samples (methods/fedcurv.py), so it holds extra_flops / train_pass_flops samples."""
+    if not w.extra_flops:
+        return []
+    full, rest = divmod(round(w.extra_flops / train_pass_flops(w.atoms)), w.batch)
+    return [w.batch] * full + ([rest] if rest else [])
 
 
 def make_cost_model(cfg: CostConfig) -> CostModel:

@@ -4,6 +4,8 @@ Each local iteration of adversarial training with PGD-T runs T (forward, input-g
 pairs to craft the perturbation, then (forward, training backward) pairs to update the model: one
 for PGD-AT, two for TRADES and MART (the clean and the adversarial branch), plus any forward-only
 passes (TRADES's clean target). `extra_flops` is one-off work in the round (FedCurv's Fisher pass).
+`samples` is the client's training-set size where the round's batches walk through it epoch by
+epoch, so an epoch's last batch may be short (what the FedProphet release charges).
 """
 
 from __future__ import annotations
@@ -25,11 +27,22 @@ class Workload:
     train_pairs: int = 1  # (forward, training backward) pairs per iteration
     extra_forwards: int = 0  # forward-only passes per iteration
     extra_flops: float = 0.0  # one-off FLOPs per round
+    samples: int = 0  # the client's training samples (0 = unknown: every batch is full)
 
     @property
     def batch_bytes(self) -> float:
         """One batch of the first atom's input, as read from storage."""
         return BYTES * self.batch * self.atoms[0].in_elems
+
+    def batch_sizes(self) -> list[int]:
+        """The size of each of the round's `iterations` batches as the FedProphet release draws
+        them (client/atclient.py:76-100): a DataLoader over the client's samples, restarted every
+        epoch, so every epoch ends with a short batch of samples mod batch (when that is not 0)."""
+        if self.samples <= 0:
+            return [self.batch] * self.iterations
+        full, rest = divmod(self.samples, self.batch)
+        epoch = [self.batch] * full + ([rest] if rest else [])
+        return [epoch[i % len(epoch)] for i in range(self.iterations)]
 
     def flops_per_iteration(self) -> float:
         """FLOPs of every pass one iteration runs.
