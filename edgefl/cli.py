@@ -115,6 +115,9 @@ def parser() -> argparse.ArgumentParser:
     cal.add_argument("--repeats", type=int, default=5, help="timed repeats per figure; the median is kept")
     cal.add_argument("--quick", action="store_true", help="small sizes: seconds, rough figures (tests)")
     cal.add_argument("--overwrite", action="store_true", help="replace an existing profile file")
+    cal.add_argument("--threads", type=int, default=0,
+                     help="torch threads to measure with (0 = PyTorch's default); runs checked against "
+                          "this profile should use the same `threads`")
     cal.set_defaults(func=cmd_devices_calibrate)
     return p
 
@@ -163,8 +166,10 @@ def _run_line(summary: dict[str, Any], out: Path) -> str:
             f"{summary['sim_time_s'] / 3600:.2f} h (wall {summary['wall_time_s']:.0f} s)")
     if summary["dry_run"]:
         return f"{head} [dry run], {swapped} -> {out}"
+    error = summary.get("time_prediction_error")
+    check = "" if error is None else f", simulated compute {100 * error:+.1f} % vs measured on this host"
     return (f"{head}, clean {100 * summary['clean_acc']:.1f} %, PGD {100 * summary['adv_acc']:.1f} %, "
-            f"{swapped} -> {out}")
+            f"{swapped}{check} -> {out}")
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -247,7 +252,7 @@ def cmd_partition(args: argparse.Namespace) -> int:
     from edgefl.models import build_model
 
     s = load_scenario(args.scenario, args.overrides)
-    data = shapes_only(s.data.dataset)
+    data = shapes_only(s.data)
     profile = fitted_profile(s, lambda: build_model(s.model.name, data.num_classes, data.input_shape,
                                                     data.mean, data.std), data.input_shape,
                              str(args.scenario))
@@ -308,6 +313,12 @@ def cmd_devices_calibrate(args: argparse.Namespace) -> int:
 
     name = args.out.stem  # profiles are named by their file
     prepare_target(args.out, args.repeats, args.overwrite)
+    if args.threads < 0:
+        raise EdgeflError(str(args.out), "--threads", "must be 0 (PyTorch's default) or a positive count")
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     try:
         c = calibrate(args.out.parent, QUICK if args.quick else FULL, args.repeats)
         p = write_profile(args.out, render_profile(name, args.pool, c))
@@ -316,7 +327,8 @@ def cmd_devices_calibrate(args: argparse.Namespace) -> int:
     s = c.storage
     print(f"memory {p.memory_mb:.0f} MB; matmul {c.compute.matmul_gflops:.4g}, conv2d "
           f"{c.compute.conv_gflops:.4g} GFLOP/s; storage read {s.read_mbps:.4g}, write {s.write_mbps:.4g} "
-          f"MB/s, latency read {s.read_latency_ms:.4g}, write {s.write_latency_ms:.4g} ms -> {args.out}")
+          f"MB/s, latency read {s.read_latency_ms:.4g}, write {s.write_latency_ms:.4g} ms; "
+          f"rooflines of {len(c.rooflines)} (kind, pass) on {c.threads} threads -> {args.out}")
     if args.out.parent.resolve() != PROFILES_DIR:
         print(f"scenarios find devices in {PROFILES_DIR}: copy it there to use fleet.devices = [{name!r}]")
     return 0

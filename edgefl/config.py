@@ -20,7 +20,7 @@ from edgefl.errors import EdgeflError
 
 @dataclass
 class DataConfig:
-    dataset: str = "digits"  # digits (bundled) | cifar10
+    dataset: str = "digits"  # digits (bundled) | cifar10 | caltech256 | synthetic (seeded noise, no download)
     root: str = "~/.cache/edgefl/data"  # where downloadable datasets live
     download: bool = False  # allow torchvision to download a missing dataset
     partition: str = "iid"  # iid | 20-80 | skew | dirichlet
@@ -30,6 +30,11 @@ class DataConfig:
     iid_share: float = 0.2  # 20-80 split: share of samples dealt IID
     val_fraction: float = 0.2  # each client's validation slice
     test_samples: int = 0  # evaluate on this many test samples (0 = all)
+    synthetic_shape: list[int] = field(default_factory=lambda: [3, 32, 32])  # synthetic: one image, C x H x W
+    synthetic_classes: int = 10  # synthetic: label count
+    synthetic_train: int = 5000  # synthetic: training samples
+    synthetic_test: int = 1000  # synthetic: test samples
+    synthetic_seed: int = 0  # synthetic: the draw of images and labels
 
 
 @dataclass
@@ -366,6 +371,12 @@ def validate(s: Scenario, where: str) -> None:
         ("data.iid_share", 0 <= s.data.iid_share <= 1, "must be a fraction in [0, 1]"),
         ("data.val_fraction", 0 <= s.data.val_fraction < 1, "must be a fraction in [0, 1)"),
         ("data.test_samples", s.data.test_samples >= 0, "must be 0 (all) or positive"),
+        ("data.synthetic_shape", len(s.data.synthetic_shape) == 3 and min(s.data.synthetic_shape) >= 1,
+         "must be [channels, height, width], each at least 1"),
+        ("data.synthetic_classes", s.data.synthetic_classes >= 2, "must be at least 2"),
+        ("data.synthetic_train", s.data.synthetic_train >= 1, "must be at least 1"),
+        ("data.synthetic_test", s.data.synthetic_test >= 1, "must be at least 1"),
+        ("data.synthetic_seed", s.data.synthetic_seed >= 0, "must be a non-negative integer"),
         ("fleet.clients", s.fleet.clients >= 1, "must be at least 1"),
         ("fleet.sample_fraction", 0 < s.fleet.sample_fraction <= 1, "must be a fraction in (0, 1]"),
         ("fleet.memory_fraction", _is_range(s.fleet.memory_fraction, 0, 1),

@@ -11,6 +11,7 @@ import csv
 import hashlib
 import io
 import json
+import platform
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -25,8 +26,8 @@ from tqdm import tqdm
 from edgefl import checkpoint, rundir
 from edgefl.attacks import make_attack
 from edgefl.config import Scenario, to_toml
-from edgefl.data import DATASETS, Dataset, load_dataset, split_clients
-from edgefl.data.datasets import shapes_only
+from edgefl.data import Dataset, load_dataset, split_clients
+from edgefl.data.datasets import dataset_spec, shapes_only
 from edgefl.data.partition import ClientSplit, public_split
 from edgefl.devices.catalog import load_catalog
 from edgefl.devices.pool import DevicePool
@@ -47,7 +48,7 @@ METRICS = ["round", "sim_time_s", "round_time_s", "compute_s", "data_access_s", 
            "wait_s", "server_s", "clients", "swapped", "train_loss", "clean_acc", "adv_acc"]
 CLIENTS = ["round", "client", "device", "app", "network", "flops", "mem_avail_bytes", "mem_req_bytes",
            "swapped", "compute_s", "data_access_s", "download_s", "upload_s", "wait_s",
-           "finish_s", "read_bytes", "write_bytes"]
+           "finish_s", "read_bytes", "write_bytes", "real_compute_s"]
 EVENTS = ["round", "client", "phase", "start_s", "end_s"]  # events.csv: the spans of trace.json
 
 
@@ -106,12 +107,12 @@ def _real_data(s: Scenario, where: str, device: torch.device) -> tuple[Dataset, 
 def _dry_data(s: Scenario, where: str) -> tuple[Dataset, Any, np.ndarray]:
     """Shapes without samples, and splits of a balanced label vector of the training set's size,
     computed only if a method asks for them (local epochs): fleets may outnumber the samples."""
-    spec = DATASETS.get(s.data.dataset)
+    spec = dataset_spec(s.data)
     labels = np.arange(spec.train_samples) % spec.num_classes
     if getattr(METHODS.get(s.method), "uses_public", False):  # as the real run would refuse it
         public_split(len(labels), s.distill.public_samples, s.seed, where)
     splits = LazySplits(lambda: client_splits(s, labels, where)[1])
-    return shapes_only(s.data.dataset), splits, np.zeros(0, dtype=np.int64)
+    return shapes_only(s.data), splits, np.zeros(0, dtype=np.int64)
 
 
 class LazySplits(Sequence[ClientSplit]):
@@ -198,14 +199,14 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
                    initial=first, total=s.rounds)
         for t in bar:
             logged = len(fed.spans)
-            record, loss = _round(exp, executor, fed, cost_model, t)
+            record, loss, real = _round(exp, executor, fed, cost_model, t)
             row = _metrics_row(record, loss, exp.method.round_info())
             if evaluator and ((t + 1) % s.evaluation.every == 0 or t + 1 == s.rounds):
                 row.update(evaluator(exp.method.global_model()))
                 bar.set_postfix(clean=f"{row['clean_acc']:.3f}", adv=f"{row['adv_acc']:.3f}",
                                 sim_h=f"{fed.now / 3600:.2f}")
             metrics.write([row])
-            clients.write([_client_row(c) for c in record.clients])
+            clients.write([_client_row(c, real.get(c.client, "")) for c in record.clients])
             events.write([asdict(x) for x in fed.spans[logged:]])
             rows.append(row)
             if not exp.dry_run and s.checkpoint_every and (
@@ -214,6 +215,8 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
                                       "clock": fed.now, "fingerprint": fingerprint,
                                       "logs": {log.path.name: log.seal() for log in logs}})
     summary = _summary(exp, rows, time.perf_counter() - started)
+    if emulates_host(exp):
+        summary["time_prediction_error"] = prediction_error(out / "clients.csv")
     trace = chrome_trace(fed.spans, [d.name for d in exp.pool.devices])
     write_file(out / "trace.json", json.dumps(trace) + "\n")
     write_file(out / "summary.json", json.dumps(summary, indent=2) + "\n")
@@ -347,7 +350,8 @@ def _counted(exp: Experiment, client: int, w: Workload) -> Workload:
 
 
 def _round(exp: Experiment, executor: Executor, fed: Federation, cost_model: Any,
-           t: int) -> tuple[RoundRecord, float | str]:
+           t: int) -> tuple[RoundRecord, float | str, dict[int, float]]:
+    """The round's record, its mean training loss and each client's measured training seconds."""
     s, m = exp.scenario, exp.method
     states = {k: exp.pool.state(k, t) for k in exp.pool.sample_clients(t)}
     m.begin_round(t, states)
@@ -357,11 +361,12 @@ def _round(exp: Experiment, executor: Executor, fed: Federation, cost_model: Any
     record = fed.run_round(t, jobs, server_s)
     if exp.dry_run:
         m.skip(t, list(states))
-        return record, ""
+        return record, "", {}
     updates = executor.train(t, plans)
     seed_everything(s.seed, t, -1)  # the server's stream: the same wherever the clients trained
     m.aggregate(t, updates)
-    return record, round(sum(u.loss for u in updates) / len(updates), 5)
+    return (record, round(sum(u.loss for u in updates) / len(updates), 5),
+            {u.client: u.real_compute_s for u in updates})
 
 
 def _span(row: dict[str, str]) -> Span:
@@ -380,7 +385,7 @@ def _metrics_row(r: RoundRecord, loss: float | str, info: dict[str, Any]) -> dic
             "train_loss": loss, "clean_acc": "", "adv_acc": "", **info}
 
 
-def _client_row(c: ClientRecord) -> dict[str, Any]:
+def _client_row(c: ClientRecord, real_compute_s: float | str) -> dict[str, Any]:
     st, co = c.state, c.cost
     return {"round": c.round, "client": c.client, "device": st.device.name, "app": st.app,
             "network": st.network, "flops": st.flops, "mem_avail_bytes": int(st.memory_bytes),
@@ -388,7 +393,7 @@ def _client_row(c: ClientRecord) -> dict[str, Any]:
             "compute_s": co.compute_s, "data_access_s": co.data_access_s,
             "download_s": co.download_s, "upload_s": co.upload_s, "wait_s": c.wait_s,
             "finish_s": c.finish_s, "read_bytes": int(co.read_bytes),
-            "write_bytes": int(co.write_bytes)}
+            "write_bytes": int(co.write_bytes), "real_compute_s": real_compute_s}
 
 
 def _summary(exp: Experiment, rows: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
@@ -407,6 +412,25 @@ def _summary(exp: Experiment, rows: list[dict[str, Any]], wall_s: float) -> dict
         "fleet": {d: sum(x.name == d for x in devices) for d in sorted({x.name for x in devices})},
         "training_device": str(exp.ctx.device),
     }
+
+
+def emulates_host(exp: Experiment) -> bool:
+    """Whether the emulated devices are the machine that trains: every client has a profile
+    calibrated on this host with the threads in use, training runs on its CPU, no co-running app
+    slows it, and the walk accounting charges compute."""
+    s, node = exp.scenario, platform.node()
+    return (not exp.dry_run and exp.ctx.device.type == "cpu" and s.cost.accounting == "walk"
+            and all(d.calibrated_host == node and d.calibrated_threads == torch.get_num_threads()
+                    for d in exp.pool.devices)
+            and all(a.perf_left == 1 for a in exp.pool.apps))
+
+
+def prediction_error(clients_csv: Path) -> float:
+    """Simulated compute / measured compute - 1 over the run's trained client-rounds."""
+    with open(clients_csv, newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["real_compute_s"]]
+    real = sum(float(r["real_compute_s"]) for r in rows)
+    return round(sum(float(r["compute_s"]) for r in rows) / real - 1, 4)
 
 
 def prepare_out(out: Path, overwrite: bool, where: str) -> None:

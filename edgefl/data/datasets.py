@@ -1,6 +1,10 @@
-"""Datasets as in-memory tensors in [0, 1]: scikit-learn's digits (bundled) and CIFAR-10.
+"""Datasets as in-memory tensors in [0, 1]: scikit-learn's digits (bundled), CIFAR-10, Caltech-256
+and `synthetic`.
 
-Digits ship inside scikit-learn, so the quickstart needs no download. CIFAR-10 loads through
+Digits ship inside scikit-learn, so the quickstart needs no download. `synthetic` draws seeded
+uniform images of the shape and class count the scenario asks (`data.synthetic_*`, CIFAR-10's
+3x32x32 and 10 classes by default) with uniform labels: nothing to learn, but any model trains
+for real on a fresh machine, which is what timing needs. CIFAR-10 loads through
 torchvision from `data.root`; when it is missing, the error names the files and the `--download`
 way to fetch them.
 """
@@ -64,10 +68,18 @@ def load_dataset(cfg: DataConfig, where: str) -> Dataset:
     return DATASETS.get(cfg.dataset).load(cfg, where)
 
 
-def shapes_only(name: str) -> Dataset:
+def dataset_spec(cfg: DataConfig) -> DatasetSpec:
+    """The dataset's shapes and sizes; `synthetic` takes them from the scenario."""
+    spec = DATASETS.get(cfg.dataset)
+    if cfg.dataset == "synthetic":
+        return DatasetSpec(tuple(cfg.synthetic_shape), cfg.synthetic_classes, cfg.synthetic_train, spec.load)
+    return spec
+
+
+def shapes_only(cfg: DataConfig) -> Dataset:
     """A dataset with its shapes and classes but no samples (dry runs, partitions without data);
     its normalisation is a placeholder."""
-    spec = DATASETS.get(name)
+    spec = dataset_spec(cfg)
     channels = spec.input_shape[0]
     empty = torch.zeros((0, *spec.input_shape))
     return Dataset(empty, torch.zeros(0, dtype=torch.long), empty, torch.zeros(0, dtype=torch.long),
@@ -138,6 +150,19 @@ def caltech256(cfg: DataConfig, where: str) -> Dataset:
     order = np.random.default_rng(0).permutation(len(y))
     cut = int(0.8 * len(order))
     return _with_stats(x[order[:cut]], y[order[:cut]], x[order[cut:]], y[order[cut:]], 256)
+
+
+@register("synthetic", (3, 32, 32), 10, 5000)
+def synthetic(cfg: DataConfig, where: str) -> Dataset:
+    """Uniform images of `synthetic_shape` in [0, 1] and uniform labels, drawn from
+    `synthetic_seed` (train, then test)."""
+    r = np.random.default_rng(cfg.synthetic_seed)
+    shape, classes = tuple(cfg.synthetic_shape), cfg.synthetic_classes
+    x = r.random((cfg.synthetic_train, *shape), dtype=np.float32)
+    y = r.integers(classes, size=cfg.synthetic_train).astype(np.int64)
+    tx = r.random((cfg.synthetic_test, *shape), dtype=np.float32)
+    ty = r.integers(classes, size=cfg.synthetic_test).astype(np.int64)
+    return _with_stats(x, y, tx, ty, classes)
 
 
 def _require(where: str, name: str, folder: Path, files: list[str], download: bool) -> None:

@@ -3,8 +3,10 @@
 `edgefl devices calibrate` fills the DeviceProfile fields (edgefl/devices/profile.py) the cost model
 reads (FedProphet's T = FLOPs / P_k + storage traffic / bandwidth, Tang et al. §4 and §7.1) from
 measurements instead of datasheets: total memory through psutil, FLOP/s by timed fp32 matmul and
-conv2d in PyTorch, storage bandwidth and per-access latency by timed file I/O. Every timing is repeated
-and the median kept, so one slow repeat (another process, a frequency step) does not move the figure.
+conv2d in PyTorch, the compute model's rooflines per layer kind and pass fitted on a grid of layer
+shapes (edgefl.devices.kernels), storage bandwidth and per-access latency by timed file I/O. Every
+timing is repeated and the median kept, so one slow repeat (another process, a frequency step) does
+not move the figure.
 """
 
 from __future__ import annotations
@@ -27,8 +29,10 @@ import psutil
 import torch
 import torch.nn.functional as F
 
-from edgefl.devices.profile import NETWORK_NAMES, DeviceProfile, load_profile
+from edgefl.devices import kernels
+from edgefl.devices.profile import KERNEL_KINDS, NETWORK_NAMES, DeviceProfile, load_profile
 from edgefl.errors import EdgeflError
+from edgefl.sim.compute import FORWARD, PASSES, Roofline
 
 MIB = 1 << 20
 Clock = Callable[[], float]
@@ -42,10 +46,11 @@ class Sizes:
     conv: tuple[int, int, int]  # batch, channels in = out, image side (3x3 kernel, padding 1)
     file_mib: int  # sequential bandwidth file
     small_ops: int  # random 4 KiB reads, and as many 4 KiB writes, for the latency
+    quick_grid: bool  # time only a few small layers for the rooflines
 
 
-FULL = Sizes(matmul_n=1024, conv=(16, 64, 56), file_mib=128, small_ops=64)
-QUICK = Sizes(matmul_n=64, conv=(2, 8, 16), file_mib=1, small_ops=4)
+FULL = Sizes(matmul_n=1024, conv=(16, 64, 56), file_mib=128, small_ops=64, quick_grid=False)
+QUICK = Sizes(matmul_n=64, conv=(2, 8, 16), file_mib=1, small_ops=4, quick_grid=True)
 BLOCK = 4096  # one small access: a page, the unit of a swap-in
 
 
@@ -74,11 +79,16 @@ class Storage:
         return (self.read_latency_ms + self.write_latency_ms) / 2
 
 
+Fitted = tuple[tuple[tuple[str, str], Roofline], ...]  # ((kind, pass), roofline) pairs
+
+
 @dataclass(frozen=True)
 class Calibration:
     memory_mb: float
     compute: Compute
     storage: Storage
+    rooflines: Fitted = ()  # fitted per (kind, pass)
+    threads: int = 0  # torch threads the compute figures were measured with
 
 
 def median_time(fn: Callable[[], object], repeats: int, clock: Clock = time.perf_counter) -> float:
@@ -213,10 +223,18 @@ def _drop_cache(fd: int, random_access: bool = False) -> None:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
 
 
+def measure_rooflines(sizes: Sizes, repeats: int, peak_gflops: float) -> Fitted:
+    """The compute model's rooflines, fitted on the layer grid (edgefl.devices.kernels)."""
+    samples = [s for batch, module, shape in kernels.grid(sizes.quick_grid)
+               for s in kernels.measure(batch, module, shape, repeats, median_time)]
+    return tuple(kernels.fit(samples, peak_gflops * 1e9).items())
+
+
 def calibrate(folder: Path, sizes: Sizes, repeats: int) -> Calibration:
     """All measurements; storage is measured in `folder`."""
-    return Calibration(measure_memory(), measure_flops(sizes, repeats),
-                       measure_storage(folder, sizes, repeats))
+    compute = measure_flops(sizes, repeats)
+    return Calibration(measure_memory(), compute, measure_storage(folder, sizes, repeats),
+                       measure_rooflines(sizes, repeats, compute.peak_gflops), torch.get_num_threads())
 
 
 def render_profile(name: str, pool: str, c: Calibration) -> str:
@@ -240,8 +258,35 @@ def render_profile(name: str, pool: str, c: Calibration) -> str:
         f"and write{'' if s.direct else ' + fsync'} {_sig(s.write_latency_ms)}"
         f"{' (O_DIRECT)' if s.direct else ''}",
         f"networks = [{', '.join(map(_quote, NETWORK_NAMES))}]",
+        *_compute_lines(c),
         "",
     ])
+
+
+def _compute_lines(c: Calibration) -> list[str]:
+    """The compute model's figures: class, host, threads and the fitted [kernels] table (last)."""
+    if not c.rooflines:
+        return []
+    fitted = dict(c.rooflines)
+    conv, elementwise = fitted.get(("conv", FORWARD)), fitted.get(("elementwise", FORWARD))
+    source = (f"edgefl devices calibrate on {date.today().isoformat()}: rooflines fitted on a grid of "
+              f"layer shapes, torch {torch.__version__} on {c.threads} threads")
+    lines = ['device_class = "cpu"', f"calibrated_host = {_quote(platform.node())}",
+             f"calibrated_threads = {c.threads}", f"compute_source = {_quote(source)}"]
+    if conv and elementwise:
+        efficiency = min(1.0, conv.flops / (c.compute.peak_gflops * 1e9))
+        lines += [f"efficiency = {_sig(efficiency)}   # conv forward",
+                  f"memory_bandwidth_gbps = {_sig(elementwise.bandwidth / 1e9)}   # elementwise forward",
+                  f"op_overhead_us = {_sig(max(elementwise.overhead_s * 1e6, 1e-3))}   # elementwise forward"]
+    lines.append("\n[kernels]  # per pass (forward, input gradient, weight gradient): "
+                 "[GFLOP/s, GB/s, overhead us]")
+    for kind in KERNEL_KINDS:
+        rows = [fitted[(kind, ps)] for ps in PASSES if (kind, ps) in fitted]
+        if rows:
+            cells = ", ".join(f"[{_sig(r.flops / 1e9)}, {_sig(r.bandwidth / 1e9)}, "
+                              f"{_sig(r.overhead_s * 1e6)}]" for r in rows)
+            lines.append(f"{kind} = [{cells}]")
+    return lines
 
 
 def _quote(text: str) -> str:

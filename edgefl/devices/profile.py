@@ -2,6 +2,11 @@
 
 Units are in the key names. The numbers of FedProphet's pools and apps come from its release
 (Tang et al., FedProphet, §7.1); each file says where its numbers come from in `source`.
+
+The compute model (edgefl.sim.compute) also reads a device's class, memory bandwidth, sustained
+efficiency and per-operator overhead (`compute_source` says where they come from); a figure a profile
+omits (0) is its class's default (edgefl.devices.classes). A calibrated host carries fitted
+rooflines per layer kind and pass in its `[kernels]` table instead.
 """
 
 from __future__ import annotations
@@ -15,6 +20,20 @@ from edgefl.config import build
 from edgefl.errors import EdgeflError
 
 NETWORK_NAMES = ["dsl", "cable", "4g", "5g", "wifi", "fiber", "satellite"]
+KERNEL_KINDS = ("conv", "linear", "norm", "activation", "pool", "elementwise")
+
+
+@dataclass(frozen=True)
+class Kernels:
+    """Per layer kind, per pass (forward, input gradient, weight gradient): [sustained GFLOP/s,
+    effective GB/s, overhead us per operator], as `edgefl devices calibrate` fits them."""
+
+    conv: list[list[float]] = field(default_factory=list)
+    linear: list[list[float]] = field(default_factory=list)
+    norm: list[list[float]] = field(default_factory=list)
+    activation: list[list[float]] = field(default_factory=list)
+    pool: list[list[float]] = field(default_factory=list)
+    elementwise: list[list[float]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -29,6 +48,14 @@ class DeviceProfile:
     storage_latency_ms: float
     pools: list[str] = field(default_factory=list)
     networks: list[str] = field(default_factory=lambda: list(NETWORK_NAMES))
+    device_class: str = "generic"  # one of DEVICE_CLASSES (edgefl.devices.classes says what each means)
+    memory_bandwidth_gbps: float = 0.0  # 0 = the class default
+    efficiency: float = 0.0  # sustained share of peak FLOP/s on conv and linear layers; 0 = class default
+    op_overhead_us: float = 0.0  # fixed cost per operator launch; 0 = the class default
+    compute_source: str = ""  # where the three figures above come from
+    kernels: Kernels = field(default_factory=Kernels)  # fitted per-kind rooflines (calibrated hosts)
+    calibrated_host: str = ""  # the machine `edgefl devices calibrate` measured (its network name)
+    calibrated_threads: int = 0  # torch threads it measured with
 
     @property
     def memory_bytes(self) -> float:
@@ -102,7 +129,15 @@ def _check(p: DeviceProfile | AppProfile | NetworkProfile, where: str, stem: str
              f"must be in [0, {MAX_LATENCY_MS:g}] ms"),
             ("networks", bool(p.networks) and set(p.networks) <= set(NETWORK_NAMES),
              f"must be a non-empty list drawn from {', '.join(NETWORK_NAMES)}"),
+            ("device_class", p.device_class in DEVICE_CLASSES, f"must be one of {', '.join(DEVICE_CLASSES)}"),
+            ("efficiency", 0 <= p.efficiency <= 1, "must be a fraction in [0, 1] (0 = class default)"),
+            ("calibrated_threads", p.calibrated_threads >= 0, "must be non-negative"),
         ]
+        checks += [(k, getattr(p, k) >= 0, "must be non-negative (0 = class default)")
+                   for k in ("memory_bandwidth_gbps", "op_overhead_us")]
+        checks += [(f"kernels.{k}", _kernel_ok(getattr(p.kernels, k)),
+                    "must list up to 3 passes, each [GFLOP/s, GB/s, overhead us] with positive "
+                    "rates and a non-negative overhead") for k in KERNEL_KINDS]
     elif isinstance(p, AppProfile):
         checks += [(k, 0 < getattr(p, k) <= 1, "must be a fraction in (0, 1]")
                    for k in ("perf_left", "memory_left")]
@@ -115,3 +150,10 @@ def _check(p: DeviceProfile | AppProfile | NetworkProfile, where: str, stem: str
     for key, ok, fix in checks:
         if not ok:
             raise EdgeflError(where, key, fix)
+
+
+def _kernel_ok(rows: list[list[float]]) -> bool:
+    return len(rows) <= 3 and all(len(r) == 3 and r[0] > 0 and r[1] > 0 and r[2] >= 0 for r in rows)
+
+
+DEVICE_CLASSES = ("microcontroller", "phone_cpu", "phone_gpu", "sbc", "gpu", "fpga", "cpu", "generic")

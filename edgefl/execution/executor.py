@@ -7,8 +7,12 @@ seeded per (seed, round, client), so they produce the same updates.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
 
+import torch
+
+from edgefl.execution.local import timed
 from edgefl.methods import ClientUpdate, Method
 from edgefl.sim.workload import Workload
 
@@ -27,7 +31,14 @@ class LocalExecutor:
         self.method = method
 
     def train(self, round_: int, plans: dict[int, Workload]) -> list[ClientUpdate]:
-        return [self.method.train(round_, k, w) for k, w in plans.items()]
+        return [train_timed(self.method, round_, k, w) for k, w in plans.items()]
+
+
+def train_timed(method: Method, round_: int, client: int, workload: Workload) -> ClientUpdate:
+    """`method.train`, with its wall time on the training device as `real_compute_s`."""
+    device: torch.device = method.ctx.device
+    update, seconds = timed(device, lambda: method.train(round_, client, workload))
+    return replace(update, real_compute_s=seconds)
 
 
 def make_executor(exp: Experiment) -> Executor:

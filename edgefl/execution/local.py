@@ -12,8 +12,10 @@ there in one transfer, and the loss is summed there and read once at the end. `t
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 from torch import nn
@@ -21,6 +23,8 @@ from torch import nn
 from edgefl.attacks import Attack
 from edgefl.config import TrainingConfig
 from edgefl.execution.objectives import PGDAT, Objective
+
+T = TypeVar("T")
 
 
 def resolve_device(name: str) -> torch.device:
@@ -35,6 +39,20 @@ def seed_everything(*keys: int) -> torch.Generator:
     seed = hash(keys) % 2**63
     torch.manual_seed(seed)
     return torch.Generator().manual_seed(seed)
+
+
+def timed(device: torch.device, fn: Callable[[], T]) -> tuple[T, float]:
+    """(fn(), its wall seconds), the device synchronised before and after (CUDA runs async)."""
+    synchronize(device)
+    start = time.perf_counter()
+    out = fn()
+    synchronize(device)
+    return out, time.perf_counter() - start
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def make_optimizer(params: list[nn.Parameter], cfg: TrainingConfig, lr: float) -> torch.optim.Optimizer:

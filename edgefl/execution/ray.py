@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from edgefl.config import to_toml
 from edgefl.errors import EdgeflError
+from edgefl.execution.executor import train_timed
 from edgefl.methods import ClientUpdate
 from edgefl.sim.workload import Workload
 from edgefl.snapshot import plain, restore
@@ -54,7 +55,7 @@ class RayExecutor:
         refs = [self.task.remote(self.text, self.exp.where, snapshot, round_, k, w) for k, w in plans.items()]
         device = self.exp.ctx.device
         return [ClientUpdate(u.client, restore(None, u.state, device), u.num_samples, u.loss,
-                             restore(None, u.extra, device)) for u in self.ray.get(refs)]
+                             restore(None, u.extra, device), u.real_compute_s) for u in self.ray.get(refs)]
 
 
 def _train_client(text: str, where: str, snapshot: dict[str, Any], round_: int, client: int,
@@ -66,8 +67,8 @@ def _train_client(text: str, where: str, snapshot: dict[str, Any], round_: int, 
         os._exit(1)
     exp = _worker_experiment(text, where)
     exp.method.load_state(snapshot)
-    u = exp.method.train(round_, client, workload)
-    return ClientUpdate(u.client, plain(u.state), u.num_samples, u.loss, plain(u.extra))
+    u = train_timed(exp.method, round_, client, workload)
+    return ClientUpdate(u.client, plain(u.state), u.num_samples, u.loss, plain(u.extra), u.real_compute_s)
 
 
 def _worker_experiment(text: str, where: str) -> Experiment:

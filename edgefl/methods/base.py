@@ -57,6 +57,7 @@ class ClientUpdate:
     num_samples: int
     loss: float
     extra: dict[str, Any] = field(default_factory=dict)  # method-specific uploads (e.g. a Fisher)
+    real_compute_s: float = 0.0  # measured wall time of the local training (the executor sets it)
 
 
 class Method(ABC):

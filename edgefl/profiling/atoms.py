@@ -51,6 +51,7 @@ class LayerProfile:
     out_elems: int
     saved_bytes: float  # bytes autograd saves for backward, first saver of a storage pays
     ops: int = 1  # tensor operators one forward call launches
+    tensors: int = 0  # parameter tensors (the optimizer steps each one)
 
 
 @dataclass(frozen=True)
@@ -188,10 +189,12 @@ class _LayerRecorder(TorchFunctionMode):
 
     def new_layer(self, name: str, kind: str, x: torch.Tensor, module: nn.Module | None) -> dict[str, Any]:
         layer: dict[str, Any] = {"name": name, "kind": kind, "macs": 0.0, "params": 0,
-                                 "in_elems": x.numel(), "out_elems": 0, "saved_bytes": 0, "ops": 0}
+                                 "in_elems": x.numel(), "out_elems": 0, "saved_bytes": 0, "ops": 0,
+                                 "tensors": 0}
         if module is not None and name not in self.counted:
             self.counted.add(name)
             layer["params"] = sum(p.numel() for p in module.parameters())
+            layer["tensors"] = len(list(module.parameters()))
         self.layers.setdefault(self.atom, []).append(layer)
         return layer
 

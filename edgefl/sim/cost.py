@@ -2,10 +2,11 @@
 
 Two accountings share one interface:
 
-* `walk` (default): compute from the FLOPs of every pass run over the available performance
-  P_k(t); data access from the swap walk (edgefl.sim.swap) within the available memory R_k(t),
-  or just the batch reads and one parameter read when MemReq fits; communication from the bytes
-  really sent over the drawn network.
+* `walk` (default): compute from the per-layer roofline model (edgefl.sim.compute: per layer kind
+  and pass, max(FLOPs / sustained FLOP/s, bytes / bandwidth) + per-operator overhead, over the
+  share of the device the co-running app leaves); data access from the swap walk
+  (edgefl.sim.swap) within the available memory R_k(t), or just the batch reads and one parameter
+  read when MemReq fits; communication from the bytes really sent over the drawn network.
 * `paper`: the FedProphet release's formulas (Tang et al., FedProphet, §7 and its code), kept to
   check the paper's published times: compute 2 x MACs x (1 + T) / perf per batch; when the release's
   MemReq exceeds memory, 4 x (2F + 4P + 2(s-2)P) bytes over the effective bandwidth plus
@@ -20,9 +21,11 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from edgefl.config import CostConfig
+from edgefl.devices.classes import device_rooflines
 from edgefl.devices.pool import DeviceState
 from edgefl.profiling.atoms import BYTES, AtomProfile
 from edgefl.profiling.memory import mem_req, paper_mem_req, paper_scale
+from edgefl.sim.compute import iteration_of, round_seconds
 from edgefl.sim.swap import Traffic, footprint, walk
 from edgefl.sim.workload import Workload, train_pass_flops
 
@@ -91,10 +94,16 @@ class WalkCost:
                   + (traffic.read_ops + traffic.write_ops) * dev.storage_latency_ms / 1e3)
         down, up = network_seconds(w, state) if self.communication else (0.0, 0.0)
         return ClientCost(
-            compute_s=w.flops() / state.flops,
+            compute_s=walk_compute_seconds(w, state),
             data_access_s=access, download_s=down, upload_s=up, mem_req_bytes=need,
             swapped=evictions > 0, read_bytes=traffic.read_bytes,
             write_bytes=traffic.write_bytes)
+
+
+def walk_compute_seconds(w: Workload, state: DeviceState) -> float:
+    """Compute seconds of the round by the roofline model, slowed by the co-running app's share."""
+    share = state.flops / state.device.flops
+    return round_seconds(iteration_of(w), w.iterations, w.extra_flops, device_rooflines(state.device), share)
 
 
 HEAD = "head"  # the name FedProphet's auxiliary head atom is profiled under (methods/fedprophet)

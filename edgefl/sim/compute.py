@@ -1,0 +1,184 @@
+"""The compute model: seconds of a Workload's local training on a device, layer by layer.
+
+Every operator of one training iteration is charged by a roofline with a launch cost (Williams et
+al., "Roofline", CACM 2009): time = max(FLOPs / sustained FLOP/s, bytes moved / memory bandwidth)
++ a fixed per-operator overhead, with figures per layer kind (conv, linear, norm, activation, pool,
+elementwise) and pass (forward, input-gradient backward, weight-gradient backward). What runs, per
+iteration of PGD-T adversarial training (Madry et al.; edgefl/attacks/pgd.py and
+edgefl/execution/local.py):
+
+* the batch gather and the loss accumulation: BATCH_OPS elementwise operators on the input;
+* the PGD start (PGD_START_OPS on the input), then T times: a forward of every layer, the loss, an
+  input-gradient backward of every layer down to the image, and PGD_STEP_OPS elementwise
+  operators on the input (sign, scale, add, the eps-ball projection, the [0, 1] clamp);
+* per training pair: a forward, the loss, and a backward that takes input gradients where a layer
+  below has weights and weight gradients where the layer has them;
+* forward-only passes (TRADES's clean target), and one optimizer step: per parameter tensor,
+  2 + 2 x slots elementwise operators over 3 + 2 x slots tensors of its size.
+
+All figures are per batch; the result is divided by the co-running app's share of the device.
+Pure functions over plain records: no torch here.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from edgefl.profiling.atoms import BYTES, AtomProfile, LayerProfile
+from edgefl.sim.workload import Workload
+
+FORWARD, INPUT_GRAD, WEIGHT_GRAD = "forward", "input_grad", "weight_grad"
+PASSES = (FORWARD, INPUT_GRAD, WEIGHT_GRAD)
+KINDS = ("conv", "linear", "norm", "activation", "pool", "elementwise")
+MATMUL_KINDS = ("conv", "linear")  # kinds whose backward has the forward's FLOPs
+VIEW = "reshape"  # a view: no bytes move, only its overhead is paid
+BATCH_OPS = 3  # gather x, gather y, add the loss to the running total
+PGD_START_OPS = 3  # uniform noise, add, clamp
+PGD_STEP_OPS = 8  # clone, sign, scale, add, x - eps, x + eps, max, min + clamp
+LOSS_OPS = 2  # cross-entropy: log-softmax and NLL, each way
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """One (kind, pass): sustained FLOP/s, effective memory bandwidth (B/s), per-operator seconds."""
+
+    flops: float
+    bandwidth: float
+    overhead_s: float
+
+    def seconds(self, flops: float, nbytes: float, ops: int = 1) -> float:
+        return max(flops / self.flops, nbytes / self.bandwidth) + ops * self.overhead_s
+
+
+@dataclass(frozen=True)
+class Rooflines:
+    """A device's rooflines: `table` holds ((kind, pass), Roofline) pairs; a (kind, pass) it lacks
+    falls back to (kind, forward), then to (elementwise, pass)."""
+
+    table: tuple[tuple[tuple[str, str], Roofline], ...]
+
+    @functools.cached_property
+    def lookup(self) -> dict[tuple[str, str], Roofline]:
+        return dict(self.table)
+
+    def get(self, kind: str, pass_: str) -> Roofline:
+        table = self.lookup
+        found = table.get((kind, pass_)) or table.get((kind, FORWARD)) or table.get(("elementwise", pass_))
+        return found or table[("elementwise", FORWARD)]
+
+    @classmethod
+    def uniform(cls, flops: float, bandwidth: float, overhead_s: float) -> Rooflines:
+        """The same roofline for every kind and pass (a datasheet device)."""
+        return cls(tuple(((k, p), Roofline(flops, bandwidth, overhead_s)) for k in KINDS for p in PASSES))
+
+
+def pass_work(layer: LayerProfile, pass_: str, batch: int) -> tuple[float, float, int]:
+    """(FLOPs, bytes moved, operators) of one pass of one layer over a batch.
+
+    Forward reads its input and weights and writes its output. An input-gradient backward reads the
+    output gradient and what the forward saved (counted as the output again) and the weights, and
+    writes the input gradient. A weight-gradient backward reads the input and the output gradient and
+    writes the weight gradient. Matmul kinds cost their forward FLOPs each way; other kinds their
+    forward FLOPs in forward and input gradient, none for weights (their weights are per channel).
+    """
+    if layer.kind == VIEW:
+        return 0.0, 0.0, max(1, layer.ops)
+    fwd = 2.0 * layer.macs * batch
+    weights = BYTES * layer.params
+    if pass_ == FORWARD:
+        return fwd, BYTES * batch * (layer.in_elems + layer.out_elems) + weights, max(1, layer.ops)
+    if pass_ == INPUT_GRAD:
+        return fwd, BYTES * batch * (layer.in_elems + 2 * layer.out_elems) + weights, max(1, layer.ops)
+    flops = fwd if layer.kind in MATMUL_KINDS else 0.0
+    return flops, BYTES * batch * (layer.in_elems + layer.out_elems) + weights, 1
+
+
+def layer_seconds(layer: LayerProfile, pass_: str, batch: int, roof: Rooflines) -> float:
+    flops, nbytes, ops = pass_work(layer, pass_, batch)
+    return roof.get(layer.kind, pass_).seconds(flops, nbytes, ops)
+
+
+def layers_of(atoms: tuple[AtomProfile, ...]) -> tuple[LayerProfile, ...]:
+    """Every layer of the atoms in forward order; an atom profiled without layers counts as one
+    layer (a conv if it has weights)."""
+    return tuple(layer for a in atoms for layer in (a.layers or (_as_layer(a),)))
+
+
+def _as_layer(a: AtomProfile) -> LayerProfile:
+    return LayerProfile(a.name, "conv" if a.params else "elementwise", a.macs, a.params, a.in_elems,
+                        a.out_elems, a.saved_bytes, ops=1, tensors=1 if a.params else 0)
+
+
+def elementwise_seconds(elems: float, ops: int, tensors: int, roof: Rooflines) -> float:
+    """`ops` elementwise operators over `elems` elements, moving `tensors` tensors of that size."""
+    if ops == 0:
+        return 0.0
+    return roof.get("elementwise", FORWARD).seconds(0.0, BYTES * elems * tensors, ops)
+
+
+@dataclass(frozen=True)
+class Iteration:
+    """What one local iteration runs (the Workload's fields that shape it)."""
+
+    layers: tuple[LayerProfile, ...]
+    batch: int
+    attack_steps: int
+    train_pairs: int
+    extra_forwards: int
+    slots: int
+    classes: int  # the last layer's outputs, what the loss reads
+
+
+def iteration_of(w: Workload) -> Iteration:
+    layers = layers_of(w.atoms)
+    return Iteration(layers, w.batch, w.attack_steps, w.train_pairs, w.extra_forwards, w.slots,
+                     layers[-1].out_elems)
+
+
+@functools.lru_cache(maxsize=4096)
+def iteration_seconds(it: Iteration, roof: Rooflines) -> float:
+    """Seconds of one local iteration at the device's full speed."""
+    b, layers = it.batch, it.layers
+    image = b * layers[0].in_elems
+    forward = sum(layer_seconds(x, FORWARD, b, roof) for x in layers)
+    loss = 2 * elementwise_seconds(b * it.classes, LOSS_OPS, 2, roof)
+    attack = it.attack_steps * (forward + loss + sum(layer_seconds(x, INPUT_GRAD, b, roof) for x in layers)
+                                + elementwise_seconds(image, PGD_STEP_OPS, 2, roof))
+    if it.attack_steps:
+        attack += elementwise_seconds(image, PGD_START_OPS, 2, roof)
+    train = it.train_pairs * (forward + loss + backward_seconds(layers, b, roof))
+    return (elementwise_seconds(image, BATCH_OPS, 2, roof) + attack + train
+            + it.extra_forwards * forward + optimizer_seconds(layers, it.slots, roof))
+
+
+def backward_seconds(layers: tuple[LayerProfile, ...], batch: int, roof: Rooflines) -> float:
+    """A training backward: weight gradients where a layer has weights, input gradients where a
+    layer below it has weights (nothing flows back to the image)."""
+    total, below = 0.0, False
+    for layer in layers:
+        if below:
+            total += layer_seconds(layer, INPUT_GRAD, batch, roof)
+        if layer.params:
+            total += layer_seconds(layer, WEIGHT_GRAD, batch, roof)
+            below = True
+    return total
+
+
+def optimizer_seconds(layers: tuple[LayerProfile, ...], slots: int, roof: Rooflines) -> float:
+    """One optimizer step: per parameter tensor 2 + 2 x slots operators over 3 + 2 x slots tensors
+    of its size (weight decay, momentum or Adam moments, the update)."""
+    tensors = sum(x.tensors for x in layers)
+    params = sum(x.params for x in layers)
+    if not tensors:
+        return 0.0
+    roofline = roof.get("elementwise", FORWARD)
+    return roofline.seconds(0.0, BYTES * params * (3 + 2 * slots), tensors * (2 + 2 * slots))
+
+
+def round_seconds(it: Iteration, iterations: int, extra_flops: float, roof: Rooflines,
+                  share: float) -> float:
+    """A round's compute seconds: its iterations, plus one-off FLOPs (a Fisher pass) at the conv
+    forward rate, divided by the device `share` the co-running app leaves."""
+    extra = extra_flops / roof.get("conv", FORWARD).flops
+    return (iterations * iteration_seconds(it, roof) + extra) / share
