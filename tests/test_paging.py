@@ -156,3 +156,13 @@ def test_a_fleet_below_the_smallest_step_is_one_line(tmp_path, capsys):
     assert code == 2 and "\n" not in err
     assert "paged layer by layer, one sample at a time" in err and "0.050 MB" in err
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("budget", [188, 200, 1e9])
+def test_atoms_that_fit_walk_whole_as_before(budget):
+    """From 188 B on the pair's whole step fits: the walk keeps the atom whole, one batch."""
+    w = workload([PAIR], iterations=3)
+    traffic, evictions, plan = walk(w, budget)
+    assert [p.name for p in plan.parts] == ["a"] and plan.micro == 1
+    reference = SwapWalk(w, budget)
+    assert (traffic, evictions) == (reference.run(), reference.evictions)
