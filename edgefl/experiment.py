@@ -397,7 +397,7 @@ def _summary(exp: Experiment, rows: list[dict[str, Any]], wall_s: float) -> dict
     }
 
 
-def prepare_out(out: Path, overwrite: bool, where: str) -> None:
+def prepare_out(out: Path, overwrite: bool) -> None:
     """Make `out` a new run folder: create it or take an empty one; a folder holding an edgefl run
     is replaced only with --overwrite, and only when edgefl wrote everything in it; any other
     folder is refused."""
