@@ -174,6 +174,7 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
     fingerprint = rundir.fingerprint(text)
     saved = resume_state(exp, out, fingerprint) if resume else None
     if saved is None:
+        rundir.claim(out, "run")  # a no-op after prepare_out; library callers get the same checks
         rundir.write_marker(out, "run", fingerprint)
         write_file(out / "scenario.toml", text)
     evaluator = None if exp.dry_run else Evaluator(exp)
