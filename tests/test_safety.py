@@ -7,11 +7,14 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_cli import one_error_line, snapshot
 
 from edgefl import checkpoint, rundir
@@ -296,3 +299,37 @@ def test_a_full_disk_in_a_dry_run_says_to_start_again(tmp_path: Path, capsys: Ca
     assert "clients.csv" in line and "--overwrite" in line
     monkeypatch.undo()
     assert main(run_args(out, "--dry-run", "--overwrite")) == 0
+
+
+# the writer under any sequence of writes, appends and links ----------------------------------------
+
+
+names = st.sampled_from(["metrics.csv", "events.csv", "trace.json", "checkpoint.pt"])
+steps = st.lists(st.tuples(st.sampled_from(["write", "append", "link"]), names, st.binary(max_size=20)),
+                 max_size=8)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, database=None)
+@given(steps)
+def test_no_write_ever_reaches_a_file_outside_the_folder(plan: list[tuple[str, str, bytes]]) -> None:
+    with tempfile.TemporaryDirectory() as root:
+        outside, folder = Path(root) / "thesis.tex", Path(root) / "run"
+        outside.write_bytes(b"chapter 1\n")
+        folder.mkdir()
+        for action, name, payload in plan:
+            path = folder / name
+            if action == "link":
+                path.unlink(missing_ok=True)
+                path.symlink_to(outside)
+            elif action == "write":
+                rundir.write_file(path, payload)
+                assert path.read_bytes() == payload and not path.is_symlink()
+            elif path.exists() and not path.is_symlink():
+                appender = rundir.Appender(path)
+                appender.append(payload)
+                appender.close()
+            else:
+                with pytest.raises(rundir.EdgeflError):
+                    rundir.Appender(path)
+        assert outside.read_bytes() == b"chapter 1\n"
+        assert not [p for p in folder.iterdir() if p.name.endswith(".tmp")]
