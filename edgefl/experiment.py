@@ -256,7 +256,8 @@ def resume_state(exp: Experiment, out: Path, fingerprint: dict[str, str]) -> Res
 
 
 def _vouched(path: Path, seal: list[Any], next_round: int) -> bytes:
-    """The first `length` bytes of a log, if their SHA-256 is `digest`: the rows the checkpoint saw.
+    """The first `length` bytes of a log, if their SHA-256 is `digest` (the checkpoint's `seal` of
+    it): the rows the checkpoint saw.
     Later bytes (rounds after the checkpoint, a row torn by a full disk) are dropped on resume."""
     try:
         if path.is_symlink():
