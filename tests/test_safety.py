@@ -19,6 +19,7 @@ from test_cli import one_error_line, snapshot
 
 from edgefl import checkpoint, rundir
 from edgefl.cli import main
+from edgefl.report.compare import load_run
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "scenarios" / "quickstart.toml"
@@ -333,3 +334,14 @@ def test_no_write_ever_reaches_a_file_outside_the_folder(plan: list[tuple[str, s
                     rundir.Appender(path)
         assert outside.read_bytes() == b"chapter 1\n"
         assert not [p for p in folder.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_plot_reads_whole_rows_of_an_interrupted_run(tmp_path: Path, capsys: Capsys) -> None:
+    """A run stopped by a full disk ends mid-row: plot drops the torn row, never misreads it."""
+    out = tmp_path / "run"
+    assert main(run_args(out, "--dry-run")) == 0
+    whole_rows = (out / "clients.csv").read_text().count("\n") - 1
+    with open(out / "clients.csv", "ab") as f:
+        f.write(b"3,1,raspberry_pi_4,no")
+    assert main(["plot", str(out)]) == 0
+    assert len(load_run(out).clients) == whole_rows
