@@ -128,7 +128,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     scenario, where, out = _run_target(args)
     exp = prepare(scenario, where, dry_run=args.dry_run)
     if not args.resume:
-        prepare_out(out, args.overwrite, where)
+        prepare_out(out, args.overwrite)
     summary = run(exp, out, progress=not args.quiet, resume=args.resume is not None)
     print(_run_line(summary, out))
     return 0
@@ -204,7 +204,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         exp = prepare(scenario, where, dry_run=args.dry_run)
         resume = (run_dir / "checkpoint.pt").exists()
         if not resume:  # a dry run, or killed before its first checkpoint: replaced if edgefl's alone
-            prepare_out(run_dir, True, where)
+            prepare_out(run_dir, True)
         summary = run(exp, run_dir, progress=not args.quiet, resume=resume)
         print(_run_line(summary, run_dir))
     runs = [out / m for m in methods]

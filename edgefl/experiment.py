@@ -178,6 +178,7 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
     fingerprint = rundir.fingerprint(text)
     saved = resume_state(exp, out, fingerprint) if resume else None
     if saved is None:
+        rundir.claim(out, "run")  # a no-op after prepare_out; library callers get the same checks
         rundir.write_marker(out, "run", fingerprint)
         write_file(out / "scenario.toml", text)
     evaluator = None if exp.dry_run else Evaluator(exp)
@@ -261,7 +262,8 @@ def resume_state(exp: Experiment, out: Path, fingerprint: dict[str, str]) -> Res
 
 
 def _vouched(path: Path, seal: list[Any], next_round: int) -> bytes:
-    """The first `length` bytes of a log, if their SHA-256 is `digest`: the rows the checkpoint saw.
+    """The first `length` bytes of a log, if their SHA-256 is `digest` (the checkpoint's `seal` of
+    it): the rows the checkpoint saw.
     Later bytes (rounds after the checkpoint, a row torn by a full disk) are dropped on resume."""
     try:
         if path.is_symlink():
@@ -433,7 +435,7 @@ def prediction_error(clients_csv: Path) -> float:
     return round(sum(float(r["compute_s"]) for r in rows) / real - 1, 4)
 
 
-def prepare_out(out: Path, overwrite: bool, where: str) -> None:
+def prepare_out(out: Path, overwrite: bool) -> None:
     """Make `out` a new run folder: create it or take an empty one; a folder holding an edgefl run
     is replaced only with --overwrite, and only when edgefl wrote everything in it; any other
     folder is refused."""

@@ -6,8 +6,9 @@ is never written into, and only a marked folder whose every entry edgefl wrote i
 
 Every file is written by `write_file`: a uniquely named temporary file beside the target (created
 with O_EXCL, so never through a symlink), fsync, then `os.replace`, which replaces a symlink at the
-target itself and never writes its target. Appends to the CSV logs open with O_NOFOLLOW. A failed
-write (disk full, a read-only folder) is a `WriteFailed` naming the file.
+target itself and never writes its target, then an fsync of the folder. Appends to the CSV logs
+open with O_NOFOLLOW. A failed write (disk full, a read-only folder) is a `WriteFailed` naming the
+file.
 """
 
 from __future__ import annotations
@@ -58,11 +59,24 @@ def write_file(path: Path, data: bytes | str) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
         tmp = None
+        _fsync_folder(path.parent)
     except OSError as exc:
         raise WriteFailed(path, exc) from None
     finally:
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Make a rename durable: fsync the folder (where the file system supports it)."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno != errno.EINVAL:  # a file system that cannot sync folders
+            raise
+    finally:
+        os.close(fd)
 
 
 @functools.cache

@@ -7,15 +7,19 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_cli import one_error_line, snapshot
 
 from edgefl import checkpoint, rundir
 from edgefl.cli import main
+from edgefl.report.compare import load_run
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "scenarios" / "quickstart.toml"
@@ -296,3 +300,48 @@ def test_a_full_disk_in_a_dry_run_says_to_start_again(tmp_path: Path, capsys: Ca
     assert "clients.csv" in line and "--overwrite" in line
     monkeypatch.undo()
     assert main(run_args(out, "--dry-run", "--overwrite")) == 0
+
+
+# the writer under any sequence of writes, appends and links ----------------------------------------
+
+
+names = st.sampled_from(["metrics.csv", "events.csv", "trace.json", "checkpoint.pt"])
+steps = st.lists(st.tuples(st.sampled_from(["write", "append", "link"]), names, st.binary(max_size=20)),
+                 max_size=8)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, database=None)
+@given(steps)
+def test_no_write_ever_reaches_a_file_outside_the_folder(plan: list[tuple[str, str, bytes]]) -> None:
+    with tempfile.TemporaryDirectory() as root:
+        outside, folder = Path(root) / "thesis.tex", Path(root) / "run"
+        outside.write_bytes(b"chapter 1\n")
+        folder.mkdir()
+        for action, name, payload in plan:
+            path = folder / name
+            if action == "link":
+                path.unlink(missing_ok=True)
+                path.symlink_to(outside)
+            elif action == "write":
+                rundir.write_file(path, payload)
+                assert path.read_bytes() == payload and not path.is_symlink()
+            elif path.exists() and not path.is_symlink():
+                appender = rundir.Appender(path)
+                appender.append(payload)
+                appender.close()
+            else:
+                with pytest.raises(rundir.EdgeflError):
+                    rundir.Appender(path)
+        assert outside.read_bytes() == b"chapter 1\n"
+        assert not [p for p in folder.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_plot_reads_whole_rows_of_an_interrupted_run(tmp_path: Path, capsys: Capsys) -> None:
+    """A run stopped by a full disk ends mid-row: plot drops the torn row, never misreads it."""
+    out = tmp_path / "run"
+    assert main(run_args(out, "--dry-run")) == 0
+    whole_rows = (out / "clients.csv").read_text().count("\n") - 1
+    with open(out / "clients.csv", "ab") as f:
+        f.write(b"3,1,raspberry_pi_4,no")
+    assert main(["plot", str(out)]) == 0
+    assert len(load_run(out).clients) == whole_rows

@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from edgefl.devices import kernels
 from edgefl.devices.profile import KERNEL_KINDS, NETWORK_NAMES, DeviceProfile, load_profile
 from edgefl.errors import EdgeflError
+from edgefl.rundir import write_file
 from edgefl.sim.compute import FORWARD, PASSES, Roofline
 
 MIB = 1 << 20
@@ -304,7 +305,7 @@ def write_profile(path: Path, text: str) -> DeviceProfile:
     rename it into place: a profile that would not load is never written, and no half file is left."""
     with tempfile.TemporaryDirectory(prefix=".edgefl-calibrate-", dir=path.parent) as tmp:
         staged = Path(tmp) / path.name
-        staged.write_text(text)
+        write_file(staged, text)  # the safe writer: fsynced before it is renamed into place
         profile = load_profile(staged, DeviceProfile)
         os.replace(staged, path)
     return profile

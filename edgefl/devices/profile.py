@@ -14,7 +14,7 @@ from __future__ import annotations
 import tomllib
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_type_hints
 
 from edgefl.config import build
 from edgefl.errors import EdgeflError
@@ -111,22 +111,31 @@ def _required(cls: type) -> list[str]:
     return [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING]
 
 
-# sane upper bounds, far beyond any real device: a figure past them is a typo, and would overflow the
-# cost model's arithmetic into inf or nan simulated hours
-DEVICE_LIMITS = {"memory_mb": (1e9, "a petabyte"), "compute_gflops": (1e9, "an exaFLOP/s"),
-                 "storage_read_mbps": (1e8, "100 TB/s"), "storage_write_mbps": (1e8, "100 TB/s")}
-MAX_LATENCY_MS = 1e6  # 1000 s per access or message
+# Sane ranges, far beyond any real device: a figure past them is a typo, and would overflow the cost
+# model's arithmetic into inf or nan simulated hours. Every number of a device profile is checked,
+# a new field too: non-negative (positive where listed) and at most its bound, MAX_FIGURE by default.
+UPPER = {"storage_read_mbps": 1e8, "storage_write_mbps": 1e8, "storage_latency_ms": 1e6}  # MB/s, ms
+MAX_FIGURE = 1e9  # MB of memory, GFLOP/s: a petabyte, an exaFLOP/s
+POSITIVE = ("memory_mb", "compute_gflops", "storage_read_mbps", "storage_write_mbps")
+MAX_LATENCY_MS = UPPER["storage_latency_ms"]  # 1000 s per access or message
 MAX_LINK_MBPS = 1e8  # 100 Tbit/s
+
+
+def _number_checks(p: DeviceProfile) -> list[tuple[str, bool, str]]:
+    hints = get_type_hints(DeviceProfile)
+    checks = []
+    for k in (f.name for f in fields(DeviceProfile) if hints[f.name] in (int, float)):
+        v, high, positive = getattr(p, k), UPPER.get(k, MAX_FIGURE), k in POSITIVE
+        checks.append((k, (v > 0 if positive else v >= 0) and v <= high,
+                       f"must be {'positive' if positive else 'non-negative'} and at most {high:g}"))
+    return checks
 
 
 def _check(p: DeviceProfile | AppProfile | NetworkProfile, where: str, stem: str) -> None:
     checks: list[tuple[str, bool, str]] = [("name", p.name == stem, f"must equal the file name {stem!r}")]
     if isinstance(p, DeviceProfile):
-        checks += [(k, 0 < getattr(p, k) <= high, f"must be positive and at most {high:g} ({what})")
-                   for k, (high, what) in DEVICE_LIMITS.items()]
         checks += [
-            ("storage_latency_ms", 0 <= p.storage_latency_ms <= MAX_LATENCY_MS,
-             f"must be in [0, {MAX_LATENCY_MS:g}] ms"),
+            *_number_checks(p),
             ("networks", bool(p.networks) and set(p.networks) <= set(NETWORK_NAMES),
              f"must be a non-empty list drawn from {', '.join(NETWORK_NAMES)}"),
             ("device_class", p.device_class in DEVICE_CLASSES, f"must be one of {', '.join(DEVICE_CLASSES)}"),

@@ -105,10 +105,10 @@ def _read_csv(path: Path, name: str) -> list[dict[str, str]]:
     if not file.is_file():
         raise EdgeflError(str(path), name, "missing; give a run directory made by edgefl run")
     try:
-        with open(file, newline="", encoding="utf-8") as f:
-            reader = csv.DictReader(f)
-            rows = list(reader)
-            header = reader.fieldnames or []
+        text = file.read_bytes().decode()
+        reader = csv.DictReader(io.StringIO(_whole_lines(text), newline=""))
+        rows = list(reader)
+        header = reader.fieldnames or []
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise EdgeflError(str(file), "file", f"cannot be read as CSV ({exc}); give a run directory "
                           "made by edgefl run") from None
@@ -121,6 +121,12 @@ def _read_csv(path: Path, name: str) -> list[dict[str, str]]:
     for line, row in enumerate(rows, start=2):
         _check_row(file, line, row, [*NEEDED[name], *(["eps"] if "eps" in header else [])])
     return rows
+
+
+def _whole_lines(text: str) -> str:
+    """Every line up to the last newline: a last line without one was torn by a kill or a full disk
+    (every row edgefl writes ends with a newline)."""
+    return text[:text.rfind("\n") + 1]
 
 
 def _check_row(file: Path, line: int, row: dict[str | None, Any], columns: list[str]) -> None:
