@@ -269,7 +269,7 @@ def test_synthetic_is_seeded_and_honours_its_shape():
     assert a.input_shape == (2, 5, 7) and a.num_classes == 4
     assert (len(a.train_y), len(a.test_y)) == (30, 6)
     assert torch.equal(a.train_x, b.train_x) and torch.equal(a.test_y, b.test_y)
-    assert 0 <= float(a.train_x.min()) and float(a.train_x.max()) <= 1
+    assert float(a.train_x.min()) >= 0 and float(a.train_x.max()) <= 1
     assert set(a.train_y.tolist()) <= {0, 1, 2, 3}
     other = load_dataset(DataConfig(dataset="synthetic", synthetic_shape=[2, 5, 7], synthetic_classes=4,
                                     synthetic_train=30, synthetic_test=6, synthetic_seed=4), "t")
