@@ -11,20 +11,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_quickstart import QUICKSTART, ROOT, sets
 
 from edgefl.cli import main
 from edgefl.devices import catalog
 from edgefl.devices.calibrate import Calibration, Compute, Storage, render_profile, write_profile
 from edgefl.sim.compute import FORWARD, Roofline
 
-ROOT = Path(__file__).resolve().parents[1]
-QUICKSTART = ROOT / "scenarios" / "quickstart.toml"
 TINY = ["rounds=1", "training.local_iters=2", "attack.steps=2", "evaluation.steps=2", "data.test_samples=32",
         "fleet.clients=4", "fleet.sample_fraction=0.5", "device=cpu"]
-
-
-def sets(items: list[str]) -> list[str]:
-    return [arg for item in items for arg in ("--set", item)]
 
 
 @pytest.fixture
