@@ -10,6 +10,8 @@ app (edgefl.sim.compute). Prints, per case, the simulated and the measured secon
 The host profile must be calibrated first, with the thread count the bench uses:
     edgefl devices calibrate --out device_profiles/my_host.toml --threads 1
     .venv/bin/python bench/fidelity.py --device my_host --threads 1
+On a shared machine, time both on the process's CPU clock (add --cpu-time to each): other processes'
+time is left out, and with one thread it equals wall time on an idle machine.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
+import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,7 +30,7 @@ CASES = [("digits_cnn", "digits"), ("cnn3", "synthetic"), ("vgg11", "synthetic")
 
 
 def case(model: str, dataset: str, batch: int, device: str, threads: int, repeats: int,
-         min_seconds: float) -> tuple[float, float, int]:
+         min_seconds: float, clock: Callable[[], float]) -> tuple[float, float, int]:
     """(simulated, measured) seconds per iteration and the iterations each timed call ran."""
     from dataclasses import replace
 
@@ -48,7 +52,8 @@ def case(model: str, dataset: str, batch: int, device: str, threads: int, repeat
     work = replace(one, iterations=iters)
     simulated = walk_compute_seconds(work, state) / iters
     train_timed(exp.method, 0, 0, work)  # warm-up
-    measured = [train_timed(exp.method, r, 0, work).real_compute_s / iters for r in range(1, repeats + 1)]
+    measured = [train_timed(exp.method, r, 0, work, clock).real_compute_s / iters
+                for r in range(1, repeats + 1)]
     return simulated, statistics.median(measured), iters
 
 
@@ -60,17 +65,20 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--min-seconds", type=float, default=2.0, help="simulated seconds per timed call")
     ap.add_argument("--models", nargs="*", default=[m for m, _ in CASES])
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="time on the process's CPU clock, as `edgefl devices calibrate --cpu-time`")
     args = ap.parse_args()
     warnings.filterwarnings("ignore", message=r".*torch\.jit\.script.* is deprecated")
+    clock = time.process_time if args.cpu_time else time.perf_counter
     print(f"PGD-10 adversarial training, seconds per iteration, {args.threads} thread(s), device "
-          f"{args.device}, median of {args.repeats}")
+          f"{args.device}, {'process CPU' if args.cpu_time else 'wall'} time, median of {args.repeats}")
     print(f"{'model':<11}{'batch':>6}{'iters':>6}{'simulated':>11}{'measured':>10}{'sim/meas':>10}")
     for model, dataset in CASES:
         if model not in args.models:
             continue
         for batch in args.batches:
             sim, real, iters = case(model, dataset, batch, args.device, args.threads, args.repeats,
-                                    args.min_seconds)
+                                    args.min_seconds, clock)
             print(f"{model:<11}{batch:>6}{iters:>6}{sim:>11.4f}{real:>10.4f}{sim / real:>10.3f}", flush=True)
 
 

@@ -118,6 +118,8 @@ def parser() -> argparse.ArgumentParser:
     cal.add_argument("--threads", type=int, default=0,
                      help="torch threads to measure with (0 = PyTorch's default); runs checked against "
                           "this profile should use the same `threads`")
+    cal.add_argument("--cpu-time", action="store_true",
+                     help="time compute on the process's CPU clock (a shared machine; use with --threads 1)")
     cal.set_defaults(func=cmd_devices_calibrate)
     return p
 
@@ -320,7 +322,7 @@ def cmd_devices_calibrate(args: argparse.Namespace) -> int:
 
         torch.set_num_threads(args.threads)
     try:
-        c = calibrate(args.out.parent, QUICK if args.quick else FULL, args.repeats)
+        c = calibrate(args.out.parent, QUICK if args.quick else FULL, args.repeats, args.cpu_time)
         p = write_profile(args.out, render_profile(name, args.pool, c))
     except OSError as exc:
         raise EdgeflError(str(args.out), "--out", f"cannot write there ({exc})") from None

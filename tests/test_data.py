@@ -260,3 +260,24 @@ def test_cifar10_names_only_the_missing_files(tmp_path, monkeypatch):
     assert "test_batch" in message
     assert "data_batch_1" not in message
     assert "--download" in message
+
+
+def test_synthetic_is_seeded_and_honours_its_shape():
+    cfg = DataConfig(dataset="synthetic", synthetic_shape=[2, 5, 7], synthetic_classes=4,
+                     synthetic_train=30, synthetic_test=6, synthetic_seed=3)
+    a, b = load_dataset(cfg, "t"), load_dataset(cfg, "t")
+    assert a.input_shape == (2, 5, 7) and a.num_classes == 4
+    assert (len(a.train_y), len(a.test_y)) == (30, 6)
+    assert torch.equal(a.train_x, b.train_x) and torch.equal(a.test_y, b.test_y)
+    assert float(a.train_x.min()) >= 0 and float(a.train_x.max()) <= 1
+    assert set(a.train_y.tolist()) <= {0, 1, 2, 3}
+    other = load_dataset(DataConfig(dataset="synthetic", synthetic_shape=[2, 5, 7], synthetic_classes=4,
+                                    synthetic_train=30, synthetic_test=6, synthetic_seed=4), "t")
+    assert not torch.equal(a.train_x, other.train_x)
+
+
+def test_synthetic_defaults_are_cifar10_shaped():
+    from edgefl.data.datasets import shapes_only
+
+    data = shapes_only(DataConfig(dataset="synthetic"))
+    assert (data.input_shape, data.num_classes) == ((3, 32, 32), 10)

@@ -90,6 +90,7 @@ class Calibration:
     storage: Storage
     rooflines: Fitted = ()  # fitted per (kind, pass)
     threads: int = 0  # torch threads the compute figures were measured with
+    cpu_time: bool = False  # compute timed on the process's CPU clock instead of the wall clock
 
 
 def median_time(fn: Callable[[], object], repeats: int, clock: Clock = time.perf_counter) -> float:
@@ -107,7 +108,7 @@ def measure_memory() -> float:
     return psutil.virtual_memory().total / 1e6
 
 
-def measure_flops(sizes: Sizes, repeats: int) -> Compute:
+def measure_flops(sizes: Sizes, repeats: int, clock: Clock = time.perf_counter) -> Compute:
     """fp32 GFLOP/s of a matmul and of a 3x3 conv2d on the CPU, with PyTorch's current thread count.
 
     One multiply-accumulate is 2 FLOPs (as edgefl/profiling/atoms.py counts them): an n x n matmul is
@@ -119,14 +120,15 @@ def measure_flops(sizes: Sizes, repeats: int) -> Compute:
     batch, ch, side = sizes.conv
     x, w = torch.randn(batch, ch, side, side), torch.randn(ch, ch, 3, 3)
     with torch.inference_mode():
-        matmul = _gflops(lambda: torch.mm(a, b), 2 * n**3, repeats)
-        conv = _gflops(lambda: F.conv2d(x, w, padding=1), 2 * batch * ch * ch * 9 * side * side, repeats)
+        matmul = _gflops(lambda: torch.mm(a, b), 2 * n**3, repeats, clock)
+        conv = _gflops(lambda: F.conv2d(x, w, padding=1), 2 * batch * ch * ch * 9 * side * side, repeats,
+                       clock)
     return Compute(matmul_gflops=matmul, conv_gflops=conv)
 
 
-def _gflops(fn: Callable[[], object], flops: int, repeats: int) -> float:
+def _gflops(fn: Callable[[], object], flops: int, repeats: int, clock: Clock) -> float:
     fn()
-    return flops / median_time(fn, repeats) / 1e9
+    return flops / median_time(fn, repeats, clock) / 1e9
 
 
 def measure_storage(folder: Path, sizes: Sizes, repeats: int) -> Storage:
@@ -224,18 +226,27 @@ def _drop_cache(fd: int, random_access: bool = False) -> None:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
 
 
-def measure_rooflines(sizes: Sizes, repeats: int, peak_gflops: float) -> Fitted:
+def measure_rooflines(sizes: Sizes, repeats: int, peak_gflops: float,
+                      clock: Clock = time.perf_counter) -> Fitted:
     """The compute model's rooflines, fitted on the layer grid (edgefl.devices.kernels)."""
+    def timer(fn: Callable[[], object], n: int) -> float:
+        return median_time(fn, n, clock)
+
     samples = [s for batch, module, shape in kernels.grid(sizes.quick_grid)
-               for s in kernels.measure(batch, module, shape, repeats, median_time)]
+               for s in kernels.measure(batch, module, shape, repeats, timer)]
     return tuple(kernels.fit(samples, peak_gflops * 1e9).items())
 
 
-def calibrate(folder: Path, sizes: Sizes, repeats: int) -> Calibration:
-    """All measurements; storage is measured in `folder`."""
-    compute = measure_flops(sizes, repeats)
+def calibrate(folder: Path, sizes: Sizes, repeats: int, cpu_time: bool = False) -> Calibration:
+    """All measurements; storage is measured in `folder`. With `cpu_time` the compute figures are
+    timed on the process's CPU clock: on a shared machine other processes' time is left out, and
+    with one thread it equals wall time on an idle machine."""
+    clock = time.process_time if cpu_time else time.perf_counter
+    compute = measure_flops(sizes, repeats, clock)
     return Calibration(measure_memory(), compute, measure_storage(folder, sizes, repeats),
-                       measure_rooflines(sizes, repeats, compute.peak_gflops), torch.get_num_threads())
+                       measure_rooflines(sizes, repeats, compute.peak_gflops, clock),
+                       torch.get_num_threads(),
+                       cpu_time)
 
 
 def render_profile(name: str, pool: str, c: Calibration) -> str:
@@ -271,7 +282,8 @@ def _compute_lines(c: Calibration) -> list[str]:
     fitted = dict(c.rooflines)
     conv, elementwise = fitted.get(("conv", FORWARD)), fitted.get(("elementwise", FORWARD))
     source = (f"edgefl devices calibrate on {date.today().isoformat()}: rooflines fitted on a grid of "
-              f"layer shapes, torch {torch.__version__} on {c.threads} threads")
+              f"layer shapes, torch {torch.__version__} on {c.threads} threads, "
+              f"{'process CPU time' if c.cpu_time else 'wall time'}")
     lines = ['device_class = "cpu"', f"calibrated_host = {_quote(platform.node())}",
              f"calibrated_threads = {c.threads}", f"compute_source = {_quote(source)}"]
     if conv and elementwise:

@@ -7,6 +7,8 @@ seeded per (seed, round, client), so they produce the same updates.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
 
@@ -34,10 +36,12 @@ class LocalExecutor:
         return [train_timed(self.method, round_, k, w) for k, w in plans.items()]
 
 
-def train_timed(method: Method, round_: int, client: int, workload: Workload) -> ClientUpdate:
-    """`method.train`, with its wall time on the training device as `real_compute_s`."""
+def train_timed(method: Method, round_: int, client: int, workload: Workload,
+                clock: Callable[[], float] = time.perf_counter) -> ClientUpdate:
+    """`method.train`, with its time on the training device (wall time unless another `clock` is
+    given) as `real_compute_s`."""
     device: torch.device = method.ctx.device
-    update, seconds = timed(device, lambda: method.train(round_, client, workload))
+    update, seconds = timed(device, lambda: method.train(round_, client, workload), clock)
     return replace(update, real_compute_s=seconds)
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -66,7 +66,9 @@ class AtomProfile:
     saved_bytes: float
     weighted_in_elems: int  # summed input sizes of its conv/BN/linear layers (release MemReq)
     out_shape: tuple[int, ...] = ()  # one sample's output
-    layers: tuple[LayerProfile, ...] = ()  # its layers in forward order
+    # its layers in forward order; left out of == and hash (the figures above already tell atoms
+    # apart), so the cost model's caches keyed by workload stay cheap
+    layers: tuple[LayerProfile, ...] = field(default=(), compare=False)
 
     @property
     def flops(self) -> float:

@@ -23,9 +23,10 @@ from typing import Protocol
 from edgefl.config import CostConfig
 from edgefl.devices.classes import device_rooflines
 from edgefl.devices.pool import DeviceState
+from edgefl.devices.profile import DeviceProfile
 from edgefl.profiling.atoms import BYTES, AtomProfile
 from edgefl.profiling.memory import mem_req, paper_mem_req, paper_scale
-from edgefl.sim.compute import iteration_of, round_seconds
+from edgefl.sim.compute import Rooflines, iteration_of, round_seconds
 from edgefl.sim.swap import Traffic, footprint, walk
 from edgefl.sim.workload import Workload, train_pass_flops
 
@@ -102,8 +103,23 @@ class WalkCost:
 
 def walk_compute_seconds(w: Workload, state: DeviceState) -> float:
     """Compute seconds of the round by the roofline model, slowed by the co-running app's share."""
-    share = state.flops / state.device.flops
-    return round_seconds(iteration_of(w), w.iterations, w.extra_flops, device_rooflines(state.device), share)
+    return _full_speed_seconds(w, _rooflines(state.device)) / (state.flops / state.device.flops)
+
+
+@functools.lru_cache(maxsize=65536)
+def _full_speed_seconds(w: Workload, roof: Rooflines) -> float:
+    return round_seconds(iteration_of(w), w.iterations, w.extra_flops, roof, 1.0)
+
+
+def _rooflines(device: DeviceProfile) -> Rooflines:
+    """A profile's rooflines, built once per profile object (profiles are immutable)."""
+    key = id(device)
+    if key not in _ROOFLINES or _ROOFLINES[key][0] is not device:
+        _ROOFLINES[key] = (device, device_rooflines(device))
+    return _ROOFLINES[key][1]
+
+
+_ROOFLINES: dict[int, tuple[DeviceProfile, Rooflines]] = {}
 
 
 HEAD = "head"  # the name FedProphet's auxiliary head atom is profiled under (methods/fedprophet)

@@ -1,0 +1,119 @@
+"""The roofline compute model (edgefl.sim.compute) and device classes, against hand-worked numbers."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+
+from edgefl.devices.classes import CLASS_DEFAULTS, device_rooflines
+from edgefl.devices.profile import DeviceProfile, Kernels
+from edgefl.profiling.atoms import LayerProfile
+from edgefl.sim.compute import (
+    FORWARD,
+    INPUT_GRAD,
+    WEIGHT_GRAD,
+    Iteration,
+    Roofline,
+    Rooflines,
+    iteration_seconds,
+    layer_seconds,
+    round_seconds,
+)
+
+# 100 GFLOP/s sustained, 10 GB/s, 10 us per operator
+ROOF = Rooflines.uniform(100e9, 10e9, 10e-6)
+
+
+def layer(kind: str, macs: float, elems: int, params: int = 0, ops: int = 1, tensors: int = 0,
+          out: int | None = None) -> LayerProfile:
+    return LayerProfile(kind, kind, macs, params, elems, elems if out is None else out, 0.0, ops, tensors)
+
+
+def test_compute_bound_conv():
+    conv = layer("conv", macs=1e6, elems=1000, params=1000, tensors=1)
+    # forward, batch 10: 2 x 1e6 x 10 = 2e7 FLOPs -> 2e-4 s; bytes 4 x (10 x 2000 + 1000) = 84 kB
+    # -> 8.4e-6 s; compute-bound: 2e-4 + 10 us
+    assert layer_seconds(conv, FORWARD, 10, ROOF) == pytest.approx(2e-4 + 1e-5)
+    # input gradient: same FLOPs (bytes 4 x (10 x 3000 + 1000) = 124 kB, still below)
+    assert layer_seconds(conv, INPUT_GRAD, 10, ROOF) == pytest.approx(2e-4 + 1e-5)
+    assert layer_seconds(conv, WEIGHT_GRAD, 10, ROOF) == pytest.approx(2e-4 + 1e-5)
+
+
+def test_small_op_is_overhead_bound():
+    relu = layer("activation", macs=0.0, elems=10)
+    # 4 x (10 + 10) = 80 B -> 8 ns, against 10 us of launch
+    assert layer_seconds(relu, FORWARD, 1, ROOF) == pytest.approx(8e-9 + 1e-5)
+
+
+def test_norm_is_bandwidth_bound():
+    norm = layer("norm", macs=2e6, elems=1_000_000, ops=2)
+    # forward, batch 1: 4e6 FLOPs -> 4e-5 s; bytes 4 x 2e6 = 8 MB -> 8e-4 s; two operators
+    assert layer_seconds(norm, FORWARD, 1, ROOF) == pytest.approx(8e-4 + 2e-5)
+    # input gradient reads the output gradient and the saved output, writes the input: 12 MB
+    assert layer_seconds(norm, INPUT_GRAD, 1, ROOF) == pytest.approx(1.2e-3 + 2e-5)
+
+
+def test_reshape_costs_only_its_launch():
+    flat = layer("reshape", macs=0.0, elems=1_000_000)
+    assert layer_seconds(flat, FORWARD, 64, ROOF) == pytest.approx(1e-5)
+
+
+# conv (1 tensor), ReLU, linear (weight + bias): each operator costs 1 s, nothing else counts
+OPS_ONLY = Rooflines.uniform(math.inf, math.inf, 1.0)
+NET = (layer("conv", 1.0, 4, params=9, tensors=1), layer("activation", 0.0, 4),
+       layer("linear", 1.0, 4, params=10, tensors=2, out=2))
+
+
+def test_iteration_counts_every_operator():
+    it = Iteration(NET, batch=8, attack_steps=2, train_pairs=1, extra_forwards=0, slots=1, classes=2)
+    # batch gather x, y and loss sum: 3
+    # PGD: start 3; per step forward 3 + loss 2 + loss backward 2 + input grads 3 + 8 update ops = 18
+    # training: forward 3 + loss 4 + backward (conv weight grad; relu input grad; linear input and
+    # weight grads: 4) = 11
+    # SGD with momentum (1 slot): 3 tensors x (2 + 2) operators = 12
+    assert iteration_seconds(it, OPS_ONLY) == 3 + 3 + 2 * 18 + 11 + 12
+    clean = replace(it, attack_steps=0)
+    assert iteration_seconds(clean, OPS_ONLY) == 3 + 11 + 12
+    trades = replace(it, attack_steps=0, train_pairs=2, extra_forwards=1)
+    assert iteration_seconds(trades, OPS_ONLY) == 3 + 2 * 11 + 3 + 12
+
+
+def test_round_divides_by_the_app_share():
+    it = Iteration(NET, batch=8, attack_steps=0, train_pairs=1, extra_forwards=0, slots=1, classes=2)
+    # 26 s per iteration, 5 iterations, half the device left by the app
+    assert round_seconds(it, 5, 0.0, OPS_ONLY, share=0.5) == 5 * 26 / 0.5
+    # one-off FLOPs go at the conv forward rate: 2e9 FLOPs at 100 GFLOP/s
+    assert round_seconds(it, 0, 2e9, ROOF, share=1.0) == pytest.approx(0.02)
+
+
+def profile(**kw: object) -> DeviceProfile:
+    base = {"name": "x", "description": "", "source": "hand", "memory_mb": 1000.0, "compute_gflops": 1000.0,
+            "storage_read_mbps": 1.0, "storage_write_mbps": 1.0, "storage_latency_ms": 0.0}
+    return DeviceProfile(**{**base, **kw})  # type: ignore[arg-type]
+
+
+def test_class_defaults_fill_what_a_profile_omits():
+    d = CLASS_DEFAULTS["gpu"]
+    roof = device_rooflines(profile(device_class="gpu"))
+    expected = Roofline(1000e9 * d.efficiency, d.bandwidth_gbps * 1e9, d.overhead_us / 1e6)
+    assert roof.get("conv", FORWARD) == expected
+    assert roof.get("elementwise", INPUT_GRAD) == expected
+    own = device_rooflines(profile(device_class="gpu", memory_bandwidth_gbps=936.0, efficiency=0.5))
+    assert own.get("conv", WEIGHT_GRAD) == Roofline(500e9, 936e9, d.overhead_us / 1e6)
+
+
+def test_a_profile_without_class_is_charged_at_peak():
+    roof = device_rooflines(profile())
+    assert roof.get("conv", FORWARD) == Roofline(1000e9, math.inf, 0.0)
+
+
+def test_fitted_kernels_replace_the_figures_kind_by_kind():
+    kernels = Kernels(conv=[[200.0, 8.0, 30.0], [150.0, 5.0, 50.0]])
+    roof = device_rooflines(profile(device_class="cpu", kernels=kernels))
+    assert roof.get("conv", FORWARD) == Roofline(200e9, 8e9, 30e-6)
+    assert roof.get("conv", INPUT_GRAD) == Roofline(150e9, 5e9, 50e-6)
+    d = CLASS_DEFAULTS["cpu"]
+    assert roof.get("conv", WEIGHT_GRAD) == Roofline(1000e9 * d.efficiency, d.bandwidth_gbps * 1e9,
+                                                     d.overhead_us / 1e6)
