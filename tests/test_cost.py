@@ -268,3 +268,10 @@ def test_walk_write_bandwidth_and_latency_enter_data_access():
     # only the write bandwidth differs: 10 B/s against 100 B/s
     assert slow.data_access_s - fast.data_access_s == pytest.approx(
         slow.write_bytes / 10 - slow.write_bytes / 100)
+
+
+def test_paper_round_without_batches_costs_nothing():
+    # FedDynAT's E_t can reach 0 local iterations: no batch, no parameter read (release line 378)
+    c = PAPER.cost(Workload(atoms=(A0, A1), batch=BATCH, iterations=0, attack_steps=10, slots=1,
+                            download_bytes=0.0, upload_bytes=0.0, samples=5), state(memory=1000.0))
+    assert (c.compute_s, c.data_access_s) == (0.0, 0.0)

@@ -67,3 +67,28 @@ def test_a_fleet_larger_than_the_dataset_plans_without_splitting_it(tmp_path, ca
                  str(tmp_path / "b"), "--quiet", "--dry-run"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "fleet.clients" in err
+
+
+def test_paper_accounting_prices_the_clients_own_sample_count():
+    """The release charges each epoch's short last batch, so the paper accounting needs each
+    client's training-set size; the walk does not ask for it."""
+    from edgefl.config import load_scenario
+    from edgefl.experiment import _counted, prepare
+
+    for accounting, counted in (("paper", True), ("walk", False)):
+        s = load_scenario(QUICKSTART, [f"cost.accounting=\"{accounting}\"", "fleet.clients=6"])
+        exp = prepare(s, str(QUICKSTART), dry_run=True)
+        state = exp.pool.state(3, 0)
+        exp.method.begin_round(0, {3: state})
+        w = _counted(exp, 3, exp.method.plan(0, 3, state))
+        assert w.samples == (len(exp.ctx.splits[3].train) if counted else 0)
+        assert not counted or 0 < w.samples < 1437
+
+
+def test_paper_fedprophet_scenarios_give_one_module_length_per_module(tmp_path):
+    """module_rounds must match the partition at each paper scenario's R_min (7 modules)."""
+    for name in ("fedprophet-cifar10", "fedprophet-cifar10-unbalanced"):
+        out = tmp_path / name
+        assert main(["run", str(ROOT / "scenarios" / f"{name}.toml"), "--set", "rounds=2",
+                     "--out", str(out), "--quiet", "--dry-run"]) == 0
+        assert [r["modules"] for r in rows(out / "metrics.csv")] == ["7", "7"]

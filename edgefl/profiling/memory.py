@@ -36,12 +36,15 @@ def mem_req(atoms: Sequence[AtomProfile], batch: int, slots: int, adversarial: b
 
 
 def paper_scale(slots: int) -> int:
-    """The release's s: parameter copies kept in memory (2 SGD, 3 SGD+momentum, 5 Adam)."""
+    """The release's s: parameter copies kept in memory (2 SGD, 3 SGD+momentum, 5 Adam;
+    src/hardware/sys_utils.py:190-196)."""
     return {0: 2, 1: 3, 2: 5}[slots]
 
 
 def paper_mem_req(atoms: Sequence[AtomProfile], batch: int, slots: int) -> float:
-    """The FedProphet release's MemReq: 4 B x (s x P + batch x F)."""
+    """The FedProphet release's MemReq: 4 B x (s x P + batch x F), F the summed inputs of the
+    conv/BN/linear layers a sample passes (src/hardware/sys_utils.py:260-262 for the whole model,
+    357-358 per batch; s from 190-196)."""
     params = sum(a.params for a in atoms)
     features = sum(a.weighted_in_elems for a in atoms)
     return BYTES * (paper_scale(slots) * params + batch * features)

@@ -183,7 +183,7 @@ class PaperCost:
         for n, steps, pairs, forwards in batches:
             c, a = self._batch(run, s, n, steps, pairs, forwards, state)
             compute, access = compute + c, access + a
-        if BYTES * (s * run.params + sizes[0] * run.features) <= state.memory_bytes:
+        if sizes and BYTES * (s * run.params + sizes[0] * run.features) <= state.memory_bytes:
             access += BYTES * run.params / (state.device.storage_read_mbps * 1e6)  # once (379)
         need = BYTES * (s * run.params + w.batch * run.features)
         return ClientCost(
