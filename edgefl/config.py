@@ -115,6 +115,8 @@ class FedProphetConfig:
     #   (so no best state and no patience); the release scores from 100 + 25 = 125 of 500
     patience: float = 0.1  # advance a module after this share of its budget in scored rounds
     #   without gain (the release: 50 of 500)
+    stage_lr_decay: float = 1.0  # module m (from 0) trains at lr x this^m (the release's
+    #   --stage_lr_decay; 1 = off, its default)
     module_rounds: list[int] = field(default_factory=list)  # dry runs: rounds each module runs,
     #   warm-up included (one per module); empty = the whole budget ceil(rounds / modules)
     head_side: int = 0  # auxiliary heads pool a C-channel map to at least this side; 0 = the
@@ -411,6 +413,7 @@ def validate(s: Scenario, where: str) -> None:
         ("fedprophet.warmup_rounds", s.fedprophet.warmup_rounds >= 0, "must be non-negative"),
         ("fedprophet.grace", 0 <= s.fedprophet.grace < 1, "must be a fraction in [0, 1)"),
         ("fedprophet.patience", 0 < s.fedprophet.patience <= 1, "must be a fraction in (0, 1]"),
+        ("fedprophet.stage_lr_decay", 0 < s.fedprophet.stage_lr_decay <= 1, "must be in (0, 1]"),
         ("fedprophet.module_rounds", all(n >= 1 for n in s.fedprophet.module_rounds),
          "every module must run at least 1 round"),
         ("fedprophet.head_side", s.fedprophet.head_side >= 0, "must be 0 (the release's rule) or a side"),

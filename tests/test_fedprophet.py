@@ -557,6 +557,14 @@ def test_the_learning_rate_restarts_for_every_module(digits: Experiment):
     assert digits.ctx.lr(5, 5) == pytest.approx(lr)
 
 
+def test_later_modules_train_at_the_stage_lr_decay(digits: Experiment):
+    method, t = digits.method, digits.scenario.training
+    t.lr, t.lr_decay = 0.05, 0.9
+    method.cfg.stage_lr_decay = 0.1
+    method.m, method.stage.started = 2, 10  # module 3 began at round 10
+    assert method.lr(13) == pytest.approx(0.05 * 0.9**3 * 0.1**2)
+
+
 def test_clean_warm_up_at_the_start_of_every_module(digits: Experiment):
     method = digits.method
     method.stage.warmup = 2

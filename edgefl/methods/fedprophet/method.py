@@ -135,13 +135,17 @@ class FedProphet(Method):
         prefix, exit_ = self.split(net, self.m, last)
         x, y = self.ctx.client_data(client)
         t = self.ctx.scenario.training
-        opt = make_optimizer(list(exit_.parameters()), t, self.ctx.lr(round_, self.stage.started))
+        opt = make_optimizer(list(exit_.parameters()), t, self.lr(round_))
         loss = train_cascade(prefix, exit_, x, y, opt, workload.iterations, workload.batch,
                              self.client_attack(round_), self.cfg.mu, gen, TrainSettings.of(t))
         state = {k: v.detach().clone() for k, v in net.state_dict().items()}
         keys = self.trained_keys(last)
         return ClientUpdate(client, {k: state[k] for k in keys}, len(x), loss,
                             {"local": {k: state[k] for k in self.local_keys}})
+
+    def lr(self, round_: int) -> float:
+        """The release's schedule: lr0 x decay^(round - module start) x stage_lr_decay^m."""
+        return self.ctx.lr(round_, self.stage.started) * self.cfg.stage_lr_decay**self.m
 
     def split(self, net: Backbone, m: int, last: int) -> tuple[nn.Sequential, Exit]:
         """(fixed prefix before module m, modules m..last with the head of `last`)."""
