@@ -3,7 +3,8 @@ real, and a table of the final clean, FGSM, PGD-20 and CW accuracy (mean +- std 
 Not a test. Runs one training at a time (start two claims in two shells to use two cores) and
 waits while /tmp/edgefl-quiet exists (a timing measurement is running).
 
-    .venv/bin/python bench/claims.py sfat|feddyn|gma|iid [--seeds 0 1 2] [--out DIR] [--set K=V ...]
+    .venv/bin/python bench/claims.py sfat|feddyn|gma|iid [--seeds 0 1 2] [--out DIR] [--arms A,B]
+        [--set K=V ...]
 
 * sfat   (Zhu et al., ICLR 2023, Table 3): SFAT beats FedAvg-AT (FAT) on the skew-s split.
 * feddyn (Shah et al., Table 4-5): FedDynAT beats FedCurvAT and FedAvgAT at a fixed number of
@@ -81,15 +82,19 @@ def main() -> None:
     p.add_argument("claim", choices=sorted(CLAIMS))
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--out", type=Path, help="keep (and reuse) the run directories here")
+    p.add_argument("--arms", help="only these arms, comma-separated labels (default: all)")
     p.add_argument("--set", dest="overrides", action="append", default=[])
     args = p.parse_args()
     claim = CLAIMS[args.claim]
+    wanted = args.arms.split(",") if args.arms else [label for label, _ in claim.arms]
     print(f"{args.claim}: {claim.scenario} {' '.join(claim.common)}, seeds {args.seeds}, "
           f"overrides {args.overrides}")
     print(f"| arm | clean % | FGSM % | PGD-20 % | CW % | simulated s | PGD-20 per seed |\n|{' --- |' * 7}")
     with tempfile.TemporaryDirectory() as tmp:
         root = args.out or Path(tmp)
         for label, arm in claim.arms:
+            if label not in wanted:
+                continue
             name = label.replace(" ", "_").replace("=", "").replace("+", "_")
             rows = [run_arm(claim, arm, seed, args.overrides, root / args.claim / f"{name}-{seed}")
                     for seed in args.seeds]

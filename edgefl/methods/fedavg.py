@@ -11,6 +11,14 @@ A client whose available memory cannot hold the model swaps, and the cost model 
 Family members change one thing each by overriding a hook: `hooks` (a loss penalty, a gradient
 correction), `after_local` (what a client computes after training), `extra_bytes` (what else is
 sent), `iterations` (local work per round) or `combine` (the aggregation).
+
+jFAT and FedAvg-AT agree on IID data, as they should (FedBN only changes which BatchNorm a client
+starts from, and on IID data every client's statistics are alike). On digits
+(`bench/claims.py iid`: scenarios/skew-digits.toml with an IID split, K = 5, 2 local epochs,
+30 rounds; seeds 0, 1, 2; mean +- std of the final round) edgefl reproduces it:
+
+    FedAvg-AT  clean 98.6 +- 0.3  PGD-20 68.3 +- 1.5
+    jFAT       clean 98.2 +- 0.2  PGD-20 68.5 +- 1.0
 """
 
 from __future__ import annotations
