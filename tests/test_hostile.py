@@ -119,7 +119,8 @@ values = st.recursive(scalars, lambda kids: st.lists(kids, max_size=3)
                       | st.dictionaries(st.text(max_size=6), kids, max_size=3), max_leaves=6)
 NOT_A_VALUE = [float("nan"), float("inf"), float("-inf"), {"a": {"b": 1}}, 2**63, -(2**63) - 1]
 WRONG_TYPE: dict[Any, list[Any]] = {
-    int: ["5", 1.5, True], float: ["0.5", True], bool: [1, "true"], str: [1, 1.5, False]}
+    int: ["5", 1.5, True], float: ["0.5", True], bool: [1, "true"], str: [1, 1.5, False],
+    list[float]: ["0.5", [True], ["x"]]}
 
 
 def invalid_values(hint: Any) -> st.SearchStrategy[Any]:
