@@ -130,7 +130,8 @@ def test_bad_compute_figures_are_one_clear_error(tmp_path, line, key):
     from edgefl.errors import EdgeflError
 
     path = tmp_path / "x.toml"
-    path.write_text('name = "x"\ndescription = ""\nsource = "hand"\nmemory_mb = 1.0\ncompute_gflops = 1.0\n'
-                    "storage_read_mbps = 1.0\nstorage_write_mbps = 1.0\nstorage_latency_ms = 0.0\n" + line + "\n")
+    path.write_text('name = "x"\ndescription = ""\nsource = "hand"\nmemory_mb = 1.0\n'
+                    "compute_gflops = 1.0\nstorage_read_mbps = 1.0\nstorage_write_mbps = 1.0\n"
+                    f"storage_latency_ms = 0.0\n{line}\n")
     with pytest.raises(EdgeflError, match=key):
         load_profile(path, DeviceProfile)
