@@ -216,8 +216,9 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
                                       "clock": fed.now, "fingerprint": fingerprint,
                                       "logs": {log.path.name: log.seal() for log in logs}})
     summary = _summary(exp, rows, time.perf_counter() - started)
-    if emulates_host(exp):
-        summary["time_prediction_error"] = prediction_error(out / "clients.csv")
+    error = prediction_error(out / "clients.csv") if emulates_host(exp) else None
+    if error is not None:
+        summary["time_prediction_error"] = error
     trace = chrome_trace(fed.spans, [d.name for d in exp.pool.devices])
     write_file(out / "trace.json", json.dumps(trace) + "\n")
     write_file(out / "summary.json", json.dumps(summary, indent=2) + "\n")
@@ -427,12 +428,13 @@ def emulates_host(exp: Experiment) -> bool:
             and all(a.perf_left == 1 for a in exp.pool.apps))
 
 
-def prediction_error(clients_csv: Path) -> float:
-    """Simulated compute / measured compute - 1 over the run's trained client-rounds."""
+def prediction_error(clients_csv: Path) -> float | None:
+    """Simulated compute / measured compute - 1 over the run's client-rounds that were measured
+    (None if none was: rows from an older edgefl have no `real_compute_s`)."""
     with open(clients_csv, newline="") as f:
-        rows = [r for r in csv.DictReader(f) if r["real_compute_s"]]
+        rows = [r for r in csv.DictReader(f) if r.get("real_compute_s")]
     real = sum(float(r["real_compute_s"]) for r in rows)
-    return round(sum(float(r["compute_s"]) for r in rows) / real - 1, 4)
+    return round(sum(float(r["compute_s"]) for r in rows) / real - 1, 4) if real > 0 else None
 
 
 def prepare_out(out: Path, overwrite: bool) -> None:

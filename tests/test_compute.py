@@ -117,3 +117,21 @@ def test_fitted_kernels_replace_the_figures_kind_by_kind():
     d = CLASS_DEFAULTS["cpu"]
     assert roof.get("conv", WEIGHT_GRAD) == Roofline(1000e9 * d.efficiency, d.bandwidth_gbps * 1e9,
                                                      d.overhead_us / 1e6)
+
+
+@pytest.mark.parametrize(("line", "key"), [
+    ('device_class = "toaster"', "device_class"),
+    ("efficiency = 1.5", "efficiency"),
+    ("memory_bandwidth_gbps = -1.0", "memory_bandwidth_gbps"),
+    ("[kernels]\nconv = [[100.0, 0.0, 5.0]]", "kernels.conv"),
+])
+def test_bad_compute_figures_are_one_clear_error(tmp_path, line, key):
+    from edgefl.devices.profile import load_profile
+    from edgefl.errors import EdgeflError
+
+    path = tmp_path / "x.toml"
+    path.write_text('name = "x"\ndescription = ""\nsource = "hand"\nmemory_mb = 1.0\n'
+                    "compute_gflops = 1.0\nstorage_read_mbps = 1.0\nstorage_write_mbps = 1.0\n"
+                    f"storage_latency_ms = 0.0\n{line}\n")
+    with pytest.raises(EdgeflError, match=key):
+        load_profile(path, DeviceProfile)

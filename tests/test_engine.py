@@ -7,6 +7,7 @@ import itertools
 from pathlib import Path
 
 import pytest
+from test_fidelity import simulated_rows
 
 from edgefl.config import load_scenario
 from edgefl.devices.pool import DeviceState
@@ -91,9 +92,7 @@ def _run(out: Path) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
     run(prepare(scenario, str(QUICKSTART)), out, progress=False)
     with open(out / "metrics.csv", newline="") as f:
         metrics = list(csv.DictReader(f))
-    with open(out / "clients.csv", newline="") as f:  # less the measured wall time, which varies
-        clients = [{k: v for k, v in r.items() if k != "real_compute_s"} for r in csv.DictReader(f)]
-    return metrics, clients
+    return metrics, simulated_rows(out / "clients.csv")
 
 
 def test_same_seed_same_simulated_times(tmp_path):

@@ -127,6 +127,8 @@ def invalid_values(hint: Any) -> st.SearchStrategy[Any]:
     """Values no field with this annotation accepts: wrong types, non-finite, tables, beyond 64 bits."""
     if typing.get_origin(hint) is list:
         (inner,) = typing.get_args(hint)
+        if typing.get_origin(inner) is list:  # rows of numbers (a profile's [kernels])
+            return st.sampled_from([*NOT_A_VALUE, "x", 1, [1.0], [["x"]], [[float("nan")]], [[True]]])
         return st.sampled_from([*NOT_A_VALUE, "x", 1, [[1]], [{"a": 1}], [float("nan")],
                                 *([w] for w in WRONG_TYPE[inner])])
     return st.sampled_from([*NOT_A_VALUE, [], [1], *WRONG_TYPE[hint]])

@@ -5,10 +5,12 @@ bandwidth and a per-operator overhead. A profile may give each (`efficiency`,
 `memory_bandwidth_gbps`, `op_overhead_us`, with `compute_source`); what it leaves at 0 comes from
 its class below. A calibrated host's fitted `[kernels]` rows replace them kind by kind.
 
-Evidence. `cpu` is measured: `edgefl devices calibrate` on the edgefl development host (2-core x86
-VM, torch 2 on 1 thread) fits 1.6-27 GB/s effective bandwidth and 3-84 us per operator across kinds,
-with conv at ~0.5-0.7 of the matmul peak; the class keeps the round figures. The others are
-estimates from public figures, as marked:
+Evidence. `cpu` rests on a measurement: `edgefl devices calibrate` on the edgefl development host
+(device_profiles/dev_vm.toml: a 2-core x86 VM, torch on 1 thread) fits 20 GB/s and 3 us per
+operator for elementwise forwards, 1.3-80 GB/s and 3-78 us across kinds and passes, and convolutions
+at 148-192 GFLOP/s, 0.76-0.99 of its one-thread conv2d peak; the class keeps round figures, with a
+lower efficiency (0.5) because a datasheet peak counts every core, which training reaches less
+(estimate). The others are estimates from public figures, as marked:
 * microcontroller: CMSIS-NN kernels on Cortex-M reach well under the DSP peak (Lai et al., "CMSIS-NN",
   arXiv:1801.06601, 2018); on-chip SRAM moves a few hundred MB/s to ~1 GB/s at 64-480 MHz
   (STM32H747 and ESP32-S3 datasheets: 32/64-bit buses at core clock); TFLite Micro's interpreter
