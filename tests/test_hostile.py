@@ -120,7 +120,7 @@ values = st.recursive(scalars, lambda kids: st.lists(kids, max_size=3)
 NOT_A_VALUE = [float("nan"), float("inf"), float("-inf"), {"a": {"b": 1}}, 2**63, -(2**63) - 1]
 WRONG_TYPE: dict[Any, list[Any]] = {
     int: ["5", 1.5, True], float: ["0.5", True], bool: [1, "true"], str: [1, 1.5, False],
-    list[float]: ["0.5", [True], ["x"]]}
+    list[float]: ["0.5", [True], ["x"]], dict[str, int]: [1, "x", {"jfat": "5"}, {"jfat": 1.5}]}
 
 
 def invalid_values(hint: Any) -> st.SearchStrategy[Any]:
