@@ -80,6 +80,14 @@ def test_iteration_counts_every_operator():
     assert iteration_seconds(trades, OPS_ONLY) == 3 + 2 * 11 + 3 + 12
 
 
+def test_micro_batches_repeat_the_passes_and_step_once():
+    """The swap walk's micro-batches: every pass's operators once per micro-batch, the optimizer
+    step once per batch. From the count above: 2 x (3 + 3 + 2 x 18 + 11) + 12."""
+    it = Iteration(NET, batch=8, attack_steps=2, train_pairs=1, extra_forwards=0, slots=1, classes=2,
+                   micro=2)
+    assert iteration_seconds(it, OPS_ONLY) == 2 * (3 + 3 + 2 * 18 + 11) + 12
+
+
 def test_round_divides_by_the_app_share():
     it = Iteration(NET, batch=8, attack_steps=0, train_pairs=1, extra_forwards=0, slots=1, classes=2)
     # 26 s per iteration, 5 iterations, half the device left by the app

@@ -182,7 +182,7 @@ def test_footprint_is_where_evictions_stop_and_the_cached_walk_matches(attack_st
         walk = SwapWalk(w, budget)
         traffic = walk.run()
         assert walk.evictions == 0
-        assert walk_traffic(w, budget) == (traffic, 0)
+        assert walk_traffic(w, budget) == (traffic, 0, 1)
     tight = footprint(w) - 1
     walk = SwapWalk(w, tight)
-    assert walk_traffic(w, tight) == (walk.run(), walk.evictions)
+    assert walk_traffic(w, tight) == (walk.run(), walk.evictions, 1)

@@ -128,18 +128,20 @@ class Iteration:
     extra_forwards: int
     slots: int
     classes: int  # the last layer's outputs, what the loss reads
+    micro: int = 1  # micro-batches per batch (the swap walk's plan); one optimizer step per batch
 
 
-def iteration_of(w: Workload) -> Iteration:
+def iteration_of(w: Workload, micro: int = 1) -> Iteration:
     layers = layers_of(w.atoms)
     return Iteration(layers, w.batch, w.attack_steps, w.train_pairs, w.extra_forwards, w.slots,
-                     layers[-1].out_elems)
+                     layers[-1].out_elems, micro)
 
 
 @functools.lru_cache(maxsize=4096)
 def iteration_seconds(it: Iteration, roof: Rooflines) -> float:
-    """Seconds of one local iteration at the device's full speed."""
-    b, layers = it.batch, it.layers
+    """Seconds of one local iteration at the device's full speed: every pass once per
+    micro-batch (the same FLOPs, more operators), the optimizer step once."""
+    b, layers = it.batch // it.micro, it.layers
     image = b * layers[0].in_elems
     forward = sum(layer_seconds(x, FORWARD, b, roof) for x in layers)
     loss = 2 * elementwise_seconds(b * it.classes, LOSS_OPS, 2, roof)
@@ -148,8 +150,8 @@ def iteration_seconds(it: Iteration, roof: Rooflines) -> float:
     if it.attack_steps:
         attack += elementwise_seconds(image, PGD_START_OPS, 2, roof)
     train = it.train_pairs * (forward + loss + backward_seconds(layers, b, roof))
-    return (elementwise_seconds(image, BATCH_OPS, 2, roof) + attack + train
-            + it.extra_forwards * forward + optimizer_seconds(layers, it.slots, roof))
+    passes = elementwise_seconds(image, BATCH_OPS, 2, roof) + attack + train + it.extra_forwards * forward
+    return it.micro * passes + optimizer_seconds(layers, it.slots, roof)
 
 
 def backward_seconds(layers: tuple[LayerProfile, ...], batch: int, roof: Rooflines) -> float:

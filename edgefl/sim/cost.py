@@ -68,16 +68,17 @@ def mem_need(w: Workload, accounting: str) -> float:
     return mem_req(w.atoms, w.batch, w.slots, adversarial=w.attack_steps > 0)
 
 
-def walk_traffic(w: Workload, budget: float) -> tuple[Traffic, int]:
-    """(traffic, evictions) of the swap walk. Every budget that holds the round's whole footprint
-    gives the same walk, and fleets repeat budgets (R_min), so walks are cached."""
+def walk_traffic(w: Workload, budget: float) -> tuple[Traffic, int, int]:
+    """(traffic, evictions, micro-batches per batch) of the swap walk. Every budget that holds the
+    round's whole footprint gives the same walk, and fleets repeat budgets (R_min), so walks are
+    cached."""
     return _walk(w, math.inf if footprint(w) <= budget else budget)
 
 
 @functools.lru_cache(maxsize=65536)
-def _walk(w: Workload, budget: float) -> tuple[Traffic, int]:
-    traffic, evictions, _ = walk(w, budget)
-    return traffic, evictions
+def _walk(w: Workload, budget: float) -> tuple[Traffic, int, int]:
+    traffic, evictions, plan = walk(w, budget)
+    return traffic, evictions, plan.micro
 
 
 class WalkCost:
@@ -88,27 +89,28 @@ class WalkCost:
 
     def cost(self, w: Workload, state: DeviceState) -> ClientCost:
         need = mem_req(w.atoms, w.batch, w.slots, adversarial=w.attack_steps > 0)
-        traffic, evictions = walk_traffic(w, state.memory_bytes)
+        traffic, evictions, micro = walk_traffic(w, state.memory_bytes)
         dev = state.device
         access = (traffic.read_bytes / (dev.storage_read_mbps * 1e6)
                   + traffic.write_bytes / (dev.storage_write_mbps * 1e6)
                   + (traffic.read_ops + traffic.write_ops) * dev.storage_latency_ms / 1e3)
         down, up = network_seconds(w, state) if self.communication else (0.0, 0.0)
         return ClientCost(
-            compute_s=walk_compute_seconds(w, state),
+            compute_s=walk_compute_seconds(w, state, micro),
             data_access_s=access, download_s=down, upload_s=up, mem_req_bytes=need,
             swapped=evictions > 0, read_bytes=traffic.read_bytes,
             write_bytes=traffic.write_bytes)
 
 
-def walk_compute_seconds(w: Workload, state: DeviceState) -> float:
-    """Compute seconds of the round by the roofline model, slowed by the co-running app's share."""
-    return _full_speed_seconds(w, _rooflines(state.device)) / (state.flops / state.device.flops)
+def walk_compute_seconds(w: Workload, state: DeviceState, micro: int = 1) -> float:
+    """Compute seconds of the round by the roofline model (in `micro` micro-batches per batch when
+    the swap walk splits the batch), slowed by the co-running app's share."""
+    return _full_speed_seconds(w, _rooflines(state.device), micro) / (state.flops / state.device.flops)
 
 
 @functools.lru_cache(maxsize=65536)
-def _full_speed_seconds(w: Workload, roof: Rooflines) -> float:
-    return round_seconds(iteration_of(w), w.iterations, w.extra_flops, roof, 1.0)
+def _full_speed_seconds(w: Workload, roof: Rooflines, micro: int) -> float:
+    return round_seconds(iteration_of(w, micro), w.iterations, w.extra_flops, roof, 1.0)
 
 
 def _rooflines(device: DeviceProfile) -> Rooflines:
