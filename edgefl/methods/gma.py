@@ -3,6 +3,22 @@ each client's update Delta_n = w_n - w, averages them (weights s_n), and scales 
 the soft mask m = 1 where A = |mean_n sign(Delta_n)| >= tau, else A. A drop-in aggregator: clients
 run FedAvg or FedProx (`gma.base`); the server applies the masked update with plain SGD (FedAvg),
 FedAdam or FedYogi (Reddi et al., ICLR 2021) (`gma.server`). Buffers (BN statistics) are averaged.
+`gma.tau = 0` masks nothing (every agreement is >= 0): the base optimiser unmasked.
+
+Headline claim (Tenison et al., Table 2): the mask improves FedAvg, FedProx and FedAdam on non-IID
+data. The paper's "robust" means generalisation (in-distribution and out-of-distribution test
+accuracy), not adversarial robustness; edgefl checks both under local adversarial training. On
+digits (`bench/claims.py gma`: scenarios/gma-digits.toml with Dirichlet(0.3) over 10 clients,
+5 a round, 10 local PGD-10 steps, 30 rounds; tau 0.4 against tau 0; server lr 1 for FedAvg and
+FedProx, FedAdam at 0.01; seeds 0, 1, 2; final round) edgefl reproduces it, clean and PGD-20:
+
+    FedAvg   clean 86.3 +- 2.5  PGD-20 44.3 +- 5.2   +GMA  clean 92.3 +- 2.5  PGD-20 49.5 +- 2.0
+    FedProx  clean 86.6 +- 2.7  PGD-20 45.4 +- 5.3   +GMA  clean 91.0 +- 3.2  PGD-20 49.7 +- 3.1
+    FedAdam  clean 91.6 +- 4.5  PGD-20 42.4 +- 1.8   +GMA  clean 93.1 +- 2.6  PGD-20 45.6 +- 1.7
+
+The mask helps every base on the mean and on every seed's PGD-20 but one (FedProx seed 1, equal
+at 51.4); the FedAdam gain (+3.2 PGD-20, +1.5 clean) is the smallest and, for clean accuracy,
+within the spread.
 """
 
 from __future__ import annotations
