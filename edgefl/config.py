@@ -277,7 +277,8 @@ def fit_defaults(s: Scenario, raw: dict[str, Any]) -> Scenario:
     from edgefl.data.datasets import dataset_spec
     from edgefl.methods import METHODS
 
-    if getattr(METHODS.get(s.method), "uses_public", False) and "public_samples" not in raw.get("distill", {}):
+    user_set = "public_samples" in raw.get("distill", {})
+    if getattr(METHODS.get(s.method), "uses_public", False) and not user_set:
         cap = max(1, dataset_spec(s.data).train_samples // PUBLIC_SHARE)
         s.distill.public_samples = min(s.distill.public_samples, cap)
     return s
@@ -547,7 +548,7 @@ def _check_names(s: Scenario, where: str) -> None:
     for key, value, known in named:
         if value not in known:
             raise EdgeflError(where, key, f"unknown {value!r}; choose one of: {', '.join(known)}")
-    for key in METHODS.get(s.method).ignores:
+    for key in getattr(METHODS.get(s.method), "ignores", ()):
         section, _, leaf = key.partition(".")
         value, default = getattr(getattr(s, section), leaf), getattr(getattr(Scenario(), section), leaf)
         if value != default:

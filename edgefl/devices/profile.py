@@ -12,10 +12,10 @@ rooflines per layer kind and pass in its `[kernels]` table instead.
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Sequence
 from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
-from collections.abc import Sequence
-from typing import Any, TypeVar, get_type_hints
+from typing import Any, TypeVar, cast, get_type_hints
 
 from edgefl.config import build
 from edgefl.errors import EdgeflError
@@ -107,16 +107,20 @@ def load_profile(path: Path, cls: type[P], networks: Sequence[str] | None = None
     profile: P = build(cls, raw, where, "")
     if isinstance(profile, DeviceProfile):
         known = list(networks) if networks is not None else _bundled_networks()
-        if "networks" in raw and not profile.networks:
-            raise EdgeflError(where, "networks", "must not be empty; omit it to allow every network")
-        if "networks" not in raw:
-            profile = replace(profile, networks=known)
-        bad = [n for n in profile.networks if n not in known]
-        if bad:
-            raise EdgeflError(where, "networks", f"unknown {bad[0]!r}; networks found: {', '.join(known)} "
-                              "(a network is a file networks/NAME.toml in a profile folder)")
+        profile = cast(P, _with_networks(profile, "networks" in raw, known, where))
     _check(profile, where, path.stem)
     return profile
+
+
+def _with_networks(p: DeviceProfile, given: bool, known: list[str], where: str) -> DeviceProfile:
+    """The device with its networks checked against those found, or all of them when omitted."""
+    if given and not p.networks:
+        raise EdgeflError(where, "networks", "must not be empty; omit it to allow every network")
+    bad = [n for n in p.networks if n not in known]
+    if bad:
+        raise EdgeflError(where, "networks", f"unknown {bad[0]!r}; networks found: {', '.join(known)} "
+                          "(a network is a file networks/NAME.toml in a profile folder)")
+    return p if given else replace(p, networks=known)
 
 
 def _bundled_networks() -> list[str]:
