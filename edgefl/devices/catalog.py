@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
@@ -60,7 +60,7 @@ class Catalog:
     devices: dict[str, DeviceProfile]
     apps: dict[str, AppProfile]
     networks: dict[str, NetworkProfile]
-    files: dict[tuple[str, str], Path]  # (kind, name) -> the file it was read from
+    files: dict[tuple[str, str], Path] = field(default_factory=dict)  # (kind, name) -> file read
 
     def pool(self, name: str) -> list[DeviceProfile]:
         return [d for d in self.devices.values() if name in d.pools]
