@@ -40,8 +40,7 @@ def bundled(folder: str) -> Path:
         import edgefl
 
         return Path(edgefl.__file__).resolve().parents[1] / folder
-    entries = [e for e in root.iterdir() if isinstance(e, Path)]  # a namespace package: real files
-    return entries[0].parent if entries else Path(str(root))
+    return Path(str(root))  # an installed package is a folder on disk
 
 
 def search_path(scenario: Path | str | None = None) -> tuple[Path, ...]:
