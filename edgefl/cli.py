@@ -299,7 +299,7 @@ def cmd_partition(args: argparse.Namespace) -> int:
 def cmd_scenarios_list(args: argparse.Namespace) -> int:
     from edgefl.devices.catalog import bundled
 
-    for path in sorted(bundled("scenarios").glob("*.toml")):
+    for path in sorted(bundled("scenarios").glob("*.toml"), key=lambda p: p.stem):
         first = next((line.lstrip("#").strip() for line in path.read_text(encoding="utf-8-sig").splitlines()
                       if line.startswith("#")), "")
         print(f"{path.stem:<34}{first}")
