@@ -168,9 +168,8 @@ def _run_target(args: argparse.Namespace) -> tuple[Any, str, Path]:
     if args.resume is None:
         if args.scenario is None:
             raise EdgeflError("edgefl run", "scenario", "give a scenario file, or --resume RUN_DIR")
-        suffix = "-dry" if args.dry_run else ""
         return (load_scenario(args.scenario, overrides), str(args.scenario),
-                args.out or Path("runs") / f"{args.scenario.stem}{suffix}")
+                args.out or default_out(args.scenario, args.dry_run))
     where = str(args.resume / "scenario.toml")
     if args.scenario or args.overrides or args.dry_run or args.out:
         raise EdgeflError(str(args.resume), "--resume", "continues a run as it was started; "
@@ -184,6 +183,11 @@ def _run_target(args: argparse.Namespace) -> tuple[Any, str, Path]:
         raise EdgeflError(str(args.resume), "--resume", "has no checkpoint (a dry run, checkpoint_every = 0, "
                           "or killed in its first round): start it again with edgefl run --overwrite")
     return load_scenario(where, overrides), where, args.resume
+
+
+def default_out(scenario: Path, dry_run: bool, prefix: str = "") -> Path:
+    """runs/<prefix><scenario file name>, with -dry for a dry run (README: Outputs, Comparing methods)."""
+    return Path("runs") / f"{prefix}{scenario.stem}{'-dry' if dry_run else ''}"
 
 
 def _run_line(summary: dict[str, Any], out: Path) -> str:
@@ -212,7 +216,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if not methods or len(set(methods)) != len(methods):
         raise EdgeflError("edgefl compare", "--methods", "give each method once, comma-separated, "
                           "e.g. jfat,fedprophet")
-    out = args.out or Path("runs") / f"compare-{args.scenario.stem}{'-dry' if args.dry_run else ''}"
+    out = args.out or default_out(args.scenario, args.dry_run, "compare-")
     where = str(args.scenario)
     table = load_scenario(args.scenario, _overrides(args)).compare.rounds
     scenarios = {m: load_scenario(args.scenario, [*_overrides(args), f"method={json.dumps(m)}",
