@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from test_cli import one_error_line
+from test_devices import device_text
 
 from edgefl.cli import _found_how, main, scenario_file
 from edgefl.config import FleetConfig, load_scenario
@@ -21,18 +22,6 @@ from edgefl.rundir import fingerprint
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLED = ROOT / "device_profiles"
 
-BOARD = """\
-name = "{name}"
-description = "a user's board"
-source = "test"
-pools = ["{pool}"]
-memory_mb = {memory_mb}
-compute_gflops = 5.0
-storage_read_mbps = 50.0
-storage_write_mbps = 40.0
-storage_latency_ms = 1.0
-{networks}
-"""
 LORA = """\
 name = "lora"
 description = "a user's network"
@@ -45,9 +34,11 @@ latency_ms = [100.0, 200.0]
 
 def board(folder: Path, name: str = "board", pool: str = "mine", memory_mb: float = 64.0,
           networks: str = "") -> Path:
+    """A made-up device profile in `folder`; without `networks` the key is omitted."""
     folder.mkdir(parents=True, exist_ok=True)
+    lines = device_text(name, str(memory_mb), networks).replace('["test"]', f'["{pool}"]').splitlines()
     path = folder / f"{name}.toml"
-    path.write_text(BOARD.format(name=name, pool=pool, memory_mb=memory_mb, networks=networks))
+    path.write_text("\n".join(line for line in lines if networks or not line.startswith("networks")))
     return path
 
 
@@ -139,7 +130,7 @@ def test_user_networks_and_apps_are_found_too(tmp_path: Path, monkeypatch: pytes
     (root / "apps").mkdir()
     (root / "apps" / "busy.toml").write_text('name = "busy"\ndescription = "x"\nsource = "test"\n'
                                              "perf_left = 0.5\nmemory_left = 0.25\n")
-    path = board(root, networks='networks = ["lora", "wifi"]')
+    path = board(root, networks='["lora", "wifi"]')
     assert main(["devices", "validate", str(path)]) == 0  # lora: a network of that folder
     monkeypatch.setenv(catalog.ENV, str(root))
     cat = catalog.load_catalog()
@@ -150,7 +141,7 @@ def test_user_networks_and_apps_are_found_too(tmp_path: Path, monkeypatch: pytes
     assert {s.app for s in states} == {"busy"} and {s.network for s in states} <= {"lora", "wifi"}
     monkeypatch.delenv(catalog.ENV)
     capsys.readouterr()
-    elsewhere = board(tmp_path / "other", networks='networks = ["lora"]')
+    elsewhere = board(tmp_path / "other", networks='["lora"]')
     assert main(["devices", "validate", str(elsewhere)]) == 2  # no lora along this path
     line = one_error_line(capsys.readouterr().err)
     assert ": networks: unknown 'lora'; networks found: 4g, 5g, cable" in line
@@ -168,7 +159,7 @@ def test_catalog_is_cached_per_search_path(tmp_path: Path, monkeypatch: pytest.M
 def test_fingerprint_hashes_the_profiles_the_run_used(tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     mine = tmp_path / "mine"
-    used = board(mine, name="board", networks='networks = ["wifi"]')
+    used = board(mine, name="board", networks='["wifi"]')
     monkeypatch.setenv(catalog.ENV, str(mine))
     pool = DevicePool(catalog.load_catalog(), FleetConfig(clients=2, devices=["board"], apps=["idle"]), 0)
     assert pool.profile_files() == [used, BUNDLED / "apps" / "idle.toml", BUNDLED / "networks" / "wifi.toml"]

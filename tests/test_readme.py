@@ -47,7 +47,8 @@ def subparsers(p: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> dict[t
     """Every leaf command and its flags."""
     actions = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
     if not actions:
-        return {path: [o for a in p._actions for o in a.option_strings if o.startswith("--") and o != "--help"]}
+        return {path: [o for a in p._actions for o in a.option_strings
+                       if o.startswith("--") and o != "--help"]}
     found: dict[tuple[str, ...], list[str]] = {}
     for name, sub in actions[0].choices.items():
         found |= subparsers(sub, (*path, name))
