@@ -180,3 +180,12 @@ def test_calibrate_says_how_a_scenario_finds_the_profile(tmp_path: Path,
     assert "export EDGEFL_PROFILE_PATH=" + str(tmp_path) in _found_how(tmp_path / "h.toml", "h")
     monkeypatch.setenv(catalog.ENV, str(tmp_path))
     assert _found_how(tmp_path / "h.toml", "h").startswith("scenarios find it (")
+
+
+def test_a_profile_path_that_is_not_a_folder_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv(catalog.ENV, f"{tmp_path}:{tmp_path / 'typo'}")
+    assert main(["devices", "list"]) == 2
+    assert one_error_line(capsys.readouterr().err) == (
+        f"edgefl: error: EDGEFL_PROFILE_PATH: {tmp_path / 'typo'}: is not a folder; give folders of "
+        "profiles, colon-separated")

@@ -48,7 +48,10 @@ def search_path(scenario: Path | str | None = None) -> tuple[Path, ...]:
     dirs = []
     if scenario is not None and (beside := Path(scenario).parent / "device_profiles").is_dir():
         dirs.append(beside)
-    dirs += [Path(p) for p in os.environ.get(ENV, "").split(os.pathsep) if p.strip()]
+    for text in (p for p in os.environ.get(ENV, "").split(os.pathsep) if p.strip()):
+        if not Path(text).is_dir():
+            raise EdgeflError(ENV, text, "is not a folder; give folders of profiles, colon-separated")
+        dirs.append(Path(text))
     home = bundled("device_profiles").resolve()  # last, even beside a bundled scenario
     unique = dict.fromkeys(d.resolve() for d in dirs if d.resolve() != home)  # each folder once
     return (*unique, home)
@@ -102,8 +105,6 @@ def _files(roots: tuple[Path, ...], sub: str) -> Iterator[tuple[str, Path]]:
     chosen: dict[str, Path] = {}
     for root in roots:
         folder = root / sub if sub else root
-        if root.exists() and not root.is_dir():
-            raise EdgeflError(str(root), ENV, "names a file; give folders of profiles")
         for path in sorted(folder.glob("*.toml")):
             chosen.setdefault(path.stem, path)
     yield from sorted(chosen.items())
