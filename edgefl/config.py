@@ -239,7 +239,7 @@ class Scenario:
 
 def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
     """Read (UTF-8, a byte-order mark allowed), override, type-check and validate a scenario file; a
-    file with no key at all is refused rather than silently run as the defaults. Defaults the user
+    file with no key at all and no `--set` is refused rather than silently run as the defaults. Defaults the user
     did not set that cannot fit the chosen dataset are scaled to it (`fit_defaults`)."""
     where = str(path)
     try:
@@ -253,11 +253,11 @@ def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scena
         raw = tomllib.loads(text)
     except (ValueError, RecursionError) as exc:  # TOMLDecodeError, an int over 4300 digits, deep nesting
         raise EdgeflError(where, "syntax", f"not valid TOML ({exc})") from None
+    for item in overrides or []:
+        apply_override(raw, item)
     if not raw:
         raise EdgeflError(where, "file", "is empty (no key set); a scenario sets at least one key, e.g. "
                           "method = \"jfat\" (edgefl scenarios list shows complete ones)")
-    for item in overrides or []:
-        apply_override(raw, item)
     try:
         scenario = build(Scenario, raw, where, "")
         validate(scenario, where)

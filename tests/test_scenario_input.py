@@ -27,6 +27,8 @@ def test_an_empty_scenario_is_one_clear_error(tmp_path: Path, capsys: pytest.Cap
         f"edgefl: error: {path}: file: is empty (no key set); a scenario sets at least one key, e.g. "
         'method = "jfat" (edgefl scenarios list shows complete ones)')
     assert not (tmp_path / "out").exists()
+    assert main(["run", str(path), "--dry-run", "--quiet", "--set", "rounds=1", "--out",
+                 str(tmp_path / "out")]) == 0  # keys from --set alone: the user chose the defaults
 
 
 def test_a_byte_order_mark_is_accepted(tmp_path: Path) -> None:
