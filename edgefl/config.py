@@ -239,8 +239,8 @@ class Scenario:
 
 def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
     """Read (UTF-8, a byte-order mark allowed), override, type-check and validate a scenario file; a
-    file with no key at all and no `--set` is refused rather than silently run as the defaults. Defaults the user
-    did not set that cannot fit the chosen dataset are scaled to it (`fit_defaults`)."""
+    file with no key at all and no `--set` is refused rather than silently run as the defaults.
+    Defaults the user did not set that cannot fit the chosen dataset are scaled to it (`fit_defaults`)."""
     where = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8-sig")
