@@ -59,7 +59,8 @@ def case(model: str, dataset: str, batch: int, device: str, threads: int, repeat
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--device", required=True, help="the calibrated host profile in device_profiles/")
+    ap.add_argument("--device", required=True, help="the calibrated host profile (in device_profiles/ or on "
+                    "EDGEFL_PROFILE_PATH)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (as the profile was calibrated)")
     ap.add_argument("--batches", type=int, nargs=2, default=[32, 64])
     ap.add_argument("--repeats", type=int, default=3)

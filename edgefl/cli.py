@@ -1,4 +1,5 @@
-"""The `edgefl` command: run | compare | plot | partition | devices (list, show, validate, calibrate).
+"""The `edgefl` command: run | compare | plot | partition | scenarios list | devices (list, show, validate,
+calibrate).
 
 Bad input ends with one line naming the file, the key and the fix, and exit code 2.
 """
@@ -50,15 +51,29 @@ def out_dir(text: str) -> Path:
     return Path(text)
 
 
+def scenario_file(text: str) -> Path:
+    """A scenario argument: a file that exists, else the bundled scenario of that name (`quickstart`
+    or `quickstart.toml`; `edgefl scenarios list` shows them), else the path as given (not found)."""
+    from edgefl.devices.catalog import bundled
+
+    path = Path(text)
+    if path.exists() or path.name != text:
+        return path
+    named = bundled("scenarios") / (text if text.endswith(".toml") else f"{text}.toml")
+    return named if named.is_file() else path
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="edgefl", description=__doc__.splitlines()[0] if __doc__ else "")
     sub = p.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run a scenario: real training, simulated clock")
-    run.add_argument("scenario", type=Path, nargs="?", help="scenario file (not with --resume)")
+    run.add_argument("scenario", type=scenario_file, nargs="?",
+                     help="scenario file or bundled scenario name (not with --resume)")
     run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                      help="override a scenario key, e.g. --set rounds=5 --set fleet.clients=10")
-    run.add_argument("--out", type=out_dir, help="run directory (default runs/<scenario name>)")
+    run.add_argument("--out", type=out_dir, help="run directory (default runs/<scenario name>, "
+                     "runs/<scenario name>-dry for a dry run)")
     run.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
     run.add_argument("--download", action="store_true", help="allow downloading the dataset")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -72,7 +87,7 @@ def parser() -> argparse.ArgumentParser:
 
     comp = sub.add_parser("compare", help="run several methods on the same fleet, split and seed; "
                           "write comparison.md, comparison.csv and figures")
-    comp.add_argument("scenario", type=Path)
+    comp.add_argument("scenario", type=scenario_file, help="scenario file or bundled scenario name")
     comp.add_argument("--methods", required=True, help="comma-separated, e.g. jfat,fedprophet,heterofl_at")
     comp.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     comp.add_argument("--out", type=out_dir, help="folder (default runs/compare-<scenario name>), one run "
@@ -93,24 +108,33 @@ def parser() -> argparse.ArgumentParser:
     plot.set_defaults(func=cmd_plot)
 
     part = sub.add_parser("partition", help="FedProphet's modules for a scenario's model and R_min")
-    part.add_argument("scenario", type=Path)
+    part.add_argument("scenario", type=scenario_file, help="scenario file or bundled scenario name")
     part.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     part.add_argument("--json", action="store_true", help="print a JSON list of modules")
     part.set_defaults(func=cmd_partition)
+
+    scen = sub.add_parser("scenarios", help="the bundled scenarios")
+    ssub = scen.add_subparsers(dest="scenarios_command", required=True)
+    ssub.add_parser("list", help="list the bundled scenarios (edgefl run NAME runs one)").set_defaults(
+        func=cmd_scenarios_list)
 
     dev = sub.add_parser("devices", help="device profiles")
     dsub = dev.add_subparsers(dest="devices_command", required=True)
     ls = dsub.add_parser("list", help="list device profiles")
     ls.add_argument("--pool", help="only this pool")
+    ls.add_argument("--scenario", type=scenario_file, help="the profiles this scenario sees (its "
+                    "device_profiles/ folder first)")
     ls.set_defaults(func=cmd_devices_list)
     show = dsub.add_parser("show", help="show one device profile")
     show.add_argument("name")
+    show.add_argument("--scenario", type=scenario_file, help="the profiles this scenario sees")
     show.set_defaults(func=cmd_devices_show)
     val = dsub.add_parser("validate", help="check device profile files")
     val.add_argument("files", type=Path, nargs="+")
     val.set_defaults(func=cmd_devices_validate)
     cal = dsub.add_parser("calibrate", help="measure this machine and write its device profile")
-    cal.add_argument("--out", type=Path, required=True, help="profile file, e.g. device_profiles/NAME.toml")
+    cal.add_argument("--out", type=Path, required=True, help="profile file, e.g. device_profiles/NAME.toml "
+                     "beside your scenario, or in a folder of EDGEFL_PROFILE_PATH")
     cal.add_argument("--pool", default="host", help="pool the profile joins (default host)")
     cal.add_argument("--repeats", type=int, default=5, help="timed repeats per figure; the median is kept")
     cal.add_argument("--quick", action="store_true", help="small sizes: seconds, rough figures (tests)")
@@ -144,9 +168,8 @@ def _run_target(args: argparse.Namespace) -> tuple[Any, str, Path]:
     if args.resume is None:
         if args.scenario is None:
             raise EdgeflError("edgefl run", "scenario", "give a scenario file, or --resume RUN_DIR")
-        suffix = "-dry" if args.dry_run else ""
         return (load_scenario(args.scenario, overrides), str(args.scenario),
-                args.out or Path("runs") / f"{args.scenario.stem}{suffix}")
+                args.out or default_out(args.scenario, args.dry_run))
     where = str(args.resume / "scenario.toml")
     if args.scenario or args.overrides or args.dry_run or args.out:
         raise EdgeflError(str(args.resume), "--resume", "continues a run as it was started; "
@@ -160,6 +183,11 @@ def _run_target(args: argparse.Namespace) -> tuple[Any, str, Path]:
         raise EdgeflError(str(args.resume), "--resume", "has no checkpoint (a dry run, checkpoint_every = 0, "
                           "or killed in its first round): start it again with edgefl run --overwrite")
     return load_scenario(where, overrides), where, args.resume
+
+
+def default_out(scenario: Path, dry_run: bool, prefix: str = "") -> Path:
+    """runs/<prefix><scenario file name>, with -dry for a dry run (README: Outputs, Comparing methods)."""
+    return Path("runs") / f"{prefix}{scenario.stem}{'-dry' if dry_run else ''}"
 
 
 def _run_line(summary: dict[str, Any], out: Path) -> str:
@@ -188,7 +216,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if not methods or len(set(methods)) != len(methods):
         raise EdgeflError("edgefl compare", "--methods", "give each method once, comma-separated, "
                           "e.g. jfat,fedprophet")
-    out = args.out or Path("runs") / f"compare-{args.scenario.stem}{'-dry' if args.dry_run else ''}"
+    out = args.out or default_out(args.scenario, args.dry_run, "compare-")
     where = str(args.scenario)
     table = load_scenario(args.scenario, _overrides(args)).compare.rounds
     scenarios = {m: load_scenario(args.scenario, [*_overrides(args), f"method={json.dumps(m)}",
@@ -272,47 +300,60 @@ def cmd_partition(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_devices_list(args: argparse.Namespace) -> int:
-    from edgefl.devices.catalog import PROFILES_DIR, load_catalog
+def cmd_scenarios_list(args: argparse.Namespace) -> int:
+    from edgefl.devices.catalog import bundled
 
-    catalog = load_catalog()
+    for path in sorted(bundled("scenarios").glob("*.toml"), key=lambda p: p.stem):
+        first = next((line.lstrip("#").strip() for line in path.read_text(encoding="utf-8-sig").splitlines()
+                      if line.startswith("#")), "")
+        print(f"{path.stem:<34}{first}")
+    return 0
+
+
+def cmd_devices_list(args: argparse.Namespace) -> int:
+    from edgefl.devices.catalog import catalog_for, search_path
+
+    catalog = catalog_for(args.scenario)
     if args.pool and args.pool not in catalog.pools():
-        raise EdgeflError(str(PROFILES_DIR), "--pool",
+        raise EdgeflError(":".join(map(str, search_path(args.scenario))), "--pool",
                           f"no device is in pool {args.pool!r}; pools: {', '.join(catalog.pools())}")
     devices = catalog.pool(args.pool) if args.pool else list(catalog.devices.values())
-    print(f"{'name':<22}{'pools':<14}{'memory MB':>12}{'GFLOP/s':>10}{'read MB/s':>11}")
+    print(f"{'name':<22}{'pools':<14}{'memory MB':>12}{'GFLOP/s':>10}{'read MB/s':>11}  file")
     for d in devices:
         print(f"{d.name:<22}{','.join(d.pools):<14}{d.memory_mb:>12.3f}"
-              f"{d.compute_gflops:>10.1f}{d.storage_read_mbps:>11.1f}")
+              f"{d.compute_gflops:>10.1f}{d.storage_read_mbps:>11.1f}  {catalog.file('devices', d.name)}")
     return 0
 
 
 def cmd_devices_show(args: argparse.Namespace) -> int:
-    from edgefl.devices.catalog import PROFILES_DIR, load_catalog
+    from edgefl.devices.catalog import catalog_for, search_path
 
-    catalog = load_catalog()
+    catalog = catalog_for(args.scenario)
     if args.name not in catalog.devices:
-        raise EdgeflError(str(PROFILES_DIR), args.name,
+        raise EdgeflError(":".join(map(str, search_path(args.scenario))), args.name,
                           f"no such device; known: {', '.join(sorted(catalog.devices))}")
-    print((PROFILES_DIR / f"{args.name}.toml").read_text(), end="")
+    path = catalog.file("devices", args.name)
+    print(f"# {path}\n{path.read_text(encoding='utf-8-sig')}", end="")
     return 0
 
 
 def cmd_devices_validate(args: argparse.Namespace) -> int:
+    """Each file as a profile of the folder it is in: its networks are those of that folder, of
+    EDGEFL_PROFILE_PATH and the bundled ones."""
+    from edgefl.devices.catalog import network_names, search_path
     from edgefl.devices.profile import DeviceProfile, load_profile
 
     for path in args.files:
         if not path.is_file():
             raise EdgeflError(str(path), "file", "not found")
-        p = load_profile(path, DeviceProfile)
+        roots = (path.parent.resolve(), *search_path())
+        p = load_profile(path, DeviceProfile, network_names(roots))
         print(f"{path}: ok ({p.name}: {p.memory_mb} MB, {p.compute_gflops} GFLOP/s)")
     return 0
 
 
 def cmd_devices_calibrate(args: argparse.Namespace) -> int:
     from edgefl.devices.calibrate import FULL, QUICK, calibrate, prepare_target, render_profile, write_profile
-    from edgefl.devices.catalog import PROFILES_DIR
-
     name = args.out.stem  # profiles are named by their file
     prepare_target(args.out, args.repeats, args.overwrite)
     if args.threads < 0:
@@ -331,6 +372,19 @@ def cmd_devices_calibrate(args: argparse.Namespace) -> int:
           f"{c.compute.conv_gflops:.4g} GFLOP/s; storage read {s.read_mbps:.4g}, write {s.write_mbps:.4g} "
           f"MB/s, latency read {s.read_latency_ms:.4g}, write {s.write_latency_ms:.4g} ms; "
           f"rooflines of {len(c.rooflines)} (kind, pass) on {c.threads} threads -> {args.out}")
-    if args.out.parent.resolve() != PROFILES_DIR:
-        print(f"scenarios find devices in {PROFILES_DIR}: copy it there to use fleet.devices = [{name!r}]")
+    print(_found_how(args.out, name))
     return 0
+
+
+def _found_how(out: Path, name: str) -> str:
+    """How a scenario finds the profile just written, without copying it anywhere."""
+    from edgefl.devices.catalog import ENV, search_path
+
+    folder = out.parent.resolve()
+    use = f"fleet.devices = [{name!r}]"
+    if folder in search_path():
+        return f"scenarios find it ({folder} is on the profile search path): use {use}"
+    if folder.name == "device_profiles":
+        return (f"a scenario file in {folder.parent} finds it there: use {use}; from elsewhere, "
+                f"export {ENV}={folder}")
+    return f"to use it, export {ENV}={folder} (or put it in device_profiles/ beside the scenario): {use}"

@@ -238,12 +238,15 @@ class Scenario:
 
 
 def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
-    """Read, override, type-check and validate a scenario file."""
+    """Read (UTF-8, a byte-order mark allowed), override, type-check and validate a scenario file; a
+    file with no key at all and no `--set` is refused rather than silently run as the defaults.
+    Defaults the user did not set that cannot fit the chosen dataset are scaled to it (`fit_defaults`)."""
     where = str(path)
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8-sig")
     except FileNotFoundError:
-        raise EdgeflError(where, "file", "not found; give the path of a scenario .toml") from None
+        raise EdgeflError(where, "file", "not found; give the path of a scenario .toml or the name of a "
+                          "bundled scenario (edgefl scenarios list)") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise EdgeflError(where, "file", f"cannot be read ({exc})") from None
     try:
@@ -252,12 +255,33 @@ def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scena
         raise EdgeflError(where, "syntax", f"not valid TOML ({exc})") from None
     for item in overrides or []:
         apply_override(raw, item)
+    if not raw:
+        raise EdgeflError(where, "file", "is empty (no key set); a scenario sets at least one key, e.g. "
+                          "method = \"jfat\" (edgefl scenarios list shows complete ones)")
     try:
         scenario = build(Scenario, raw, where, "")
         validate(scenario, where)
     except EdgeflError as exc:
         raise blame_set(exc, where, overrides or []) from None
-    return scenario
+    return fit_defaults(scenario, raw)
+
+
+PUBLIC_SHARE = 5  # a default public split is at most 1/5 of the training set
+
+
+def fit_defaults(s: Scenario, raw: dict[str, Any]) -> Scenario:
+    """Scale the defaults sized for CIFAR-10 that the chosen dataset cannot hold, when the user did not
+    set them (a value the user set is kept, and refused later with one line if it does not fit):
+    `distill.public_samples` (5000) of a method that distils becomes at most a fifth of the training
+    set (287 of the 1437 digits)."""
+    from edgefl.data.datasets import dataset_spec
+    from edgefl.methods import METHODS
+
+    user_set = "public_samples" in raw.get("distill", {})
+    if getattr(METHODS.get(s.method), "uses_public", False) and not user_set:
+        cap = max(1, dataset_spec(s.data).train_samples // PUBLIC_SHARE)
+        s.distill.public_samples = min(s.distill.public_samples, cap)
+    return s
 
 
 def blame_set(exc: EdgeflError, where: str, overrides: list[str]) -> EdgeflError:
@@ -498,10 +522,10 @@ def _is_range(values: list[float], low: float, high: float) -> bool:
 
 
 def _check_names(s: Scenario, where: str) -> None:
-    """Names that must exist in a registry or in device_profiles/."""
+    """Names that must exist in a registry or along the scenario's profile search path."""
     from edgefl.attacks import ATTACKS
     from edgefl.data import DATASETS, PARTITIONS
-    from edgefl.devices.catalog import load_catalog
+    from edgefl.devices.catalog import catalog_for
     from edgefl.execution.objectives import OBJECTIVES
     from edgefl.methods import METHODS
     from edgefl.models import MODELS
@@ -518,12 +542,18 @@ def _check_names(s: Scenario, where: str) -> None:
     named += [("evaluation.extra", a, ATTACKS.names()) for a in s.evaluation.extra]
     named += [("compare.rounds", m, METHODS.names()) for m in s.compare.rounds]
     named += [("distill.family", m, MODELS.names()) for m in s.distill.family]
-    catalog = load_catalog()
+    catalog = catalog_for(where)
     named += [("fleet.devices", d, sorted(catalog.devices)) for d in s.fleet.devices]
     named += [("fleet.apps", a, sorted(catalog.apps)) for a in s.fleet.apps]
     for key, value, known in named:
         if value not in known:
             raise EdgeflError(where, key, f"unknown {value!r}; choose one of: {', '.join(known)}")
+    for key in getattr(METHODS.get(s.method), "ignores", ()):
+        section, _, leaf = key.partition(".")
+        value, default = getattr(getattr(s, section), leaf), getattr(getattr(Scenario(), section), leaf)
+        if value != default:
+            raise EdgeflError(where, key, f"method {s.method} ignores it (it would have no effect); leave "
+                              f"it at its default {_toml_value(default)} or choose another method")
     if not s.fleet.devices and not catalog.pool(s.fleet.pool):
         raise EdgeflError(
             where, "fleet.pool",

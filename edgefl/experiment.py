@@ -29,7 +29,7 @@ from edgefl.config import Scenario, to_toml
 from edgefl.data import Dataset, load_dataset, split_clients
 from edgefl.data.datasets import dataset_spec, shapes_only
 from edgefl.data.partition import ClientSplit, public_split
-from edgefl.devices.catalog import load_catalog
+from edgefl.devices.catalog import catalog_for
 from edgefl.devices.pool import DevicePool
 from edgefl.errors import EdgeflError
 from edgefl.execution.executor import Executor, make_executor
@@ -79,7 +79,7 @@ def prepare(scenario: Scenario, where: str, dry_run: bool = False) -> Experiment
     attack = None if a.name == "none" else make_attack(a.name, a.eps, a.step_size, a.steps)
     torch.manual_seed(scenario.seed)
     ctx = Context(scenario, where, data, splits, profile, new_model, device, attack, public)
-    pool = DevicePool(load_catalog(), scenario.fleet, scenario.seed)
+    pool = DevicePool(catalog_for(where), scenario.fleet, scenario.seed)
     method = METHODS.get(scenario.method)(ctx)
     if scenario.cost.accounting == "walk":  # the paper's formulas swap any model in any budget
         check_budgets(pool, method, where)
@@ -175,7 +175,7 @@ def run(exp: Experiment, out: Path, progress: bool = True, resume: bool = False)
 def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, Any]:
     s = exp.scenario
     text = to_toml(s)
-    fingerprint = rundir.fingerprint(text)
+    fingerprint = rundir.fingerprint(text, exp.pool.profile_files())
     saved = resume_state(exp, out, fingerprint) if resume else None
     if saved is None:
         rundir.claim(out, "run")  # a no-op after prepare_out; library callers get the same checks

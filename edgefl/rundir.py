@@ -21,6 +21,7 @@ import os
 import shutil
 import stat
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -214,19 +215,20 @@ def _foreign(folder: Path, known: set[str]) -> list[str]:
 
 @functools.cache
 def code_version() -> dict[str, str]:
-    """The package version and a hash of the edgefl sources and device profiles: what a run's
-    results depend on besides its scenario."""
+    """The package version and a hash of the edgefl sources."""
     from edgefl import __version__
-    from edgefl.devices.catalog import PROFILES_DIR
 
     digest = hashlib.sha256()
-    package = Path(__file__).resolve().parent
-    files = [*sorted(package.rglob("*.py")), *sorted(PROFILES_DIR.rglob("*.toml"))]
-    for path in files:
+    for path in sorted(Path(__file__).resolve().parent.rglob("*.py")):
         digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return {"edgefl": __version__, "code": digest.hexdigest()[:16]}
 
 
-def fingerprint(scenario_text: str) -> dict[str, str]:
-    """What a run belongs to: its resolved scenario and the code's version."""
-    return {**code_version(), "scenario": hashlib.sha256(scenario_text.encode()).hexdigest()[:16]}
+def fingerprint(scenario_text: str, profiles: Sequence[Path] = ()) -> dict[str, str]:
+    """What a run belongs to: its resolved scenario, the code's version and the device, app and
+    network profile files it used (wherever along the profile search path they were found)."""
+    digest = hashlib.sha256(code_version()["code"].encode())
+    for path in profiles:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return {**code_version(), "code": digest.hexdigest()[:16],
+            "scenario": hashlib.sha256(scenario_text.encode()).hexdigest()[:16]}

@@ -26,6 +26,7 @@ from edgefl.devices.calibrate import (
     write_profile,
 )
 from edgefl.devices.profile import DeviceProfile, load_profile
+from edgefl.errors import EdgeflError
 
 ROOT = Path(__file__).resolve().parents[1]
 CALIBRATION = Calibration(
@@ -73,14 +74,18 @@ def test_profile_round_trips_through_load_profile(tmp_path: Path) -> None:
 
 
 def test_profile_joins_the_catalog_and_a_scenario(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    root = tmp_path / "device_profiles"
-    shutil.copytree(ROOT / "device_profiles", root)
+    root = tmp_path / "device_profiles"  # beside the scenario: found with no copying
+    root.mkdir()
     write_profile(root / "my_host.toml", render_profile("my_host", "host", CALIBRATION))
-    cat = catalog.load_catalog(root)
+    shutil.copy(ROOT / "scenarios" / "quickstart.toml", tmp_path / "mine.toml")
+    cat = catalog.catalog_for(tmp_path / "mine.toml")
     assert [d.name for d in cat.pool("host")] == ["my_host"]
-    monkeypatch.setattr(catalog, "load_catalog", lambda: cat)  # scenarios read device_profiles/
-    s = load_scenario(ROOT / "scenarios" / "quickstart.toml", ['fleet.devices = ["my_host"]'])
+    assert cat.file("devices", "my_host") == (root / "my_host.toml").resolve()
+    s = load_scenario(tmp_path / "mine.toml", ['fleet.devices = ["my_host"]'])
     assert s.fleet.devices == ["my_host"]
+    with pytest.raises(EdgeflError) as info:  # the bundled quickstart does not see it
+        load_scenario(ROOT / "scenarios" / "quickstart.toml", ['fleet.devices = ["my_host"]'])
+    assert info.value.key == "fleet.devices"
 
 
 def test_measurements_are_positive_and_leave_no_file(tmp_path: Path) -> None:
@@ -107,6 +112,7 @@ def test_cli_calibrate_writes_a_valid_profile(tmp_path: Path, capsys: pytest.Cap
     assert main(["devices", "calibrate", "--quick", "--repeats", "2", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "GFLOP/s" in printed and str(out) in printed
+    assert f"export EDGEFL_PROFILE_PATH={out.parent.resolve()}" in printed  # how a scenario finds it
     assert main(["devices", "validate", str(out)]) == 0
     assert capsys.readouterr().out.startswith(f"{out}: ok (x:")
     assert [p.name for p in out.parent.iterdir()] == ["x.toml"]

@@ -61,13 +61,15 @@ def test_devices_list_low_pool(capsys: pytest.CaptureFixture[str]) -> None:
         "geforce_750", "grid_k240q", "radeon_rx_6300m"])
     tx2 = next(line for line in out.splitlines() if line.startswith("tx2 "))
     # memory 4e9 B = 4000 MB, 1.3e12 FLOP/s = 1300 GFLOP/s, 1.5e9 B/s = 1500 MB/s
-    assert [float(x) for x in tx2.split()[2:]] == [4000.0, 1300.0, 1500.0]
+    assert [float(x) for x in tx2.split()[2:5]] == [4000.0, 1300.0, 1500.0]
+    assert tx2.split()[5] == str((PROFILES / "tx2.toml").resolve())  # the file it comes from
 
 
 def test_devices_show_prints_the_file(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["devices", "show", "tx2"]) == 0
     out = capsys.readouterr().out
-    assert out == (PROFILES / "tx2.toml").read_text()
+    path = (PROFILES / "tx2.toml").resolve()
+    assert out == f"# {path}\n" + path.read_text()  # which file, then the file
     assert tomllib.loads(out)["name"] == "tx2"
 
 

@@ -195,8 +195,11 @@ def test_a_file_error_beside_an_override_still_names_the_file(tmp_path: Path) ->
 # defaults ----------------------------------------------------------------------------------------
 
 
-def test_empty_file_gives_code_defaults(tmp_path: Path) -> None:
-    assert load_scenario(write(tmp_path, "")) == Scenario()
+def test_empty_file_is_refused_and_with_a_set_gives_code_defaults(tmp_path: Path) -> None:
+    with pytest.raises(EdgeflError) as info:  # issue 13: no longer silently the default scenario
+        load_scenario(write(tmp_path, ""))
+    assert info.value.key == "file" and "is empty" in info.value.fix
+    assert load_scenario(write(tmp_path, ""), ["rounds=20"]) == Scenario()
 
 
 def test_absent_keys_take_defaults(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from edgefl.devices.catalog import PROFILES_DIR, load_catalog
+from edgefl.devices.catalog import bundled, load_catalog
 from edgefl.devices.profile import AppProfile, DeviceProfile, NetworkProfile, load_profile
 from edgefl.errors import EdgeflError
 
@@ -72,8 +72,8 @@ REF_NETWORKS = {
 }
 
 
-def test_profiles_dir_is_the_repository_folder() -> None:
-    assert PROFILES_DIR == PROFILES
+def test_bundled_profiles_are_the_repository_folder() -> None:
+    assert bundled("device_profiles").resolve() == PROFILES.resolve()
 
 
 @pytest.mark.parametrize("path", sorted(PROFILES.glob("*.toml")), ids=lambda p: p.stem)
@@ -294,7 +294,7 @@ def test_missing_file(tmp_path: Path) -> None:
 def test_catalog_from_another_folder(tmp_path: Path) -> None:
     (tmp_path / "apps").mkdir()
     (tmp_path / "networks").mkdir()
-    (tmp_path / "board.toml").write_text(device_text())
+    (tmp_path / "board.toml").write_text(device_text(networks='["slow"]'))  # this folder's networks
     (tmp_path / "apps" / "busy.toml").write_text(APP.format(perf_left="0.5"))
     (tmp_path / "networks" / "slow.toml").write_text(NETWORK.format(up="[1.0, 2.0]"))
     catalog = load_catalog(tmp_path)

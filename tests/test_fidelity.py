@@ -6,12 +6,11 @@ from __future__ import annotations
 import csv
 import json
 import platform
-import shutil
 from pathlib import Path
 
 import pytest
 import torch
-from test_quickstart import QUICKSTART, ROOT, sets
+from test_quickstart import QUICKSTART, sets
 
 from edgefl.cli import main
 from edgefl.devices import catalog
@@ -26,15 +25,14 @@ TINY = ["rounds=1", "training.local_iters=2", "attack.steps=2", "evaluation.step
 def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     """A catalog with `my_host`, calibrated (as `edgefl devices calibrate` writes it) on this
     machine with the threads in use."""
-    root = tmp_path / "device_profiles"
-    shutil.copytree(ROOT / "device_profiles", root)
+    root = tmp_path / "profiles"
+    root.mkdir()
     cal = Calibration(16000.0, Compute(100.0, 100.0), Storage(1000.0, 1000.0, 0.1, 0.1, True),
                       ((("conv", FORWARD), Roofline(50e9, 10e9, 5e-6)),), torch.get_num_threads())
     write_profile(root / "my_host.toml", render_profile("my_host", "host", cal))
-    cat = catalog.load_catalog(root)
+    monkeypatch.setenv(catalog.ENV, str(root))  # scenarios find it along EDGEFL_PROFILE_PATH
+    cat = catalog.load_catalog()
     assert cat.devices["my_host"].calibrated_host == platform.node()
-    monkeypatch.setattr(catalog, "load_catalog", lambda: cat)  # scenarios read device_profiles/
-    monkeypatch.setattr("edgefl.experiment.load_catalog", lambda: cat)
     return "my_host"
 
 

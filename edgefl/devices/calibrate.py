@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from edgefl.devices import kernels
-from edgefl.devices.profile import KERNEL_KINDS, NETWORK_NAMES, DeviceProfile, load_profile
+from edgefl.devices.profile import KERNEL_KINDS, DeviceProfile, load_profile
 from edgefl.errors import EdgeflError
 from edgefl.rundir import write_file
 from edgefl.sim.compute import FORWARD, PASSES, Roofline
@@ -269,7 +269,7 @@ def render_profile(name: str, pool: str, c: Calibration) -> str:
         f"storage_latency_ms = {_sig(s.latency_ms)}   # mean of 4 KiB read {_sig(s.read_latency_ms)} "
         f"and write{'' if s.direct else ' + fsync'} {_sig(s.write_latency_ms)}"
         f"{' (O_DIRECT)' if s.direct else ''}",
-        f"networks = [{', '.join(map(_quote, NETWORK_NAMES))}]",
+        "# networks = [\"wifi\", \"fiber\"]   # omitted: every network found (networks/*.toml)",
         *_compute_lines(c),
         "",
     ])

@@ -1,14 +1,60 @@
-"""The catalog: every device, app and network profile under device_profiles/."""
+"""The catalog: the device, co-running app and network profiles a scenario can use.
+
+Profiles are found along a search path, first file of a name wins (so a user's profile may shadow a
+bundled one of the same name):
+
+1. `device_profiles/` beside the scenario file,
+2. the folders of `EDGEFL_PROFILE_PATH` (colon-separated),
+3. the profiles bundled with edgefl (package data `edgefl.device_profiles`, read through
+   `importlib.resources`; in the repository they are the top-level `device_profiles/`).
+
+Each folder holds devices as `*.toml`, apps as `apps/*.toml` and networks as `networks/*.toml`.
+A device's `networks` must name networks found along the same path.
+"""
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 
 from edgefl.devices.profile import AppProfile, DeviceProfile, NetworkProfile, load_profile
+from edgefl.errors import EdgeflError
 
-PROFILES_DIR = Path(__file__).resolve().parents[2] / "device_profiles"
+ENV = "EDGEFL_PROFILE_PATH"
+KINDS = {"devices": "", "apps": "apps", "networks": "networks"}  # kind -> sub-folder
+
+
+def bundled(folder: str) -> Path:
+    """A folder of package data (`device_profiles` or `scenarios`) on disk.
+
+    An installed edgefl (a wheel, or `pip install -e .`) has it as the package `edgefl.<folder>`;
+    a source tree put on PYTHONPATH without installing has only the repository's folder of that name
+    beside the package, which is used then."""
+    try:
+        root = resources.files(f"edgefl.{folder}")
+    except ModuleNotFoundError:
+        import edgefl
+
+        return Path(edgefl.__file__).resolve().parents[1] / folder
+    return Path(str(root))  # an installed package is a folder on disk
+
+
+def search_path(scenario: Path | str | None = None) -> tuple[Path, ...]:
+    """The profile folders, in search order, for a scenario file (or none: a command without one)."""
+    dirs = []
+    if scenario is not None and (beside := Path(scenario).parent / "device_profiles").is_dir():
+        dirs.append(beside)
+    for text in (p for p in os.environ.get(ENV, "").split(os.pathsep) if p.strip()):
+        if not Path(text).is_dir():
+            raise EdgeflError(ENV, text, "is not a folder; give folders of profiles, colon-separated")
+        dirs.append(Path(text))
+    home = bundled("device_profiles").resolve()  # last, even beside a bundled scenario
+    unique = dict.fromkeys(d.resolve() for d in dirs if d.resolve() != home)  # each folder once
+    return (*unique, home)
 
 
 @dataclass(frozen=True)
@@ -16,6 +62,7 @@ class Catalog:
     devices: dict[str, DeviceProfile]
     apps: dict[str, AppProfile]
     networks: dict[str, NetworkProfile]
+    files: dict[tuple[str, str], Path] = field(default_factory=dict)  # (kind, name) -> file read
 
     def pool(self, name: str) -> list[DeviceProfile]:
         return [d for d in self.devices.values() if name in d.pools]
@@ -23,15 +70,55 @@ class Catalog:
     def pools(self) -> list[str]:
         return sorted({p for d in self.devices.values() for p in d.pools})
 
+    def file(self, kind: str, name: str) -> Path:
+        return self.files[(kind, name)]
+
+
+def load_catalog(roots: Path | tuple[Path, ...] | None = None) -> Catalog:
+    """The catalog along `roots` (a folder, or folders in search order; default: search_path()),
+    cached per search path."""
+    if roots is None:
+        roots = search_path()
+    return _load(roots if isinstance(roots, tuple) else (roots,))
+
+
+def catalog_for(scenario: Path | str | None) -> Catalog:
+    """The catalog a scenario file sees."""
+    return load_catalog(search_path(scenario))
+
 
 @functools.cache
-def load_catalog(root: Path = PROFILES_DIR) -> Catalog:
-    """Load device_profiles/*.toml, apps/*.toml and networks/*.toml (sorted by name)."""
+def _load(roots: tuple[Path, ...]) -> Catalog:
+    found = {kind: dict(_files(roots, sub)) for kind, sub in KINDS.items()}
+    networks = {n: load_profile(p, NetworkProfile) for n, p in found["networks"].items()}
+    devices = {n: load_profile(p, DeviceProfile, sorted(networks)) for n, p in found["devices"].items()}
     return Catalog(
-        devices={p.stem: load_profile(p, DeviceProfile) for p in sorted(root.glob("*.toml"))},
-        apps={p.stem: load_profile(p, AppProfile) for p in sorted((root / "apps").glob("*.toml"))},
-        networks={
-            p.stem: load_profile(p, NetworkProfile)
-            for p in sorted((root / "networks").glob("*.toml"))
-        },
+        devices=devices,
+        apps={n: load_profile(p, AppProfile) for n, p in found["apps"].items()},
+        networks=networks,
+        files={(kind, n): p for kind, names in found.items() for n, p in names.items()},
     )
+
+
+def _files(roots: tuple[Path, ...], sub: str) -> Iterator[tuple[str, Path]]:
+    """(name, file) of every profile of one kind, the first folder's file of a name winning, sorted."""
+    chosen: dict[str, Path] = {}
+    for root in roots:
+        folder = root / sub if sub else root
+        for path in sorted(folder.glob("*.toml")):
+            chosen.setdefault(path.stem, path)
+    yield from sorted(chosen.items())
+
+
+def network_names(roots: tuple[Path, ...]) -> list[str]:
+    """The networks along `roots`, by file name, without loading them."""
+    return [name for name, _ in _files(roots, "networks")]
+
+
+def used_files(catalog: Catalog, devices: list[DeviceProfile], apps: list[AppProfile]) -> list[Path]:
+    """The files of the given devices and apps and of every network those devices may draw."""
+    nets = sorted({n for d in devices for n in d.networks})
+    keys = [*(("devices", d.name) for d in devices), *(("apps", a.name) for a in apps),
+            *(("networks", n) for n in nets)]
+    return [catalog.file(*k) for k in dict.fromkeys(keys)]
+

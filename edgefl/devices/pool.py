@@ -9,12 +9,13 @@ the draw for (round, client) does not depend on which other clients were drawn b
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 from scipy.special import ndtr, ndtri
 
 from edgefl.config import FleetConfig
-from edgefl.devices.catalog import Catalog
+from edgefl.devices.catalog import Catalog, used_files
 from edgefl.devices.profile import DeviceProfile, NetworkProfile
 
 ASSIGN, SAMPLE, STATE = 0, 1, 2  # independent random streams
@@ -66,6 +67,12 @@ class DevicePool:
         self.devices: list[DeviceProfile] = [choices[i] for i in picks]
         self.apps = [catalog.apps[a] for a in fleet.apps] or list(catalog.apps.values())
         self.networks = catalog.networks
+        self.catalog = catalog
+
+    def profile_files(self) -> list[Path]:
+        """The files of the profiles this fleet uses: its devices, apps and their networks."""
+        devices = sorted({d.name: d for d in self.devices}.values(), key=lambda d: d.name)
+        return used_files(self.catalog, devices, self.apps)
 
     def sample_clients(self, round_: int) -> list[int]:
         """The clients selected in a round (a fraction of the population, at least one)."""

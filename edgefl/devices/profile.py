@@ -12,14 +12,14 @@ rooflines per layer kind and pass in its `[kernels]` table instead.
 from __future__ import annotations
 
 import tomllib
-from dataclasses import MISSING, dataclass, field, fields
+from collections.abc import Sequence
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, TypeVar, get_type_hints
+from typing import Any, TypeVar, cast, get_type_hints
 
 from edgefl.config import build
 from edgefl.errors import EdgeflError
 
-NETWORK_NAMES = ["dsl", "cable", "4g", "5g", "wifi", "fiber", "satellite"]
 KERNEL_KINDS = ("conv", "linear", "norm", "activation", "pool", "elementwise")
 
 
@@ -47,7 +47,7 @@ class DeviceProfile:
     storage_write_mbps: float
     storage_latency_ms: float
     pools: list[str] = field(default_factory=list)
-    networks: list[str] = field(default_factory=lambda: list(NETWORK_NAMES))
+    networks: list[str] = field(default_factory=list)  # networks it may draw; omitted = every one found
     device_class: str = "generic"  # one of DEVICE_CLASSES (edgefl.devices.classes says what each means)
     memory_bandwidth_gbps: float = 0.0  # 0 = the class default
     efficiency: float = 0.0  # sustained share of peak FLOP/s on conv and linear layers; 0 = class default
@@ -88,11 +88,13 @@ class NetworkProfile:
 P = TypeVar("P", DeviceProfile, AppProfile, NetworkProfile)
 
 
-def load_profile(path: Path, cls: type[P]) -> P:
-    """Load and validate one profile file; errors name the file and key."""
+def load_profile(path: Path, cls: type[P], networks: Sequence[str] | None = None) -> P:
+    """Load and validate one profile file; errors name the file and key. A device's `networks` must
+    be drawn from `networks` (default: those found without a scenario, in EDGEFL_PROFILE_PATH and
+    the bundled profiles), and are all of them when omitted."""
     where = str(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
         raise EdgeflError(where, "file", f"cannot be read ({exc})") from None
     try:
@@ -103,8 +105,28 @@ def load_profile(path: Path, cls: type[P]) -> P:
     if missing:
         raise EdgeflError(where, missing[0], "missing; every profile of this kind needs it")
     profile: P = build(cls, raw, where, "")
+    if isinstance(profile, DeviceProfile):
+        known = list(networks) if networks is not None else _bundled_networks()
+        profile = cast(P, _with_networks(profile, "networks" in raw, known, where))
     _check(profile, where, path.stem)
     return profile
+
+
+def _with_networks(p: DeviceProfile, given: bool, known: list[str], where: str) -> DeviceProfile:
+    """The device with its networks checked against those found, or all of them when omitted."""
+    if given and not p.networks:
+        raise EdgeflError(where, "networks", "must not be empty; omit it to allow every network")
+    bad = [n for n in p.networks if n not in known]
+    if bad:
+        raise EdgeflError(where, "networks", f"unknown {bad[0]!r}; networks found: {', '.join(known)} "
+                          "(a network is a file networks/NAME.toml in a profile folder)")
+    return p if given else replace(p, networks=known)
+
+
+def _bundled_networks() -> list[str]:
+    from edgefl.devices.catalog import network_names, search_path
+
+    return network_names(search_path())
 
 
 def _required(cls: type) -> list[str]:
@@ -136,8 +158,6 @@ def _check(p: DeviceProfile | AppProfile | NetworkProfile, where: str, stem: str
     if isinstance(p, DeviceProfile):
         checks += [
             *_number_checks(p),
-            ("networks", bool(p.networks) and set(p.networks) <= set(NETWORK_NAMES),
-             f"must be a non-empty list drawn from {', '.join(NETWORK_NAMES)}"),
             ("device_class", p.device_class in DEVICE_CLASSES, f"must be one of {', '.join(DEVICE_CLASSES)}"),
             ("efficiency", 0 <= p.efficiency <= 1, "must be a fraction in [0, 1] (0 = class default)"),
             ("calibrated_threads", p.calibrated_threads >= 0, "must be non-negative"),

@@ -70,6 +70,7 @@ class Method(ABC):
 
     state_attrs: tuple[str, ...] = ()  # attributes that change during a run (each class adds its own)
     uses_public = False  # the server needs a public split of the training data (ctx.public)
+    ignores: tuple[str, ...] = ()  # scenario keys it does not use: a value other than the default is refused
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx

@@ -53,6 +53,8 @@ class Backbone(nn.Module):
 class FedProphet(Method):
     state_attrs = ("net", "local_states", "m", "stage", "alpha", "eps", "d_star", "lower", "prev_ratio",
                    "best", "val", "perf_min", "assignment", "final", "switch")
+    # cascade learning trains each module for `local_iters` PGD-AT steps, as the release does
+    ignores = ("training.local_epochs", "training.objective")
 
     def __init__(self, ctx: Context) -> None:
         super().__init__(ctx)

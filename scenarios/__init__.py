@@ -1,0 +1,1 @@
+"""Package data: the scenarios bundled with edgefl (`edgefl scenarios list`, `edgefl run NAME`)."""

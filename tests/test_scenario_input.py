@@ -1,0 +1,85 @@
+"""Issue 13, item 3: an empty scenario, a byte-order mark, defaults too large for the dataset, and
+settings a method ignores."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_cli import one_error_line
+
+from edgefl.cli import main
+from edgefl.config import load_scenario
+from edgefl.devices.profile import DeviceProfile, load_profile
+from edgefl.errors import EdgeflError
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICKSTART = ROOT / "scenarios" / "quickstart.toml"
+
+
+@pytest.mark.parametrize("text", ["", "\n  \n", "# only a comment\n", "\ufeff"])
+def test_an_empty_scenario_is_one_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                              text: str) -> None:
+    path = tmp_path / "empty.toml"
+    path.write_text(text, encoding="utf-8")
+    assert main(["run", str(path), "--dry-run", "--out", str(tmp_path / "out")]) == 2
+    assert one_error_line(capsys.readouterr().err) == (
+        f"edgefl: error: {path}: file: is empty (no key set); a scenario sets at least one key, e.g. "
+        'method = "jfat" (edgefl scenarios list shows complete ones)')
+    assert not (tmp_path / "out").exists()
+    assert main(["run", str(path), "--dry-run", "--quiet", "--set", "rounds=1", "--out",
+                 str(tmp_path / "out")]) == 0  # keys from --set alone: the user chose the defaults
+
+
+def test_a_byte_order_mark_is_accepted(tmp_path: Path) -> None:
+    scenario = tmp_path / "bom.toml"
+    scenario.write_bytes(b"\xef\xbb\xbf" + QUICKSTART.read_bytes())
+    assert load_scenario(scenario) == load_scenario(QUICKSTART)
+    profile = tmp_path / "tx2.toml"
+    profile.write_bytes(b"\xef\xbb\xbf" + (ROOT / "device_profiles" / "tx2.toml").read_bytes())
+    assert load_profile(profile, DeviceProfile) == load_profile(ROOT / "device_profiles" / "tx2.toml",
+                                                                DeviceProfile)
+
+
+@pytest.mark.parametrize("method", ["feddf_at", "fedet_at"])
+def test_an_unset_public_split_is_scaled_to_the_dataset(method: str) -> None:
+    # digits: 1437 training samples; the default 5000 becomes a fifth of them, floor(1437 / 5) = 287
+    assert load_scenario(QUICKSTART, [f"method={method}"]).distill.public_samples == 287
+    assert load_scenario(QUICKSTART, [f"method={method}", "distill.public_samples=300"]
+                         ).distill.public_samples == 300  # a value the user set is kept
+    assert load_scenario(QUICKSTART).distill.public_samples == 5000  # no distillation: untouched
+    cifar = load_scenario(QUICKSTART, [f"method={method}", "data.dataset=cifar10", "model.name=cnn3"])
+    assert cifar.distill.public_samples == 5000  # 50000 / 5 = 10000 holds the default
+
+
+def test_distillation_dry_runs_on_the_quickstart(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "quickstart", "--dry-run", "--quiet", "--set", "method=feddf_at", "--set",
+                 "rounds=1", "--out", str(tmp_path / "df")]) == 0
+    assert "feddf_at: 1 rounds" in capsys.readouterr().out
+    assert main(["run", "quickstart", "--dry-run", "--set", "method=feddf_at", "--set",
+                 "distill.public_samples=5000", "--out", str(tmp_path / "big")]) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert "distill.public_samples" in line and "the training set has 1437" in line
+
+
+@pytest.mark.parametrize("key, value", [("training.local_epochs", "1"), ("training.objective", "trades"),
+                                        ("training.objective", "mart")])
+def test_fedprophet_refuses_the_settings_it_ignores(key: str, value: str) -> None:
+    with pytest.raises(EdgeflError) as info:
+        load_scenario(QUICKSTART, ["method=fedprophet", f"{key}={value}"])
+    assert (info.value.where, info.value.key) == ("--set", key)
+    assert "method fedprophet ignores it" in info.value.fix
+
+
+def test_fedprophet_takes_the_defaults_and_others_take_the_settings() -> None:
+    load_scenario(QUICKSTART, ["method=fedprophet", "training.local_epochs=0", "training.objective=pgd_at"])
+    s = load_scenario(QUICKSTART, ["method=jfat", "training.local_epochs=1", "training.objective=trades"])
+    assert (s.training.local_epochs, s.training.objective) == (1.0, "trades")
+
+
+def test_a_scenario_file_setting_an_ignored_key_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text('method = "fedprophet"\n[training]\nobjective = "mart"\n')
+    with pytest.raises(EdgeflError) as info:
+        load_scenario(path)
+    assert (info.value.where, info.value.key) == (str(path), "training.objective")
