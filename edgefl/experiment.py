@@ -199,10 +199,13 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
         bar = tqdm(range(first, s.rounds), desc=f"{s.method}", unit="round", disable=not progress,
                    initial=first, total=s.rounds)
         for t in bar:
+            if exp.method.finished():  # ended before its last round (FedProphet's last module)
+                break
             logged = len(fed.spans)
             record, loss, real = _round(exp, executor, fed, cost_model, t)
             row = _metrics_row(record, loss, exp.method.round_info())
-            if evaluator and ((t + 1) % s.evaluation.every == 0 or t + 1 == s.rounds):
+            last = t + 1 == s.rounds or exp.method.finished()
+            if evaluator and ((t + 1) % s.evaluation.every == 0 or last):
                 row.update(evaluator(exp.method.global_model()))
                 bar.set_postfix(clean=f"{row['clean_acc']:.3f}", adv=f"{row['adv_acc']:.3f}",
                                 sim_h=f"{fed.now / 3600:.2f}")
@@ -210,8 +213,7 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
             clients.write([_client_row(c, real.get(c.client, "")) for c in record.clients])
             events.write([asdict(x) for x in fed.spans[logged:]])
             rows.append(row)
-            if not exp.dry_run and s.checkpoint_every and (
-                    (t + 1) % s.checkpoint_every == 0 or t + 1 == s.rounds):
+            if not exp.dry_run and s.checkpoint_every and ((t + 1) % s.checkpoint_every == 0 or last):
                 checkpoint.save(out, {"next_round": t + 1, "method": exp.method.state(), "rows": rows,
                                       "clock": fed.now, "fingerprint": fingerprint,
                                       "logs": {log.path.name: log.seal() for log in logs}})

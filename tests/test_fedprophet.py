@@ -590,6 +590,8 @@ def test_dry_run_modules_follow_module_rounds(tmp_path: Path):
     assert modules() == [1, 1, 1, 2, 2, 2]  # ceil(6 / 2) rounds each
     assert modules("fedprophet.module_rounds=[1, 5]") == [1, 2, 2, 2, 2, 2]
     assert modules("fedprophet.module_rounds=[4, 2]") == [1, 1, 1, 1, 2, 2]
+    # the run stops when the last module's stage ends, as the release (federated_main.py:410-413)
+    assert modules("fedprophet.module_rounds=[1, 2]") == [1, 2, 2]
 
 
 def test_module_rounds_of_the_wrong_length_is_one_line():

@@ -110,6 +110,11 @@ class Method(ABC):
     def skip(self, round_: int, clients: list[int]) -> None:  # noqa: B027
         """A dry run's round: no training; advance whatever schedule `plan` depends on."""
 
+    def finished(self) -> bool:
+        """True once the method has ended before the scenario's last round (FedProphet after its
+        last module's stage); the run then stops."""
+        return False
+
     def server_flops(self, round_: int) -> float:
         """FLOPs the server spends this round beside averaging (charged at cost.server_gflops)."""
         return 0.0

@@ -183,8 +183,7 @@ class FedProphet(Method):
             self.alpha = adjust_alpha(self.alpha, self.stage.recent_ratio(), self.prev_ratio, self.cfg.delta,
                                       self.cfg.alpha_step, self.cfg.alpha)
             self.eps = self.alpha * self.d_star
-        self.final = round_ + 1 == self.ctx.scenario.rounds
-        self.switch = not self.final and self.stage.done(round_) and self.m + 1 < len(self.modules)
+        self.end_stage(round_, self.stage.done(round_))
         if self.final or self.switch:
             self.restore_best()
 
@@ -194,9 +193,18 @@ class FedProphet(Method):
         if self.local_keys:
             self.local_states.update({k: {} for k in clients})
         self.dry = True
-        self.final = round_ + 1 == self.ctx.scenario.rounds
         budget = self.cfg.module_rounds[self.m] if self.cfg.module_rounds else None
-        self.switch = not self.final and self.stage.done(round_, budget) and self.m + 1 < len(self.modules)
+        self.end_stage(round_, self.stage.done(round_, budget))
+
+    def end_stage(self, round_: int, done: bool) -> None:
+        """After `round_`: the run is over when its rounds are, or when the last module's stage is
+        done (the release stops there: federated_main.py:410-413); otherwise a done stage moves on
+        to the next module."""
+        self.final = round_ + 1 == self.ctx.scenario.rounds or (done and self.m + 1 == len(self.modules))
+        self.switch = done and not self.final
+
+    def finished(self) -> bool:
+        return self.final
 
     def restore_best(self) -> None:
         """Back to the module's best scored state and its alpha (the last ones when no round was
