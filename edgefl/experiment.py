@@ -7,14 +7,12 @@ evaluate, and append a row to metrics.csv and the clients' rows to clients.csv.
 
 from __future__ import annotations
 
-import csv
 import hashlib
-import io
 import json
 import platform
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -37,8 +35,9 @@ from edgefl.execution.local import evaluate, resolve_device, seed_everything
 from edgefl.methods import METHODS, Context, Method
 from edgefl.models import build_model
 from edgefl.profiling import profile_model
-from edgefl.report.trace import chrome_trace
-from edgefl.rundir import Appender, WriteFailed, write_file
+from edgefl.report.trace import TraceSample
+from edgefl.rundir import WriteFailed, write_file
+from edgefl.runlog import CLIENT_TYPES, EVENT_TYPES, CsvLog, Log, ParquetLog, log_format, log_names, read_rows
 from edgefl.sim.cost import make_cost_model
 from edgefl.sim.engine import ClientRecord, Federation, RoundRecord, Span
 from edgefl.sim.swap import min_budget
@@ -186,20 +185,21 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
     fed, rows, first = Federation(), [], 0
     if saved:
         rows, first = saved.state["rows"], saved.state["next_round"]
+        fed = Federation(saved.state["clock"])
     started = time.perf_counter()
     extra = (evaluator.columns if evaluator else []) + list(exp.method.round_info())
     executor = make_executor(exp)
     kept = saved.logs if saved else {}
-    with (CsvLog(out / "metrics.csv", METRICS + extra, kept.get("metrics.csv")) as metrics,
-          CsvLog(out / "clients.csv", CLIENTS, kept.get("clients.csv")) as clients,
-          CsvLog(out / "events.csv", EVENTS, kept.get("events.csv")) as events):
-        logs = [metrics, clients, events]
-        if saved:
-            fed = Federation(saved.state["clock"], [_span(r) for r in events.rows()])
+    names = log_names(output_format(s))
+    sample = TraceSample(s.fleet.clients, s.output.trace_clients, s.seed)
+    with (CsvLog(out / names["metrics"], METRICS + extra, kept.get(names["metrics"])) as metrics,
+          _log(out, names["clients"], CLIENTS, kept) as clients,
+          _log(out, names["events"], EVENTS, kept) as events):
+        logs: list[Log] = [metrics, clients, events]
+        sample.add(_span(r) for r in events.rows() if int(r["client"]) in sample.kept)
         bar = tqdm(range(first, s.rounds), desc=f"{s.method}", unit="round", disable=not progress,
                    initial=first, total=s.rounds)
         for t in bar:
-            logged = len(fed.spans)
             record, loss, real = _round(exp, executor, fed, cost_model, t)
             row = _metrics_row(record, loss, exp.method.round_info())
             if evaluator and ((t + 1) % s.evaluation.every == 0 or t + 1 == s.rounds):
@@ -208,7 +208,9 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
                                 sim_h=f"{fed.now / 3600:.2f}")
             metrics.write([row])
             clients.write([_client_row(c, real.get(c.client, "")) for c in record.clients])
-            events.write([asdict(x) for x in fed.spans[logged:]])
+            events.write([_event_row(x) for x in fed.spans])
+            sample.add(fed.spans)
+            fed.spans.clear()  # written: nothing is kept across rounds but the trace's sample
             rows.append(row)
             if not exp.dry_run and s.checkpoint_every and (
                     (t + 1) % s.checkpoint_every == 0 or t + 1 == s.rounds):
@@ -216,10 +218,10 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
                                       "clock": fed.now, "fingerprint": fingerprint,
                                       "logs": {log.path.name: log.seal() for log in logs}})
     summary = _summary(exp, rows, time.perf_counter() - started)
-    error = prediction_error(out / "clients.csv") if emulates_host(exp) else None
+    error = prediction_error(out) if emulates_host(exp) else None
     if error is not None:
         summary["time_prediction_error"] = error
-    trace = chrome_trace(fed.spans, [d.name for d in exp.pool.devices])
+    trace = sample.trace([d.name for d in exp.pool.devices])
     write_file(out / "trace.json", json.dumps(trace) + "\n")
     write_file(out / "summary.json", json.dumps(summary, indent=2) + "\n")
     return summary
@@ -252,7 +254,7 @@ def resume_state(exp: Experiment, out: Path, fingerprint: dict[str, str]) -> Res
         raise EdgeflError(path, "checkpoint", "belongs to another run (another scenario, seed or "
                           "edgefl); put back this run's checkpoint, or start the run again")
     logs = {name: _vouched(out / name, state["logs"][name], state["next_round"])
-            for name in ("metrics.csv", "clients.csv", "events.csv")}
+            for name in log_names(output_format(exp.scenario)).values()}
     try:
         exp.method.load_state(state["method"])
         checkpoint.set_rng_state(state["rng"])
@@ -302,47 +304,6 @@ class Evaluator:
         return row
 
 
-class CsvLog:
-    """An append-only CSV log, written through rundir's appender. It starts from its header, or on
-    resume from the bytes the checkpoint vouches for (rows of later rounds are dropped, so no round
-    appears twice); `seal` gives the length and SHA-256 of everything written so far."""
-
-    def __init__(self, path: Path, columns: list[str], kept: bytes | None) -> None:
-        self.path, self.columns = path, columns
-        self.data = kept if kept is not None else self._render([], header=True)
-        self.digest = hashlib.sha256(self.data)
-        self.length = len(self.data)
-
-    def __enter__(self) -> CsvLog:
-        write_file(self.path, self.data)
-        self.file = Appender(self.path)  # closed in __exit__
-        return self
-
-    def rows(self) -> list[dict[str, str]]:
-        """The rows this log started from."""
-        return list(csv.DictReader(io.StringIO(self.data.decode(), newline="")))
-
-    def _render(self, rows: list[dict[str, Any]], header: bool = False) -> bytes:
-        text = io.StringIO(newline="")
-        writer = csv.DictWriter(text, self.columns)
-        if header:
-            writer.writeheader()
-        writer.writerows(rows)
-        return text.getvalue().encode()
-
-    def write(self, rows: list[dict[str, Any]]) -> None:
-        payload = self._render(rows)
-        self.file.append(payload)
-        self.digest.update(payload)
-        self.length += len(payload)
-
-    def seal(self) -> list[Any]:
-        return [self.length, self.digest.hexdigest()]
-
-    def __exit__(self, *exc: object) -> None:
-        self.file.close()
-
-
 def _counted(exp: Experiment, client: int, w: Workload) -> Workload:
     """The workload with the client's sample count where the `paper` accounting charges each
     epoch's short last batch, as the FedProphet release does (fleets may outnumber the samples
@@ -370,6 +331,24 @@ def _round(exp: Experiment, executor: Executor, fed: Federation, cost_model: Any
     m.aggregate(t, updates)
     return (record, round(sum(u.loss for u in updates) / len(updates), 5),
             {u.client: u.real_compute_s for u in updates})
+
+
+def output_format(s: Scenario) -> str:
+    """csv or parquet for the run's per-client logs (`output.format`; auto counts client-rounds)."""
+    per_round = max(1, round(s.fleet.sample_fraction * s.fleet.clients))
+    return log_format(s.output.format, s.output.parquet_above, s.rounds * per_round)
+
+
+def _log(out: Path, name: str, columns: list[str], kept: dict[str, bytes]) -> CsvLog | ParquetLog:
+    """The per-client log `name` (clients or events, .csv or .parquet), from its kept bytes on resume."""
+    if name.endswith(".parquet"):
+        types = CLIENT_TYPES if name.startswith("clients") else EVENT_TYPES
+        return ParquetLog(out / name, types, kept.get(name))
+    return CsvLog(out / name, columns, kept.get(name))
+
+
+def _event_row(x: Span) -> dict[str, Any]:
+    return {"round": x.round, "client": x.client, "phase": x.phase, "start_s": x.start_s, "end_s": x.end_s}
 
 
 def _span(row: dict[str, str]) -> Span:
@@ -428,11 +407,10 @@ def emulates_host(exp: Experiment) -> bool:
             and all(a.perf_left == 1 for a in exp.pool.apps))
 
 
-def prediction_error(clients_csv: Path) -> float | None:
+def prediction_error(out: Path) -> float | None:
     """Simulated compute / measured compute - 1 over the run's client-rounds that were measured
     (None if none was: rows from an older edgefl have no `real_compute_s`)."""
-    with open(clients_csv, newline="") as f:
-        rows = [r for r in csv.DictReader(f) if r.get("real_compute_s")]
+    rows = [r for r in read_rows(out, "clients")[1] if r.get("real_compute_s")]
     real = sum(float(r["real_compute_s"]) for r in rows)
     return round(sum(float(r["compute_s"]) for r in rows) / real - 1, 4) if real > 0 else None
 

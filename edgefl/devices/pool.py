@@ -17,7 +17,7 @@ from edgefl.config import FleetConfig
 from edgefl.devices.catalog import Catalog
 from edgefl.devices.profile import DeviceProfile, NetworkProfile
 
-ASSIGN, SAMPLE, STATE = 0, 1, 2  # independent random streams
+ASSIGN, SAMPLE, STATE, TRACE = 0, 1, 2, 3  # independent random streams (TRACE: the trace's sample)
 
 
 @dataclass(frozen=True)
