@@ -8,10 +8,11 @@ evaluate, and append a row to metrics.csv and the clients' rows to clients.csv.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import platform
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
@@ -28,7 +29,7 @@ from edgefl.data import Dataset, load_dataset, split_clients
 from edgefl.data.datasets import dataset_spec, shapes_only
 from edgefl.data.partition import ClientSplit, public_split
 from edgefl.devices.catalog import load_catalog
-from edgefl.devices.pool import DevicePool
+from edgefl.devices.pool import DevicePool, check_fleet_memory, selected_per_round
 from edgefl.errors import EdgeflError
 from edgefl.execution.executor import Executor, make_executor
 from edgefl.execution.local import evaluate, resolve_device, seed_everything
@@ -39,7 +40,7 @@ from edgefl.report.trace import TraceSample
 from edgefl.rundir import WriteFailed, write_file
 from edgefl.runlog import CLIENT_TYPES, EVENT_TYPES, CsvLog, Log, ParquetLog, log_format, log_names, read_rows
 from edgefl.sim.cost import make_cost_model
-from edgefl.sim.engine import ClientRecord, Federation, RoundRecord, Span
+from edgefl.sim.engine import ClientRecord, Federation, RoundRecord, Span, round_spans
 from edgefl.sim.swap import min_budget
 from edgefl.sim.workload import Workload
 
@@ -49,6 +50,7 @@ CLIENTS = ["round", "client", "device", "app", "network", "flops", "mem_avail_by
            "swapped", "compute_s", "data_access_s", "download_s", "upload_s", "wait_s",
            "finish_s", "read_bytes", "write_bytes", "real_compute_s"]
 EVENTS = ["round", "client", "phase", "start_s", "end_s"]  # events.csv: the spans of trace.json
+CHUNK = 65536  # rows rendered and written at a time (a Parquet row group)
 
 
 @dataclass
@@ -64,6 +66,7 @@ class Experiment:
 def prepare(scenario: Scenario, where: str, dry_run: bool = False) -> Experiment:
     """Load data (a dry run needs only its shapes), build model and fleet, and check every device
     can run the workload at all."""
+    check_fleet_memory(scenario.fleet, where)
     device = resolve_device(scenario.device)
     if scenario.threads:
         torch.set_num_threads(scenario.threads)
@@ -143,7 +146,9 @@ def client_splits(s: Scenario, labels: np.ndarray, where: str) -> tuple[np.ndarr
 def check_budgets(pool: DevicePool, method: Method, where: str) -> None:
     """Every device must hold the smallest step of the finest swapping schedule within R_min (one
     layer's tensors, one sample at a time), or no amount of paging helps."""
-    first = {d.name: k for k, d in reversed(list(enumerate(pool.devices)))}  # one client per device kind
+    first: dict[str, int] = {}  # one client per device kind, the first dealt it
+    for k, d in enumerate(pool.devices):
+        first.setdefault(d.name, k)
     for client in sorted(first.values()):
         device = pool.devices[client]
         budget = pool.reserved_bytes(device)  # plan as if at R_min: methods that adapt shrink there
@@ -207,10 +212,11 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
                 bar.set_postfix(clean=f"{row['clean_acc']:.3f}", adv=f"{row['adv_acc']:.3f}",
                                 sim_h=f"{fed.now / 3600:.2f}")
             metrics.write([row])
-            clients.write([_client_row(c, real.get(c.client, "")) for c in record.clients])
-            events.write([_event_row(x) for x in fed.spans])
-            sample.add(fed.spans)
-            fed.spans.clear()  # written: nothing is kept across rounds but the trace's sample
+            for part in _chunks(record.clients):
+                clients.write([_client_row(c, real.get(c.client, "")) for c in part])
+            for spans in _chunks(round_spans(record)):
+                events.write([_event_row(x) for x in spans])
+                sample.add(spans)  # nothing is kept across rounds but the trace's sample
             rows.append(row)
             if not exp.dry_run and s.checkpoint_every and (
                     (t + 1) % s.checkpoint_every == 0 or t + 1 == s.rounds):
@@ -335,8 +341,7 @@ def _round(exp: Experiment, executor: Executor, fed: Federation, cost_model: Any
 
 def output_format(s: Scenario) -> str:
     """csv or parquet for the run's per-client logs (`output.format`; auto counts client-rounds)."""
-    per_round = max(1, round(s.fleet.sample_fraction * s.fleet.clients))
-    return log_format(s.output.format, s.output.parquet_above, s.rounds * per_round)
+    return log_format(s.output.format, s.output.parquet_above, s.rounds * selected_per_round(s.fleet))
 
 
 def _log(out: Path, name: str, columns: list[str], kept: dict[str, bytes]) -> CsvLog | ParquetLog:
@@ -345,6 +350,13 @@ def _log(out: Path, name: str, columns: list[str], kept: dict[str, bytes]) -> Cs
         types = CLIENT_TYPES if name.startswith("clients") else EVENT_TYPES
         return ParquetLog(out / name, types, kept.get(name))
     return CsvLog(out / name, columns, kept.get(name))
+
+
+def _chunks(items: Iterable[Any]) -> Iterator[list[Any]]:
+    """`items` CHUNK at a time."""
+    it = iter(items)
+    while part := list(itertools.islice(it, CHUNK)):
+        yield part
 
 
 def _event_row(x: Span) -> dict[str, Any]:
