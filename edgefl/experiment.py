@@ -50,7 +50,7 @@ CLIENTS = ["round", "client", "device", "app", "network", "flops", "mem_avail_by
            "swapped", "compute_s", "data_access_s", "download_s", "upload_s", "wait_s",
            "finish_s", "read_bytes", "write_bytes", "real_compute_s"]
 EVENTS = ["round", "client", "phase", "start_s", "end_s"]  # events.csv: the spans of trace.json
-CHUNK = 65536  # rows rendered and written at a time (a Parquet row group)
+CHUNK = 8192  # rows rendered and written at a time (a Parquet row group)
 
 
 @dataclass

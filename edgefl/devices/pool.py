@@ -26,7 +26,7 @@ BYTES_PER_SELECTED = 4000
 ASSIGN, SAMPLE, STATE, TRACE = 0, 1, 2, 3  # independent random streams (TRACE: the trace's sample)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class DeviceState:
     """What a client has for training in one round: R_k(t), P_k(t) and its network."""
 

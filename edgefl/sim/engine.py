@@ -27,7 +27,7 @@ PHASES = ("download", "data_access", "compute", "upload")
 Job = tuple[int, DeviceState, ClientCost]  # (client, its state this round, its cost)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Span:
     round: int
     client: int
@@ -36,7 +36,7 @@ class Span:
     end_s: float
 
 
-@dataclass
+@dataclass(slots=True)
 class ClientRecord:
     round: int
     client: int
