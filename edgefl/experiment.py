@@ -38,7 +38,17 @@ from edgefl.models import build_model
 from edgefl.profiling import profile_model
 from edgefl.report.trace import TraceSample
 from edgefl.rundir import WriteFailed, write_file
-from edgefl.runlog import CLIENT_TYPES, EVENT_TYPES, CsvLog, Log, ParquetLog, log_format, log_names, read_rows
+from edgefl.runlog import (
+    CLIENT_TYPES,
+    EVENT_TYPES,
+    CsvLog,
+    Log,
+    ParquetLog,
+    log_format,
+    log_names,
+    pending_path,
+    read_rows,
+)
 from edgefl.sim.cost import make_cost_model
 from edgefl.sim.engine import ClientRecord, Federation, RoundRecord, Span, round_spans
 from edgefl.sim.swap import min_budget
@@ -223,6 +233,8 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
                 checkpoint.save(out, {"next_round": t + 1, "method": exp.method.state(), "rows": rows,
                                       "clock": fed.now, "fingerprint": fingerprint,
                                       "logs": {log.path.name: log.seal() for log in logs}})
+                for log in logs:
+                    log.commit()
     summary = _summary(exp, rows, time.perf_counter() - started)
     error = prediction_error(out) if emulates_host(exp) else None
     if error is not None:
@@ -254,13 +266,13 @@ def resume_state(exp: Experiment, out: Path, fingerprint: dict[str, str]) -> Res
     if marker.get("scenario") != fingerprint["scenario"]:
         raise EdgeflError(str(out / "scenario.toml"), "--resume", "was edited after the run started; "
                           "restore it, or start a new run with the edited scenario")
-    state = checkpoint.load(out, exp.scenario.rounds)
+    names = tuple(log_names(output_format(exp.scenario)).values())
+    state = checkpoint.load(out, exp.scenario.rounds, names)
     path = str(out / checkpoint.FILE)
     if state["fingerprint"] != fingerprint:
         raise EdgeflError(path, "checkpoint", "belongs to another run (another scenario, seed or "
                           "edgefl); put back this run's checkpoint, or start the run again")
-    logs = {name: _vouched(out / name, state["logs"][name], state["next_round"])
-            for name in log_names(output_format(exp.scenario)).values()}
+    logs = {name: _vouched(out / name, state["logs"][name], state["next_round"]) for name in names}
     try:
         exp.method.load_state(state["method"])
         checkpoint.set_rng_state(state["rng"])
@@ -272,22 +284,41 @@ def resume_state(exp: Experiment, out: Path, fingerprint: dict[str, str]) -> Res
 
 def _vouched(path: Path, seal: list[Any], next_round: int) -> bytes:
     """The first `length` bytes of a log, if their SHA-256 is `digest` (the checkpoint's `seal` of
-    it): the rows the checkpoint saw.
+    it): the rows the checkpoint saw, from the log or, for a Parquet log whose move into place a crash
+    cut short, from its pending file.
     Later bytes (rounds after the checkpoint, a row torn by a full disk) are dropped on resume."""
-    try:
-        if path.is_symlink():
-            raise OSError("a symbolic link")
-        data = path.read_bytes()
-    except OSError as exc:
-        raise EdgeflError(str(path), "--resume", f"cannot be read ({exc.strerror or exc}) but the "
-                          f"checkpoint holds {next_round} rounds of it; put it back, or start the run "
-                          "again") from None
-    length, digest = seal
-    if len(data) < length or hashlib.sha256(data[:length]).hexdigest() != digest:
+    found = [data for data in (_read_log(path, next_round), _pending(path)) if _holds(data, seal)]
+    if not found:
         raise EdgeflError(str(path), "--resume", f"does not hold the rows of the checkpoint's "
                           f"{next_round} rounds (edited, cut or replaced); put back the original, or "
                           "start the run again")
-    return data[:length]
+    return found[0][:seal[0]]
+
+
+def _holds(data: bytes | None, seal: list[Any]) -> bool:
+    length, digest = seal
+    return data is not None and len(data) >= length and hashlib.sha256(data[:length]).hexdigest() == digest
+
+
+def _read_log(path: Path, next_round: int) -> bytes:
+    try:
+        if path.is_symlink():
+            raise OSError("a symbolic link")
+        return path.read_bytes()
+    except OSError as exc:
+        if _pending(path) is not None:
+            return b""
+        raise EdgeflError(str(path), "--resume", f"cannot be read ({exc.strerror or exc}) but the "
+                          f"checkpoint holds {next_round} rounds of it; put it back, or start the run "
+                          "again") from None
+
+
+def _pending(path: Path) -> bytes | None:
+    pending = pending_path(path)
+    try:
+        return None if pending.is_symlink() else pending.read_bytes()
+    except OSError:
+        return None
 
 
 class Evaluator:

@@ -7,9 +7,11 @@ DuckDB read directly). `output.format = "auto"` picks Parquet when the run's exp
 with its length and SHA-256, so `--resume` keeps exactly the rows the checkpoint saw.
 
 A CSV log appends to its file. A Parquet file is readable only once closed, so a Parquet log writes
-into a temporary file beside its target and, at each checkpoint and at the end, closes it and moves it
-into place (as `rundir.write_file` does); the next round reopens a temporary file that starts with the
-sealed file's row groups. The target on disk is therefore always a whole file the last seal vouches for.
+into a temporary file beside its target; at each checkpoint it closes it into a pending file, which
+the checkpoint names by its digest and which then moves into place (at the end likewise); the next
+round reopens a temporary file that starts with the sealed file's row groups. The target on disk is
+always a whole file; a crash between a checkpoint and the move leaves the pending file, which resume
+takes when the checkpoint vouches for it.
 """
 
 from __future__ import annotations
@@ -60,6 +62,8 @@ class Log(Protocol):
 
     def seal(self) -> list[Any]: ...
 
+    def commit(self) -> None: ...
+
     def rows(self) -> Iterator[dict[str, str]]: ...
 
 
@@ -100,14 +104,19 @@ class CsvLog:
     def seal(self) -> list[Any]:
         return [self.length, self.digest.hexdigest()]
 
+    def commit(self) -> None:
+        """Appended rows are in place already."""
+
     def __exit__(self, *exc: object) -> None:
         self.file.close()
         del self.data  # the kept bytes are not needed after the start
 
 
 class ParquetLog:
-    """A Parquet log: one row group per `write`, sealed (closed, moved into place, hashed) by `seal`.
-    `kept` is the sealed file a resume starts from (None for a new log)."""
+    """A Parquet log: one row group per `write`. `seal` closes the rows written so far into a whole
+    file beside the target (`pending_path`) and returns its length and SHA-256; `commit`, once the
+    checkpoint naming that seal is saved, moves it into place. `kept` is the sealed file a resume
+    starts from (None for a new log)."""
 
     def __init__(self, path: Path, types: dict[str, pa.DataType], kept: bytes | None) -> None:
         self.path = path
@@ -115,20 +124,20 @@ class ParquetLog:
         self.kept = kept
         self.writer: pq.ParquetWriter | None = None
         self.tmp: str | None = None
-        self.sealed: list[Any] = []
 
     def __enter__(self) -> ParquetLog:
         if self.kept is None:
-            self._open()
-            self.seal()
-        else:
-            self.sealed = [len(self.kept), hashlib.sha256(self.kept).hexdigest()]
+            empty = io.BytesIO()
+            pq.ParquetWriter(empty, self.schema).close()
+            self.kept = empty.getvalue()
+        write_file(self.path, self.kept)
+        pending_path(self.path).unlink(missing_ok=True)  # a seal no checkpoint named
+        self.sealed = [len(self.kept), hashlib.sha256(self.kept).hexdigest()]
         return self
 
     def rows(self) -> Iterator[dict[str, str]]:
         """The rows this log started from, as text as the CSV log gives them."""
-        if self.kept is not None:
-            yield from text_rows(pq.ParquetFile(io.BytesIO(self.kept)))
+        yield from text_rows(pq.ParquetFile(io.BytesIO(self.kept or b"")))
 
     def _open(self) -> None:
         """A temporary file beside the target, holding the sealed rows first."""
@@ -138,9 +147,9 @@ class ParquetLog:
             os.fchmod(fd, 0o666 & ~_umask())
             self.file = os.fdopen(fd, "wb")
             self.writer = pq.ParquetWriter(self.file, self.schema)
-            if self.path.exists() and self.sealed:
-                for group in range(pq.ParquetFile(self.path).num_row_groups):
-                    self.writer.write_table(pq.ParquetFile(self.path).read_row_group(group))
+            sealed = pq.ParquetFile(self.path)
+            for group in range(sealed.num_row_groups):
+                self.writer.write_table(sealed.read_row_group(group))
         except OSError as exc:
             raise WriteFailed(self.path, exc) from None
 
@@ -154,30 +163,47 @@ class ParquetLog:
             raise WriteFailed(self.path, exc) from None
 
     def seal(self) -> list[Any]:
-        """Close the file, move it into place and return its length and SHA-256."""
+        """Close the rows so far into the pending file; its length and SHA-256."""
         if self.writer is None:
             return self.sealed
         assert self.tmp is not None
+        pending = pending_path(self.path)
         try:
             self.writer.close()
             self.file.flush()
             os.fsync(self.file.fileno())
             self.file.close()
-            os.replace(self.tmp, self.path)
-            _fsync_folder(self.path.parent)
-            digest, length = _hash(self.path)
+            os.replace(self.tmp, pending)
+            digest, length = _hash(pending)
         except OSError as exc:
             raise WriteFailed(self.path, exc) from None
         self.writer, self.tmp = None, None
         self.sealed = [length, digest]
         return self.sealed
 
+    def commit(self) -> None:
+        """Move the sealed rows into place (after the checkpoint that names them is saved)."""
+        pending = pending_path(self.path)
+        if pending.exists():
+            try:
+                os.replace(pending, self.path)
+                _fsync_folder(self.path.parent)
+            except OSError as exc:
+                raise WriteFailed(self.path, exc) from None
+
     def __exit__(self, *exc: object) -> None:
         if exc[0] is None:
             self.seal()
+            self.commit()
         elif self.tmp is not None:  # a failed run leaves the last sealed file, no temporary one
             self.file.close()
             Path(self.tmp).unlink(missing_ok=True)
+
+
+def pending_path(path: Path) -> Path:
+    """Where a Parquet log's sealed rows wait for their checkpoint (a temporary name, so never
+    mistaken for a user's file)."""
+    return path.with_name(f".{path.name}.sealed.tmp")
 
 
 def _nulls(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
