@@ -287,7 +287,8 @@ def _vouched(path: Path, seal: list[Any], next_round: int) -> bytes:
     it): the rows the checkpoint saw, from the log or, for a Parquet log whose move into place a crash
     cut short, from its pending file.
     Later bytes (rounds after the checkpoint, a row torn by a full disk) are dropped on resume."""
-    found = [data for data in (_read_log(path, next_round), _pending(path)) if _holds(data, seal)]
+    found = [data for data in (_read_log(path, next_round), _pending(path))
+             if data is not None and _holds(data, seal)]
     if not found:
         raise EdgeflError(str(path), "--resume", f"does not hold the rows of the checkpoint's "
                           f"{next_round} rounds (edited, cut or replaced); put back the original, or "
@@ -295,9 +296,9 @@ def _vouched(path: Path, seal: list[Any], next_round: int) -> bytes:
     return found[0][:seal[0]]
 
 
-def _holds(data: bytes | None, seal: list[Any]) -> bool:
+def _holds(data: bytes, seal: list[Any]) -> bool:
     length, digest = seal
-    return data is not None and len(data) >= length and hashlib.sha256(data[:length]).hexdigest() == digest
+    return len(data) >= length and hashlib.sha256(data[:length]).hexdigest() == digest
 
 
 def _read_log(path: Path, next_round: int) -> bytes:

@@ -118,7 +118,7 @@ def _read_csv(path: Path, name: str) -> list[dict[str, str]]:
     return rows
 
 
-def _check_row(file: Path, line: int, row: dict[str | None, Any], columns: list[str]) -> None:
+def _check_row(file: Path, line: int, row: dict[Any, Any], columns: list[str]) -> None:
     """A whole row whose read columns are numbers (integers where counted, finite)."""
     if None in row or None in row.values():
         raise EdgeflError(str(file), f"line {line}", "has a different number of fields than the header "
