@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 from test_cli import one_error_line
-from test_safety import full_disk, nth
+from test_safety import QUICKSTART, SMALL, full_disk, nth, sets
 
 from edgefl import rundir
 from edgefl.cli import main
@@ -26,15 +26,6 @@ from edgefl.report.trace import trace_sample
 from edgefl.runlog import log_format, read_rows
 from edgefl.sim.cost import make_cost_model
 from edgefl.sim.engine import Federation, round_spans
-
-ROOT = Path(__file__).resolve().parents[1]
-QUICKSTART = ROOT / "scenarios" / "quickstart.toml"
-SMALL = ["rounds=3", "fleet.clients=6", "training.local_iters=4", "attack.steps=2", "evaluation.steps=2",
-         "data.test_samples=32", "threads=1"]
-
-
-def sets(items: list[str]) -> list[str]:
-    return [arg for item in items for arg in ("--set", item)]
 
 
 def dry(out: Path, *overrides: str) -> Path:
