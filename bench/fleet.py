@@ -1,64 +1,82 @@
-"""Planning at fleet scale: simulated client-rounds per second of a dry run (no data, no training).
+"""Planning at fleet scale: client-rounds per second and peak memory of dry runs (no data, no training).
 
 A dry run (`edgefl run --dry-run`) plays the SimPy engine and the cost model on a fleet: per round it
 samples the clients, draws each one's app, memory and network, plans its workload, prices it
-(compute, swap walk, communication) and plays the round. This bench times `prepare` (profile, fleet
-assignment, budget check) and `run` separately on the quickstart scenario (jFAT, digits_cnn, the
-edge pool, 10 % of the clients a round by default) for several fleet sizes and round counts, in a
-temporary directory, and prints client-rounds per second of `run` and of the whole.
+(compute, swap walk, communication), plays the round and streams the clients' rows to disk (Parquet
+above `output.parquet_above` client-rounds). Each case runs in a fresh subprocess, so its peak
+resident memory (`resource.getrusage(RUSAGE_SELF).ru_maxrss`, which includes the ~0.6 GB of importing
+torch and profiling the model) is its own. The bench prints, per case, the time of `prepare`
+(profile, fleet assignment, budget check) and of `run`, client-rounds per second of `run` and of the
+whole, and the peak memory.
 
 Run:
-    .venv/bin/python bench/fleet.py                                   # 1k, 10k, 100k clients
-    .venv/bin/python bench/fleet.py --clients 10000 --rounds 100      # the issue's target
+    .venv/bin/python bench/fleet.py                                        # 10k, 100k, 1M clients x 10
+    .venv/bin/python bench/fleet.py --clients 100000 --rounds 100          # the issue's target
+    .venv/bin/python bench/fleet.py --clients 1000000 --rounds 10
     .venv/bin/python bench/fleet.py --scenario scenarios/fedprophet-quickstart.toml
 """
 
 from __future__ import annotations
 
 import argparse
-import tempfile
-import time
-import warnings
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
+CASE = """
+import json, resource, sys, tempfile, time, warnings
+from pathlib import Path
+warnings.filterwarnings("ignore", message=r".*torch\\.jit\\.script.* is deprecated")  # from fvcore
+from edgefl.config import load_scenario
+from edgefl.experiment import prepare, run
+scenario, overrides = sys.argv[1], json.loads(sys.argv[2])
+s = load_scenario(scenario, overrides)
+started = time.perf_counter()
+exp = prepare(s, scenario, dry_run=True)
+prepared = time.perf_counter()
+with tempfile.TemporaryDirectory() as out:
+    summary = run(exp, Path(out), progress=False)
+    written = sum(p.stat().st_size for p in Path(out).iterdir())
+done = time.perf_counter()
+print(json.dumps({"client_rounds": summary["client_rounds"], "prepare_s": prepared - started,
+                  "run_s": done - prepared, "written_mb": written / 1e6,
+                  "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
 
 def plan(scenario: Path, clients: int, rounds: int, fraction: float,
          overrides: list[str]) -> dict[str, float]:
-    from edgefl.config import load_scenario
-    from edgefl.experiment import prepare, run
-
-    s = load_scenario(scenario, [*overrides, f"fleet.clients={clients}", f"rounds={rounds}",
-                                 f"fleet.sample_fraction={fraction}"])
-    started = time.perf_counter()
-    exp = prepare(s, str(scenario), dry_run=True)
-    prepared = time.perf_counter()
-    with tempfile.TemporaryDirectory() as out:
-        summary = run(exp, Path(out), progress=False)
-    done = time.perf_counter()
-    n = summary["client_rounds"]
-    return {"clients": clients, "rounds": rounds, "client_rounds": n, "prepare_s": prepared - started,
-            "run_s": done - prepared, "total_s": done - started, "run_rate": n / (done - prepared),
-            "total_rate": n / (done - started)}
+    """One dry run in a fresh subprocess: its timings, output size and peak memory."""
+    sets = [*overrides, f"fleet.clients={clients}", f"rounds={rounds}", f"fleet.sample_fraction={fraction}"]
+    done = subprocess.run([sys.executable, "-c", CASE, str(scenario), json.dumps(sets)], cwd=ROOT,
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"{clients} clients x {rounds} rounds failed:\n{done.stderr.strip()}")
+    r: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    total = r["prepare_s"] + r["run_s"]
+    return {**r, "total_s": total, "run_rate": r["client_rounds"] / r["run_s"],
+            "total_rate": r["client_rounds"] / total}
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
     p.add_argument("--scenario", type=Path, default=ROOT / "scenarios" / "quickstart.toml")
-    p.add_argument("--clients", type=int, nargs="+", default=[1000, 10000, 100000])
+    p.add_argument("--clients", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     p.add_argument("--rounds", type=int, nargs="+", default=[10])
-    p.add_argument("--fraction", type=float, default=0.1, help="clients selected per round")
+    p.add_argument("--fraction", type=float, default=0.5, help="clients selected per round (quickstart's)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     args = p.parse_args()
-    warnings.filterwarnings("ignore", message=r".*torch\.jit\.script.* is deprecated")  # from fvcore
-    print(f"{'clients':>8}{'rounds':>8}{'client-rounds':>15}{'prepare s':>11}{'run s':>9}"
-          f"{'total s':>9}{'c-r/s run':>11}{'c-r/s total':>13}")
+    print(f"{'clients':>9}{'rounds':>7}{'client-rounds':>15}{'prepare s':>11}{'run s':>9}{'total s':>9}"
+          f"{'c-r/s run':>11}{'c-r/s total':>13}{'peak MB':>9}{'written MB':>12}")
     for clients in args.clients:
         for rounds in args.rounds:
             r = plan(args.scenario, clients, rounds, args.fraction, args.overrides)
-            print(f"{clients:>8}{rounds:>8}{r['client_rounds']:>15}{r['prepare_s']:>11.2f}{r['run_s']:>9.2f}"
-                  f"{r['total_s']:>9.2f}{r['run_rate']:>11.0f}{r['total_rate']:>13.0f}", flush=True)
+            print(f"{clients:>9}{rounds:>7}{r['client_rounds']:>15.0f}{r['prepare_s']:>11.2f}{r['run_s']:>9.2f}"
+                  f"{r['total_s']:>9.2f}{r['run_rate']:>11.0f}{r['total_rate']:>13.0f}{r['peak_mb']:>9.0f}"
+                  f"{r['written_mb']:>12.1f}", flush=True)
 
 
 if __name__ == "__main__":

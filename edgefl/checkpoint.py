@@ -2,8 +2,9 @@
 
 A checkpoint holds the next round, the method's state (edgefl.snapshot), every RNG (torch, CUDA,
 NumPy's and Python's global ones), the simulated clock, the metrics rows so far, the run's
-fingerprint (edgefl.rundir) and the length and SHA-256 of each CSV log as it was (the spans are read
-back from the run's events.csv, once it is shown to be unchanged). It is written by rundir's safe
+fingerprint (edgefl.rundir) and the length and SHA-256 of each log as it was (metrics.csv and the
+clients and events logs, CSV or Parquet: edgefl.runlog; the trace's spans are read back from the
+events log, once it is shown to be unchanged). It is written by rundir's safe
 writer, so a kill leaves the previous checkpoint whole, and it is read with
 `torch.load(..., weights_only=True)`: no object is ever unpickled.
 """
@@ -52,12 +53,11 @@ def save(out: Path, state: dict[str, Any]) -> None:
 FIELDS: dict[str, type | tuple[type, ...]] = {
     "next_round": int, "method": dict, "rows": list, "clock": (int, float), "rng": dict,
     "fingerprint": dict, "logs": dict}
-LOGS = ("metrics.csv", "clients.csv", "events.csv")
 
 
-def load(out: Path, rounds: int) -> dict[str, Any]:
+def load(out: Path, rounds: int, logs: tuple[str, ...]) -> dict[str, Any]:
     """The run's checkpoint, checked to be plain data of the shape `save` writes for a run of
-    `rounds` rounds (RNGs not yet restored: see set_rng_state)."""
+    `rounds` rounds, with a seal for each log in `logs` (RNGs not yet restored: see set_rng_state)."""
     path = out / FILE
     if path.is_symlink():
         raise EdgeflError(str(path), "checkpoint", "is a symbolic link; put back the run's own file")
@@ -67,14 +67,14 @@ def load(out: Path, rounds: int) -> dict[str, Any]:
         raise EdgeflError(str(path), "checkpoint", "is not a plain-data edgefl checkpoint (damaged, or "
                           "it holds objects edgefl never writes) and was not loaded; start the run "
                           "again") from None
-    problem = _shape_problem(state, rounds)
+    problem = _shape_problem(state, rounds, logs)
     if problem:
         raise EdgeflError(str(path), "checkpoint", f"is not an edgefl checkpoint of this run ({problem}); "
                           "start the run again")
     return dict(state)
 
 
-def _shape_problem(state: Any, rounds: int) -> str | None:
+def _shape_problem(state: Any, rounds: int, logs: tuple[str, ...]) -> str | None:
     if not isinstance(state, dict):
         return "not a table"
     for key, kind in FIELDS.items():
@@ -82,7 +82,7 @@ def _shape_problem(state: Any, rounds: int) -> str | None:
             return f"{key} missing or of the wrong type"
     if not 1 <= state["next_round"] <= rounds or len(state["rows"]) != state["next_round"]:
         return f"next_round {state['next_round']} does not fit {rounds} rounds and its rows"
-    for name in LOGS:
+    for name in logs:
         seal = state["logs"].get(name)
         if not (isinstance(seal, list) and len(seal) == 2 and isinstance(seal[0], int)
                 and isinstance(seal[1], str)):

@@ -210,6 +210,16 @@ class RayConfig:
 
 
 @dataclass
+class OutputConfig:
+    """How a run logs its per-client rows (clients and events) and what its trace keeps."""
+
+    format: str = "auto"  # csv | parquet | auto (parquet above `parquet_above` client-rounds, else csv)
+    parquet_above: int = 100000  # auto: expected client-rounds (rounds x clients per round) for parquet
+    trace_clients: int = 256  # trace.json shows at most this many clients (all of a smaller fleet),
+    # a sample drawn from the seed
+
+
+@dataclass
 class Scenario:
     method: str = "jfat"
     rounds: int = 20
@@ -235,6 +245,7 @@ class Scenario:
     distill: DistillConfig = field(default_factory=DistillConfig)
     ray: RayConfig = field(default_factory=RayConfig)
     compare: CompareConfig = field(default_factory=CompareConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
 
 
 def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
@@ -391,6 +402,9 @@ def validate(s: Scenario, where: str) -> None:
          f"must be 0 (PyTorch's default) or a positive count up to {MAX_THREADS}"),
         ("executor", s.executor in ("local", "ray"), "must be local or ray"),
         ("checkpoint_every", s.checkpoint_every >= 0, "must be 0 (no checkpoints) or a round count"),
+        ("output.format", s.output.format in ("auto", "csv", "parquet"), "must be auto, csv or parquet"),
+        ("output.parquet_above", s.output.parquet_above >= 0, "must be a client-round count, 0 or more"),
+        ("output.trace_clients", s.output.trace_clients >= 0, "must be a client count, 0 or more"),
         ("data.alpha", s.data.alpha > 0, "must be positive"),
         ("data.skew_s", 0 <= s.data.skew_s < 100, "must be a percentage in [0, 100)"),
         ("data.shards_per_client", s.data.shards_per_client >= 1, "must be at least 1"),

@@ -7,14 +7,13 @@ evaluate, and append a row to metrics.csv and the clients' rows to clients.csv.
 
 from __future__ import annotations
 
-import csv
 import hashlib
-import io
+import itertools
 import json
 import platform
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -30,17 +29,28 @@ from edgefl.data import Dataset, load_dataset, split_clients
 from edgefl.data.datasets import dataset_spec, shapes_only
 from edgefl.data.partition import ClientSplit, public_split
 from edgefl.devices.catalog import catalog_for
-from edgefl.devices.pool import DevicePool
+from edgefl.devices.pool import DevicePool, check_fleet_memory, selected_per_round
 from edgefl.errors import EdgeflError
 from edgefl.execution.executor import Executor, make_executor
 from edgefl.execution.local import evaluate, resolve_device, seed_everything
 from edgefl.methods import METHODS, Context, Method
 from edgefl.models import build_model
 from edgefl.profiling import profile_model
-from edgefl.report.trace import chrome_trace
-from edgefl.rundir import Appender, WriteFailed, write_file
+from edgefl.report.trace import TraceSample
+from edgefl.rundir import WriteFailed, write_file
+from edgefl.runlog import (
+    CLIENT_TYPES,
+    EVENT_TYPES,
+    CsvLog,
+    Log,
+    ParquetLog,
+    log_format,
+    log_names,
+    pending_path,
+    read_rows,
+)
 from edgefl.sim.cost import make_cost_model
-from edgefl.sim.engine import ClientRecord, Federation, RoundRecord, Span
+from edgefl.sim.engine import ClientRecord, Federation, RoundRecord, Span, round_spans
 from edgefl.sim.swap import min_budget
 from edgefl.sim.workload import Workload
 
@@ -50,6 +60,7 @@ CLIENTS = ["round", "client", "device", "app", "network", "flops", "mem_avail_by
            "swapped", "compute_s", "data_access_s", "download_s", "upload_s", "wait_s",
            "finish_s", "read_bytes", "write_bytes", "real_compute_s"]
 EVENTS = ["round", "client", "phase", "start_s", "end_s"]  # events.csv: the spans of trace.json
+CHUNK = 8192  # rows rendered and written at a time (a Parquet row group)
 
 
 @dataclass
@@ -65,6 +76,7 @@ class Experiment:
 def prepare(scenario: Scenario, where: str, dry_run: bool = False) -> Experiment:
     """Load data (a dry run needs only its shapes), build model and fleet, and check every device
     can run the workload at all."""
+    check_fleet_memory(scenario.fleet, where)
     device = resolve_device(scenario.device)
     if scenario.threads:
         torch.set_num_threads(scenario.threads)
@@ -144,7 +156,9 @@ def client_splits(s: Scenario, labels: np.ndarray, where: str) -> tuple[np.ndarr
 def check_budgets(pool: DevicePool, method: Method, where: str) -> None:
     """Every device must hold the smallest step of the finest swapping schedule within R_min (one
     layer's tensors, one sample at a time), or no amount of paging helps."""
-    first = {d.name: k for k, d in reversed(list(enumerate(pool.devices)))}  # one client per device kind
+    first: dict[str, int] = {}  # one client per device kind, the first dealt it
+    for k, d in enumerate(pool.devices):
+        first.setdefault(d.name, k)
     for client in sorted(first.values()):
         device = pool.devices[client]
         budget = pool.reserved_bytes(device)  # plan as if at R_min: methods that adapt shrink there
@@ -186,22 +200,23 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
     fed, rows, first = Federation(), [], 0
     if saved:
         rows, first = saved.state["rows"], saved.state["next_round"]
+        fed = Federation(saved.state["clock"])
     started = time.perf_counter()
     extra = (evaluator.columns if evaluator else []) + list(exp.method.round_info())
     executor = make_executor(exp)
     kept = saved.logs if saved else {}
-    with (CsvLog(out / "metrics.csv", METRICS + extra, kept.get("metrics.csv")) as metrics,
-          CsvLog(out / "clients.csv", CLIENTS, kept.get("clients.csv")) as clients,
-          CsvLog(out / "events.csv", EVENTS, kept.get("events.csv")) as events):
-        logs = [metrics, clients, events]
-        if saved:
-            fed = Federation(saved.state["clock"], [_span(r) for r in events.rows()])
+    names = log_names(output_format(s))
+    sample = TraceSample(s.fleet.clients, s.output.trace_clients, s.seed)
+    with (CsvLog(out / names["metrics"], METRICS + extra, kept.get(names["metrics"])) as metrics,
+          _log(out, names["clients"], CLIENTS, kept) as clients,
+          _log(out, names["events"], EVENTS, kept) as events):
+        logs: list[Log] = [metrics, clients, events]
+        sample.add(_span(r) for r in events.rows() if int(r["client"]) in sample.kept)
         bar = tqdm(range(first, s.rounds), desc=f"{s.method}", unit="round", disable=not progress,
                    initial=first, total=s.rounds)
         for t in bar:
             if exp.method.finished():  # ended before its last round (FedProphet's last module)
                 break
-            logged = len(fed.spans)
             record, loss, real = _round(exp, executor, fed, cost_model, t)
             row = _metrics_row(record, loss, exp.method.round_info())
             last = t + 1 == s.rounds or exp.method.finished()
@@ -210,18 +225,23 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
                 bar.set_postfix(clean=f"{row['clean_acc']:.3f}", adv=f"{row['adv_acc']:.3f}",
                                 sim_h=f"{fed.now / 3600:.2f}")
             metrics.write([row])
-            clients.write([_client_row(c, real.get(c.client, "")) for c in record.clients])
-            events.write([asdict(x) for x in fed.spans[logged:]])
+            for part in _chunks(record.clients):
+                clients.write([_client_row(c, real.get(c.client, "")) for c in part])
+            for spans in _chunks(round_spans(record)):
+                events.write([_event_row(x) for x in spans])
+                sample.add(spans)  # nothing is kept across rounds but the trace's sample
             rows.append(row)
             if not exp.dry_run and s.checkpoint_every and ((t + 1) % s.checkpoint_every == 0 or last):
                 checkpoint.save(out, {"next_round": t + 1, "method": exp.method.state(), "rows": rows,
                                       "clock": fed.now, "fingerprint": fingerprint,
                                       "logs": {log.path.name: log.seal() for log in logs}})
+                for log in logs:
+                    log.commit()
     summary = _summary(exp, rows, time.perf_counter() - started)
-    error = prediction_error(out / "clients.csv") if emulates_host(exp) else None
+    error = prediction_error(out) if emulates_host(exp) else None
     if error is not None:
         summary["time_prediction_error"] = error
-    trace = chrome_trace(fed.spans, [d.name for d in exp.pool.devices])
+    trace = sample.trace([d.name for d in exp.pool.devices])
     write_file(out / "trace.json", json.dumps(trace) + "\n")
     write_file(out / "summary.json", json.dumps(summary, indent=2) + "\n")
     return summary
@@ -248,13 +268,13 @@ def resume_state(exp: Experiment, out: Path, fingerprint: dict[str, str]) -> Res
     if marker.get("scenario") != fingerprint["scenario"]:
         raise EdgeflError(str(out / "scenario.toml"), "--resume", "was edited after the run started; "
                           "restore it, or start a new run with the edited scenario")
-    state = checkpoint.load(out, exp.scenario.rounds)
+    names = tuple(log_names(output_format(exp.scenario)).values())
+    state = checkpoint.load(out, exp.scenario.rounds, names)
     path = str(out / checkpoint.FILE)
     if state["fingerprint"] != fingerprint:
         raise EdgeflError(path, "checkpoint", "belongs to another run (another scenario, seed or "
                           "edgefl); put back this run's checkpoint, or start the run again")
-    logs = {name: _vouched(out / name, state["logs"][name], state["next_round"])
-            for name in ("metrics.csv", "clients.csv", "events.csv")}
+    logs = {name: _vouched(out / name, state["logs"][name], state["next_round"]) for name in names}
     try:
         exp.method.load_state(state["method"])
         checkpoint.set_rng_state(state["rng"])
@@ -266,22 +286,42 @@ def resume_state(exp: Experiment, out: Path, fingerprint: dict[str, str]) -> Res
 
 def _vouched(path: Path, seal: list[Any], next_round: int) -> bytes:
     """The first `length` bytes of a log, if their SHA-256 is `digest` (the checkpoint's `seal` of
-    it): the rows the checkpoint saw.
+    it): the rows the checkpoint saw, from the log or, for a Parquet log whose move into place a crash
+    cut short, from its pending file.
     Later bytes (rounds after the checkpoint, a row torn by a full disk) are dropped on resume."""
-    try:
-        if path.is_symlink():
-            raise OSError("a symbolic link")
-        data = path.read_bytes()
-    except OSError as exc:
-        raise EdgeflError(str(path), "--resume", f"cannot be read ({exc.strerror or exc}) but the "
-                          f"checkpoint holds {next_round} rounds of it; put it back, or start the run "
-                          "again") from None
-    length, digest = seal
-    if len(data) < length or hashlib.sha256(data[:length]).hexdigest() != digest:
+    found = [data for data in (_read_log(path, next_round), _pending(path))
+             if data is not None and _holds(data, seal)]
+    if not found:
         raise EdgeflError(str(path), "--resume", f"does not hold the rows of the checkpoint's "
                           f"{next_round} rounds (edited, cut or replaced); put back the original, or "
                           "start the run again")
-    return data[:length]
+    return found[0][:seal[0]]
+
+
+def _holds(data: bytes, seal: list[Any]) -> bool:
+    length, digest = seal
+    return len(data) >= length and hashlib.sha256(data[:length]).hexdigest() == digest
+
+
+def _read_log(path: Path, next_round: int) -> bytes:
+    try:
+        if path.is_symlink():
+            raise OSError("a symbolic link")
+        return path.read_bytes()
+    except OSError as exc:
+        if _pending(path) is not None:
+            return b""
+        raise EdgeflError(str(path), "--resume", f"cannot be read ({exc.strerror or exc}) but the "
+                          f"checkpoint holds {next_round} rounds of it; put it back, or start the run "
+                          "again") from None
+
+
+def _pending(path: Path) -> bytes | None:
+    pending = pending_path(path)
+    try:
+        return None if pending.is_symlink() else pending.read_bytes()
+    except OSError:
+        return None
 
 
 class Evaluator:
@@ -302,47 +342,6 @@ class Evaluator:
         for name, extra in extras:
             row[f"{name}_acc"] = round(evaluate(model, self.x, self.y, extra)[1], 4)
         return row
-
-
-class CsvLog:
-    """An append-only CSV log, written through rundir's appender. It starts from its header, or on
-    resume from the bytes the checkpoint vouches for (rows of later rounds are dropped, so no round
-    appears twice); `seal` gives the length and SHA-256 of everything written so far."""
-
-    def __init__(self, path: Path, columns: list[str], kept: bytes | None) -> None:
-        self.path, self.columns = path, columns
-        self.data = kept if kept is not None else self._render([], header=True)
-        self.digest = hashlib.sha256(self.data)
-        self.length = len(self.data)
-
-    def __enter__(self) -> CsvLog:
-        write_file(self.path, self.data)
-        self.file = Appender(self.path)  # closed in __exit__
-        return self
-
-    def rows(self) -> list[dict[str, str]]:
-        """The rows this log started from."""
-        return list(csv.DictReader(io.StringIO(self.data.decode(), newline="")))
-
-    def _render(self, rows: list[dict[str, Any]], header: bool = False) -> bytes:
-        text = io.StringIO(newline="")
-        writer = csv.DictWriter(text, self.columns)
-        if header:
-            writer.writeheader()
-        writer.writerows(rows)
-        return text.getvalue().encode()
-
-    def write(self, rows: list[dict[str, Any]]) -> None:
-        payload = self._render(rows)
-        self.file.append(payload)
-        self.digest.update(payload)
-        self.length += len(payload)
-
-    def seal(self) -> list[Any]:
-        return [self.length, self.digest.hexdigest()]
-
-    def __exit__(self, *exc: object) -> None:
-        self.file.close()
 
 
 def _counted(exp: Experiment, client: int, w: Workload) -> Workload:
@@ -372,6 +371,30 @@ def _round(exp: Experiment, executor: Executor, fed: Federation, cost_model: Any
     m.aggregate(t, updates)
     return (record, round(sum(u.loss for u in updates) / len(updates), 5),
             {u.client: u.real_compute_s for u in updates})
+
+
+def output_format(s: Scenario) -> str:
+    """csv or parquet for the run's per-client logs (`output.format`; auto counts client-rounds)."""
+    return log_format(s.output.format, s.output.parquet_above, s.rounds * selected_per_round(s.fleet))
+
+
+def _log(out: Path, name: str, columns: list[str], kept: dict[str, bytes]) -> CsvLog | ParquetLog:
+    """The per-client log `name` (clients or events, .csv or .parquet), from its kept bytes on resume."""
+    if name.endswith(".parquet"):
+        types = CLIENT_TYPES if name.startswith("clients") else EVENT_TYPES
+        return ParquetLog(out / name, types, kept.get(name))
+    return CsvLog(out / name, columns, kept.get(name))
+
+
+def _chunks(items: Iterable[Any]) -> Iterator[list[Any]]:
+    """`items` CHUNK at a time."""
+    it = iter(items)
+    while part := list(itertools.islice(it, CHUNK)):
+        yield part
+
+
+def _event_row(x: Span) -> dict[str, Any]:
+    return {"round": x.round, "client": x.client, "phase": x.phase, "start_s": x.start_s, "end_s": x.end_s}
 
 
 def _span(row: dict[str, str]) -> Span:
@@ -430,11 +453,10 @@ def emulates_host(exp: Experiment) -> bool:
             and all(a.perf_left == 1 for a in exp.pool.apps))
 
 
-def prediction_error(clients_csv: Path) -> float | None:
+def prediction_error(out: Path) -> float | None:
     """Simulated compute / measured compute - 1 over the run's client-rounds that were measured
     (None if none was: rows from an older edgefl have no `real_compute_s`)."""
-    with open(clients_csv, newline="") as f:
-        rows = [r for r in csv.DictReader(f) if r.get("real_compute_s")]
+    rows = [r for r in read_rows(out, "clients")[1] if r.get("real_compute_s")]
     real = sum(float(r["real_compute_s"]) for r in rows)
     return round(sum(float(r["compute_s"]) for r in rows) / real - 1, 4) if real > 0 else None
 

@@ -29,7 +29,8 @@ from edgefl.errors import EdgeflError
 
 MARKER = ".edgefl-run"
 # what edgefl writes into a folder of each kind (figures/ is a folder of its own kind)
-RUN_FILES = {MARKER, "scenario.toml", "metrics.csv", "clients.csv", "events.csv", "trace.json",
+RUN_FILES = {MARKER, "scenario.toml", "metrics.csv", "clients.csv", "events.csv", "clients.parquet",
+             "events.parquet", "trace.json",
              "summary.json", "checkpoint.pt", "figures"}
 FIGURE_NAMES = {"accuracy", "speedup", "breakdown", "memory", "epsilon"}
 FIGURE_FILES = {MARKER, *(f"{n}.{ext}" for n in FIGURE_NAMES for ext in ("png", "svg"))}

@@ -13,8 +13,8 @@ from edgefl.config import load_scenario
 from edgefl.devices.pool import DeviceState
 from edgefl.devices.profile import DeviceProfile
 from edgefl.experiment import prepare, run
-from edgefl.sim.cost import ClientCost
-from edgefl.sim.engine import PHASES, Federation
+from edgefl.sim.cost import ClientCost, make_cost_model
+from edgefl.sim.engine import PHASES, Federation, round_spans
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "scenarios" / "quickstart.toml"
@@ -64,11 +64,11 @@ def test_two_rounds_accumulate_the_clock():
 
 def test_spans_cover_each_client_contiguously():
     fed = Federation()
-    fed.run_round(0, JOBS, 5.0)
-    fed.run_round(1, JOBS, 5.0)
+    records = [fed.run_round(0, JOBS, 5.0), fed.run_round(1, JOBS, 5.0)]
+    every = [s for r in records for s in round_spans(r)]
     for round_, start in ((0, 0.0), (1, 27.0)):
         for k, _, c in JOBS:
-            spans = sorted((s for s in fed.spans if s.round == round_ and s.client == k),
+            spans = sorted((s for s in every if s.round == round_ and s.client == k),
                            key=lambda s: s.start_s)
             phases = [s.phase for s in spans]
             durations = (c.download_s, c.data_access_s, c.compute_s, c.upload_s)
@@ -83,6 +83,24 @@ def test_spans_cover_each_client_contiguously():
             else:
                 assert phases == [*PHASES, "wait"]
                 assert spans[-1].end_s == pytest.approx(start + 22.0)
+
+
+@pytest.mark.parametrize("server_s", [0.0, 5.0])
+def test_bulk_and_per_client_paths_give_the_same_times_to_the_bit(server_s):
+    """The quickstart's fleet priced for 3 rounds: both paths give the same floats (not approx)."""
+    scenario = load_scenario(QUICKSTART, ["fleet.clients=200", "fleet.sample_fraction=0.5"])
+    exp = prepare(scenario, str(QUICKSTART), dry_run=True)
+    cost_model = make_cost_model(scenario.cost)
+    feds = [Federation(1234.5678), Federation(1234.5678, bulk=False)]
+    for t in range(3):
+        states = {k: exp.pool.state(k, t) for k in exp.pool.sample_clients(t)}
+        jobs = [(k, st, cost_model.cost(exp.method.plan(t, k, st), st)) for k, st in states.items()]
+        bulk, each = (fed.run_round(t, jobs, server_s) for fed in feds)
+        assert (bulk.start_s, bulk.end_s) == (each.start_s, each.end_s)
+        times = [[(c.finish_s, c.wait_s) for c in r.clients] for r in (bulk, each)]
+        assert times[0] == times[1]
+        assert list(round_spans(bulk)) == list(round_spans(each))
+        assert len({c.finish_s for c in bulk.clients}) > 1  # clients really differ
 
 
 def _run(out: Path) -> tuple[list[dict[str, str]], list[dict[str, str]]]:

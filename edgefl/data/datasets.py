@@ -1,5 +1,13 @@
-"""Datasets as in-memory tensors in [0, 1]: scikit-learn's digits (bundled), CIFAR-10, Caltech-256
-and `synthetic`.
+"""Datasets as in-memory tensors: scikit-learn's digits (bundled), CIFAR-10, Caltech-256 and
+`synthetic`.
+
+Images stay in the compact form they load in: CIFAR-10 and Caltech-256 as uint8 in [0, 255] (Caltech-256
+at 224x224 takes 3.6 GB, not the 14 GB of float32), digits and synthetic as float32 in [0, 1] (small,
+and drawn or scaled as floats). `to_float` turns a batch into float32 in [0, 1] where it is used (the
+training batches, evaluation, the server's samples), on the training device; a uint8 image v becomes
+v / 255 in float32, the very value the float dataset held before. Per-channel mean and std of a uint8
+dataset are exact (from a histogram of the 256 levels), so they may differ from a float32 sum in the
+last bits.
 
 Digits ship inside scikit-learn, so the quickstart needs no download. `synthetic` draws seeded
 uniform images of the shape and class count the scenario asks (`data.synthetic_*`, CIFAR-10's
@@ -25,7 +33,7 @@ from edgefl.registry import Registry
 
 @dataclass(frozen=True)
 class Dataset:
-    train_x: torch.Tensor  # (N, C, H, W) float in [0, 1]
+    train_x: torch.Tensor  # (N, C, H, W) float32 in [0, 1] or uint8 in [0, 255] (see `to_float`)
     train_y: torch.Tensor  # (N,) int64
     test_x: torch.Tensor
     test_y: torch.Tensor
@@ -86,13 +94,35 @@ def shapes_only(cfg: DataConfig) -> Dataset:
                    spec.num_classes, (0.5,) * channels, (0.25,) * channels)
 
 
+def to_float(x: torch.Tensor) -> torch.Tensor:
+    """Images as float32 in [0, 1]: uint8 ones divided by 255 (a new tensor), float ones as they are."""
+    return x.float().div_(255) if x.dtype == torch.uint8 else x
+
+
 def _with_stats(x: np.ndarray, y: np.ndarray, tx: np.ndarray, ty: np.ndarray,
                 classes: int) -> Dataset:
-    """Wrap arrays (N, C, H, W in [0, 1]) with per-channel mean/std of the training split."""
-    mean = tuple(float(v) for v in x.mean(axis=(0, 2, 3)))
-    std = tuple(float(v) for v in x.std(axis=(0, 2, 3)))
-    return Dataset(torch.from_numpy(x).float(), torch.from_numpy(y).long(),
-                   torch.from_numpy(tx).float(), torch.from_numpy(ty).long(), classes, mean, std)
+    """Wrap arrays (N, C, H, W: float32 in [0, 1] or uint8) with per-channel mean/std of the
+    training split; images keep their dtype."""
+    mean, std = _uint8_stats(x) if x.dtype == np.uint8 else (
+        tuple(float(v) for v in x.mean(axis=(0, 2, 3))), tuple(float(v) for v in x.std(axis=(0, 2, 3))))
+    images = (torch.from_numpy(a) if a.dtype == np.uint8 else torch.from_numpy(a).float() for a in (x, tx))
+    train_x, test_x = images
+    return Dataset(train_x, torch.from_numpy(y).long(), test_x, torch.from_numpy(ty).long(), classes,
+                   mean, std)
+
+
+def _uint8_stats(x: np.ndarray, chunk: int = 1024) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Exact per-channel mean and std of uint8 images / 255, from each channel's histogram of the 256
+    levels, counted `chunk` images at a time (no float copy of the dataset)."""
+    counts = np.zeros((x.shape[1], 256), dtype=np.int64)
+    for i in range(0, len(x), chunk):
+        for c in range(x.shape[1]):
+            counts[c] += np.bincount(x[i:i + chunk, c].ravel(), minlength=256)
+    levels = np.arange(256, dtype=np.float64) / 255
+    n = counts.sum(axis=1)
+    mean = counts @ levels / n
+    var = counts @ levels**2 / n - mean**2
+    return tuple(float(v) for v in mean), tuple(float(v) for v in np.sqrt(np.maximum(var, 0)))
 
 
 @register("digits", (1, 8, 8), 10, 1437)
@@ -123,8 +153,7 @@ def cifar10(cfg: DataConfig, where: str) -> Dataset:
         raise _unloadable(where, "CIFAR-10", root, exc) from None
 
     def arrays(ds: CIFAR10) -> tuple[np.ndarray, np.ndarray]:
-        return (ds.data.transpose(0, 3, 1, 2).astype(np.float32) / 255.0,
-                np.asarray(ds.targets, dtype=np.int64))
+        return (np.ascontiguousarray(ds.data.transpose(0, 3, 1, 2)), np.asarray(ds.targets, dtype=np.int64))
 
     return _with_stats(*arrays(train), *arrays(test), 10)
 
@@ -132,7 +161,7 @@ def cifar10(cfg: DataConfig, where: str) -> Dataset:
 @register("caltech256", (3, 224, 224), 256, 23824)
 def caltech256(cfg: DataConfig, where: str) -> Dataset:
     """Caltech-256 (256 object classes, the clutter class left out) resized to 224x224, a seeded
-    80/20 split. Held in memory as float32: about 18 GB, so a large machine."""
+    80/20 split. Held in memory as uint8: about 3.6 GB."""
     root = Path(cfg.root).expanduser()
     _require(where, "Caltech-256", root / "caltech256", ["256_ObjectCategories"], cfg.download)
     try:
@@ -145,7 +174,9 @@ def caltech256(cfg: DataConfig, where: str) -> Dataset:
     except (OSError, RuntimeError) as exc:
         raise _unloadable(where, "Caltech-256", root, exc) from None
     keep = [i for i, y in enumerate(ds.y) if y < 256]
-    x = np.stack([ds[i][0].numpy() for i in keep]).astype(np.float32) / 255.0
+    x = np.empty((len(keep), 3, 224, 224), dtype=np.uint8)
+    for row, i in enumerate(keep):
+        x[row] = ds[i][0].numpy()
     y = np.asarray([ds.y[i] for i in keep], dtype=np.int64)
     order = np.random.default_rng(0).permutation(len(y))
     cut = int(0.8 * len(order))

@@ -12,16 +12,22 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import psutil
 from scipy.special import ndtr, ndtri
 
 from edgefl.config import FleetConfig
 from edgefl.devices.catalog import Catalog, used_files
 from edgefl.devices.profile import DeviceProfile, NetworkProfile
+from edgefl.errors import EdgeflError
 
-ASSIGN, SAMPLE, STATE = 0, 1, 2  # independent random streams
+# memory a fleet takes, measured on dry runs of the quickstart (bench/fleet.py): the pool's per-client
+# arrays and the dealing's temporaries, and a selected client's objects while its round is played
+BYTES_PER_CLIENT = 160
+BYTES_PER_SELECTED = 4000
+ASSIGN, SAMPLE, STATE, TRACE = 0, 1, 2, 3  # independent random streams (TRACE: the trace's sample)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class DeviceState:
     """What a client has for training in one round: R_k(t), P_k(t) and its network."""
 
@@ -55,6 +61,25 @@ def truncated_normal(bounds: list[float], r: np.random.Generator) -> float:
     return float(mean + sd * ndtri(lo + r.uniform() * (hi - lo)))  # inverse-CDF, as scipy's truncnorm
 
 
+def selected_per_round(fleet: FleetConfig) -> int:
+    """Clients selected each round: a fraction of the population, at least one."""
+    return max(1, round(fleet.sample_fraction * fleet.clients))
+
+
+def check_fleet_memory(fleet: FleetConfig, where: str, available: float | None = None) -> None:
+    """Refuse, before any work, a fleet whose per-client arrays and one round's clients would not fit
+    in the memory available now (`available` bytes; psutil's figure if None)."""
+    free = psutil.virtual_memory().available if available is None else available
+    need = fleet.clients * BYTES_PER_CLIENT + selected_per_round(fleet) * BYTES_PER_SELECTED
+    if need > free:
+        per = BYTES_PER_CLIENT + fleet.sample_fraction * BYTES_PER_SELECTED
+        most = int(free // per)
+        raise EdgeflError(where, "fleet.clients", f"{fleet.clients:,} clients need about {need / 1e9:.1f} GB "
+                          f"({BYTES_PER_CLIENT} B per client, {BYTES_PER_SELECTED} B per client selected in "
+                          f"a round) but {free / 1e9:.1f} GB is available: use at most {most:,} clients at "
+                          f"sample_fraction {fleet.sample_fraction:g}")
+
+
 class DevicePool:
     """The fleet: one device per client, and the per-round draws."""
 
@@ -76,7 +101,7 @@ class DevicePool:
 
     def sample_clients(self, round_: int) -> list[int]:
         """The clients selected in a round (a fraction of the population, at least one)."""
-        n = max(1, round(self.fleet.sample_fraction * self.fleet.clients))
+        n = selected_per_round(self.fleet)
         picked = rng(self.seed, SAMPLE, round_).choice(self.fleet.clients, size=n, replace=False)
         return sorted(int(k) for k in picked)
 

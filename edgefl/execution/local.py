@@ -22,6 +22,7 @@ from torch import nn
 
 from edgefl.attacks import Attack
 from edgefl.config import TrainingConfig
+from edgefl.data.datasets import to_float
 from edgefl.execution.objectives import PGDAT, Objective
 
 T = TypeVar("T")
@@ -107,7 +108,7 @@ def device_batches(
     """The batches of `batch_indices` (batch capped at len(x)), indices sent to x's device at once."""
     rows = torch.stack(batch_indices(len(x), min(batch, len(x)), iters, gen)).to(x.device)
     for idx in rows:
-        yield settings.layout(x[idx]), y[idx]
+        yield settings.layout(to_float(x[idx])), y[idx]
 
 
 @dataclass
@@ -152,7 +153,7 @@ def evaluate(
     clean = torch.zeros((), dtype=torch.long, device=x.device)
     adv = torch.zeros_like(clean)
     for i in range(0, len(x), batch):
-        xb, yb = x[i:i + batch], y[i:i + batch]
+        xb, yb = to_float(x[i:i + batch]), y[i:i + batch]
         with torch.no_grad():
             clean += (model(xb).argmax(1) == yb).sum()
         xa = attack(model, xb, yb)

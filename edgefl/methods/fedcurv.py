@@ -38,6 +38,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from edgefl.data.datasets import to_float
 from edgefl.execution.local import Hooks
 from edgefl.methods.aggregate import State
 from edgefl.methods.base import METHODS, ClientUpdate, Context
@@ -78,7 +79,7 @@ def fisher_diagonal(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch: i
     was_training = model.training
     model.eval()
     for i in range(0, len(x), batch):
-        for n, g in per_sample(params, x[i:i + batch], y[i:i + batch]).items():
+        for n, g in per_sample(params, to_float(x[i:i + batch]), y[i:i + batch]).items():
             sums[n] += (g * g).sum(0)
     model.train(was_training)
     return {n: s / len(x) for n, s in sums.items()}

@@ -25,6 +25,7 @@ from typing import Any
 
 from edgefl.errors import EdgeflError
 from edgefl.rundir import claim, write_file
+from edgefl.runlog import LOGS, read_rows
 
 BASELINE = "jfat"
 COLUMNS = ["method", "run", "clean_acc", "adv_acc", "sim_time_s", "time_to_target_s", "speedup_vs_jfat",
@@ -101,17 +102,11 @@ OPTIONAL = {"clean_acc", "adv_acc", "eps"}
 
 
 def _read_csv(path: Path, name: str) -> list[dict[str, str]]:
-    file = path / name
-    if not file.is_file():
-        raise EdgeflError(str(path), name, "missing; give a run directory made by edgefl run")
-    try:
-        text = file.read_bytes().decode()
-        reader = csv.DictReader(io.StringIO(_whole_lines(text), newline=""))
-        rows = list(reader)
-        header = reader.fieldnames or []
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise EdgeflError(str(file), "file", f"cannot be read as CSV ({exc}); give a run directory "
-                          "made by edgefl run") from None
+    """A log's rows as text, checked; clients may be CSV or Parquet (`runlog.read_rows`)."""
+    stem = name.removesuffix(".csv")
+    header, rows = read_rows(path, stem)
+    parquet = path / f"{stem}.parquet"
+    file = parquet if stem in LOGS and parquet.is_file() else path / name
     missing = [c for c in NEEDED[name] if c not in header]
     if missing:
         raise EdgeflError(str(file), missing[0], "missing from the header: not a log edgefl wrote, or "
@@ -123,13 +118,7 @@ def _read_csv(path: Path, name: str) -> list[dict[str, str]]:
     return rows
 
 
-def _whole_lines(text: str) -> str:
-    """Every line up to the last newline: a last line without one was torn by a kill or a full disk
-    (every row edgefl writes ends with a newline)."""
-    return text[:text.rfind("\n") + 1]
-
-
-def _check_row(file: Path, line: int, row: dict[str | None, Any], columns: list[str]) -> None:
+def _check_row(file: Path, line: int, row: dict[Any, Any], columns: list[str]) -> None:
     """A whole row whose read columns are numbers (integers where counted, finite)."""
     if None in row or None in row.values():
         raise EdgeflError(str(file), f"line {line}", "has a different number of fields than the header "

@@ -31,7 +31,7 @@ from edgefl.sim.swap import Traffic, footprint, walk
 from edgefl.sim.workload import Workload, train_pass_flops
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ClientCost:
     compute_s: float
     data_access_s: float

@@ -1,14 +1,20 @@
-"""The SimPy engine: one process per selected client, a synchronous round ends at the last upload.
+"""The SimPy engine: a synchronous round ends at the last upload, then the server works.
 
-Each client process downloads, reads/swaps, computes and uploads (one span per phase, one timeout
-for the lot, since nothing else runs on the client). The round process waits for all of them (the
-straggler decides the round time), then spends the server's time. Waiting is what a client idles
-until the round ends.
+Each client downloads, reads/swaps, computes and uploads, back to back, since nothing else runs on
+it; the round waits for all of them (the straggler decides the round time), then spends the server's
+time. Waiting is what a client idles until the round ends.
+
+Two paths play a round with the same times, to the bit. The bulk path (the default) computes every
+client's finish time in one pass, exactly as SimPy's clock would add it, and lets the round process
+wait once for the straggler: a fleet's round costs one event, not one process per client. The
+per-client path (`bulk=False`) runs one SimPy process per client; it is the reference the bulk path
+is tested against. A round's spans (one per phase, and a wait) are made on demand by `round_spans`,
+so a round keeps no list of them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +27,7 @@ PHASES = ("download", "data_access", "compute", "upload")
 Job = tuple[int, DeviceState, ClientCost]  # (client, its state this round, its cost)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Span:
     round: int
     client: int
@@ -30,7 +36,7 @@ class Span:
     end_s: float
 
 
-@dataclass
+@dataclass(slots=True)
 class ClientRecord:
     round: int
     client: int
@@ -60,9 +66,9 @@ class RoundRecord:
 class Federation:
     """Keeps the simulated clock across rounds; `run_round` advances it by one round."""
 
-    def __init__(self, start_s: float = 0.0, spans: list[Span] | None = None) -> None:
+    def __init__(self, start_s: float = 0.0, bulk: bool = True) -> None:
         self.env = simpy.Environment(initial_time=start_s)
-        self.spans: list[Span] = spans or []
+        self.bulk = bulk
 
     @property
     def now(self) -> float:
@@ -80,21 +86,42 @@ class Federation:
     ) -> Generator[simpy.Event, Any, RoundRecord]:
         start = self.now
         records = [ClientRecord(round_, k, state, cost) for k, state, cost in jobs]
-        yield simpy.AllOf(self.env, [self.env.process(self._client(r)) for r in records])
+        if self.bulk:
+            delays = [_busy_end(start, r.cost) - start for r in records]
+            for r, delay in zip(records, delays, strict=True):
+                r.finish_s = start + delay  # as SimPy's clock adds a timeout
+            yield self.env.timeout(max(delays))
+        else:
+            yield simpy.AllOf(self.env, [self.env.process(self._client(r)) for r in records])
         last = self.now
         for r in records:
             r.wait_s = last - r.finish_s
-            if r.wait_s > 0:
-                self.spans.append(Span(round_, r.client, "wait", r.finish_s, last))
         yield self.env.timeout(server_s)
         return RoundRecord(round_, start, self.now, server_s, records)
 
     def _client(self, r: ClientRecord) -> Generator[simpy.Event, Any, None]:
         """The phases run back to back on the client alone, so one timeout covers them all."""
-        c, start = r.cost, self.now
-        for phase, seconds in zip(PHASES, (c.download_s, c.data_access_s, c.compute_s,
-                                           c.upload_s), strict=True):
-            self.spans.append(Span(r.round, r.client, phase, start, start + seconds))
-            start += seconds
-        yield self.env.timeout(start - self.now)
+        yield self.env.timeout(_busy_end(self.now, r.cost) - self.now)
         r.finish_s = self.now
+
+
+def _busy_end(start: float, c: ClientCost) -> float:
+    """When a client starting at `start` ends its last phase, summed phase by phase."""
+    for seconds in (c.download_s, c.data_access_s, c.compute_s, c.upload_s):
+        start += seconds
+    return start
+
+
+def round_spans(record: RoundRecord) -> Iterator[Span]:
+    """The round's spans: each client's phases back to back from the round's start (clients in order),
+    then each waiting client's wait until the straggler's upload ends."""
+    for r in record.clients:
+        c, start = r.cost, record.start_s
+        for phase, seconds in zip(PHASES, (c.download_s, c.data_access_s, c.compute_s, c.upload_s),
+                                  strict=True):
+            yield Span(r.round, r.client, phase, start, start + seconds)
+            start += seconds
+    last = max(r.finish_s for r in record.clients)
+    for r in record.clients:
+        if r.wait_s > 0:
+            yield Span(r.round, r.client, "wait", r.finish_s, last)

@@ -22,6 +22,7 @@ from torch import nn
 
 from edgefl.attacks import Attack, make_attack
 from edgefl.config import FedProphetConfig
+from edgefl.data.datasets import to_float
 from edgefl.devices.pool import DeviceState
 from edgefl.errors import EdgeflError
 from edgefl.execution.local import TrainSettings, evaluate, make_optimizer, seed_everything
@@ -242,7 +243,7 @@ class FedProphet(Method):
     def samples(self, parts: list[np.ndarray], n: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Up to n training-set samples from the clients' index sets, in client order."""
         idx = torch.from_numpy(np.concatenate(parts)[:n]).to(self.ctx.device)
-        return self.ctx.data.train_x[idx], self.ctx.data.train_y[idx]
+        return to_float(self.ctx.data.train_x[idx]), self.ctx.data.train_y[idx]
 
     def validate(self) -> tuple[float, float]:
         """Clean and adversarial accuracy of modules 1..m with head m on the clients' validation
