@@ -62,9 +62,13 @@ def _train_client(text: str, where: str, snapshot: dict[str, Any], round_: int, 
                   workload: Workload) -> ClientUpdate:
     """Runs on a Ray worker."""
     fault = os.environ.get("EDGEFL_FAULT_ONCE")
-    if fault and Path(fault).exists():
-        Path(fault).unlink()
-        os._exit(1)
+    if fault:
+        try:
+            Path(fault).unlink()  # the one worker that deletes it dies; the others go on
+        except FileNotFoundError:
+            pass
+        else:
+            os._exit(1)
     exp = _worker_experiment(text, where)
     exp.method.load_state(snapshot)
     u = train_timed(exp.method, round_, client, workload)
