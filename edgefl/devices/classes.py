@@ -8,8 +8,9 @@ its class below. A calibrated host's fitted `[kernels]` rows replace them kind b
 Evidence. `cpu` rests on a measurement: `edgefl devices calibrate` on the edgefl development host
 (device_profiles/dev_vm.toml: a 2-core x86 VM, torch on 1 thread) fits 20 GB/s and 3 us per
 operator for elementwise forwards, 1.3-80 GB/s and 3-78 us across kinds and passes, and convolutions
-at 148-192 GFLOP/s, 0.76-0.99 of its one-thread conv2d peak; the class keeps round figures, with a
-lower efficiency (0.5) because a datasheet peak counts every core, which training reaches less
+at 148-192 GFLOP/s, 0.76-0.99 of its one-thread conv2d peak; the class keeps round figures (20 GB/s,
+and 10 us per operator, the middle of the fitted 3-78 us), with a lower efficiency (0.5) because
+a datasheet peak counts every core, which training reaches less
 (estimate). The others are estimates from public figures, as marked:
 * microcontroller: CMSIS-NN kernels on Cortex-M reach well under the DSP peak (Lai et al., "CMSIS-NN",
   arXiv:1801.06601, 2018); on-chip SRAM moves a few hundred MB/s to ~1 GB/s at 64-480 MHz

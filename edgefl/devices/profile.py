@@ -136,7 +136,8 @@ def _required(cls: type) -> list[str]:
 # Sane ranges, far beyond any real device: a figure past them is a typo, and would overflow the cost
 # model's arithmetic into inf or nan simulated hours. Every number of a device profile is checked,
 # a new field too: non-negative (positive where listed) and at most its bound, MAX_FIGURE by default.
-UPPER = {"storage_read_mbps": 1e8, "storage_write_mbps": 1e8, "storage_latency_ms": 1e6}  # MB/s, ms
+UPPER = {"storage_read_mbps": 1e8, "storage_write_mbps": 1e8, "storage_latency_ms": 1e6,  # MB/s, ms
+         "efficiency": 1.0}  # a fraction of peak (0 = the class default)
 MAX_FIGURE = 1e9  # MB of memory, GFLOP/s: a petabyte, an exaFLOP/s
 POSITIVE = ("memory_mb", "compute_gflops", "storage_read_mbps", "storage_write_mbps")
 MAX_LATENCY_MS = UPPER["storage_latency_ms"]  # 1000 s per access or message
@@ -159,11 +160,7 @@ def _check(p: DeviceProfile | AppProfile | NetworkProfile, where: str, stem: str
         checks += [
             *_number_checks(p),
             ("device_class", p.device_class in DEVICE_CLASSES, f"must be one of {', '.join(DEVICE_CLASSES)}"),
-            ("efficiency", 0 <= p.efficiency <= 1, "must be a fraction in [0, 1] (0 = class default)"),
-            ("calibrated_threads", p.calibrated_threads >= 0, "must be non-negative"),
         ]
-        checks += [(k, getattr(p, k) >= 0, "must be non-negative (0 = class default)")
-                   for k in ("memory_bandwidth_gbps", "op_overhead_us")]
         checks += [(f"kernels.{k}", _kernel_ok(getattr(p.kernels, k)),
                     "must list up to 3 passes, each [GFLOP/s, GB/s, overhead us] with positive "
                     "rates and a non-negative overhead") for k in KERNEL_KINDS]

@@ -46,6 +46,7 @@ from edgefl.methods.fedavg import FedAvgAT
 from edgefl.sim.workload import train_pass_flops
 
 Tensors = dict[str, torch.Tensor]
+GRAD_BYTES = 1e9  # per-sample gradients held at once by the Fisher pass (VGG16: 16 samples)
 
 
 def curvature_penalty(lam: float, fisher_sum: Tensors, weighted_sum: Tensors, const: torch.Tensor) -> Hooks:
@@ -65,9 +66,12 @@ def fisher_diagonal(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch: i
 
     Per sample, not per batch: the square of a batch's mean gradient is not the Fisher (it shrinks
     with the batch and vanishes near a minimum of the local loss). The model is evaluated as the
-    server would (eval mode: BatchNorm on its running statistics); `batch` only bounds memory.
+    server would (eval mode: BatchNorm on its running statistics). `batch` only bounds memory: at
+    most `batch` samples at a time, and no more than keep their per-sample gradients (4 B x the
+    parameters each) within `GRAD_BYTES`.
     """
     params = {n: p.detach() for n, p in model.named_parameters()}
+    batch = max(1, min(batch, int(GRAD_BYTES // (4 * sum(p.numel() for p in params.values())))))
     buffers = dict(model.named_buffers())
 
     def sample_loss(p: Tensors, xi: torch.Tensor, yi: torch.Tensor) -> torch.Tensor:

@@ -66,9 +66,13 @@ class AtomProfile:
     saved_bytes: float
     weighted_in_elems: int  # summed input sizes of its conv/BN/linear layers (release MemReq)
     out_shape: tuple[int, ...] = ()  # one sample's output
-    # its layers in forward order; left out of == and hash (the figures above already tell atoms
-    # apart), so the cost model's caches keyed by workload stay cheap
+    # its layers in forward order; == and hash see them through `layers_key`, their hash taken once,
+    # so the cost model's caches keyed by workload stay cheap and still tell layer breakdowns apart
     layers: tuple[LayerProfile, ...] = field(default=(), compare=False)
+    layers_key: int = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "layers_key", hash(self.layers))
 
     @property
     def flops(self) -> float:
