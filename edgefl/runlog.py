@@ -4,7 +4,8 @@ Small runs log `clients.csv` and `events.csv`; at fleet scale the same rows go t
 and `events.parquet` (Apache Parquet through pyarrow, a round's rows in row groups of at most 8192,
 which pandas and DuckDB read directly). `output.format = "auto"` picks Parquet when the run's
 expected client-rounds (rounds x clients per round) exceed `output.parquet_above`. Either log is
-sealed at each checkpoint with its length and SHA-256, so `--resume` keeps exactly the rows the checkpoint saw.
+sealed at each checkpoint with its length and SHA-256, so `--resume` keeps exactly the rows the
+checkpoint saw.
 
 A CSV log appends to its file. A Parquet file is readable only once closed, so a Parquet log writes
 into a temporary file beside its target; at each checkpoint it closes it into a pending file, which
