@@ -21,7 +21,6 @@ Run:
 from __future__ import annotations
 
 import argparse
-import csv
 import tempfile
 import warnings
 from collections import defaultdict
@@ -38,13 +37,13 @@ def per_module(setting: str) -> tuple[int, list[tuple[float, float]]]:
     """(warm-up rounds W, [(w_m, a_m)]) from a dry run of the whole budget."""
     from edgefl.config import load_scenario
     from edgefl.experiment import prepare, run
+    from edgefl.runlog import read_rows
 
     path = ROOT / "scenarios" / f"fedprophet-{setting}.toml"
     s = load_scenario(path, ["fedprophet.module_rounds=[]", "rounds=3500", "threads=1"])
     with tempfile.TemporaryDirectory() as out:
         run(prepare(s, str(path), dry_run=True), Path(out), progress=False)
-        with open(Path(out) / "metrics.csv", newline="") as f:
-            rows = list(csv.DictReader(f))
+        rows = read_rows(Path(out), "metrics")[1]
     warm = s.fedprophet.warmup_rounds
     times: dict[tuple[int, bool], list[float]] = defaultdict(list)
     start: dict[int, int] = {}

@@ -23,15 +23,14 @@ from pathlib import Path
 
 from edgefl.config import Scenario, load_scenario, to_toml
 from edgefl.experiment import prepare, run
+from edgefl.runlog import read_rows
 
 METHODS = "fedavg_at,jfat,fedprox_at,scaffold_at,fedcurv_at,feddynat,fedavg_dynat,sfat,gma"
 COLUMNS = ["clean_acc", "fgsm_acc", "adv_acc", "cw_acc"]
 
 
 def final_row(out: Path) -> dict[str, float]:
-    lines = (out / "metrics.csv").read_text().splitlines()
-    header = lines[0].split(",")
-    last = dict(zip(header, lines[-1].split(","), strict=True))
+    last = read_rows(out, "metrics")[1][-1]
     row = {c: 100 * float(last[c]) for c in COLUMNS if c in last}  # FGSM/CW: evaluation.extra
     row["sim_s"] = json.loads((out / "summary.json").read_text())["sim_time_s"]
     return row

@@ -25,12 +25,12 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+from edgefl.devices.profile import KERNEL_KINDS as KINDS
 from edgefl.profiling.atoms import BYTES, AtomProfile, LayerProfile
 from edgefl.sim.workload import Workload
 
 FORWARD, INPUT_GRAD, WEIGHT_GRAD = "forward", "input_grad", "weight_grad"
 PASSES = (FORWARD, INPUT_GRAD, WEIGHT_GRAD)
-KINDS = ("conv", "linear", "norm", "activation", "pool", "elementwise")
 MATMUL_KINDS = ("conv", "linear")  # kinds whose backward has the forward's FLOPs
 VIEW = "reshape"  # a view: no bytes move, only its overhead is paid
 BATCH_OPS = 3  # gather x, gather y, add the loss to the running total

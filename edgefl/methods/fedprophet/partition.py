@@ -22,6 +22,7 @@ from edgefl.models import AtomModel
 from edgefl.profiling import AtomProfile, ModelProfile, mem_req, optimizer_slots, paper_mem_req, profile_model
 from edgefl.profiling.atoms import BYTES
 from edgefl.profiling.memory import paper_scale
+from edgefl.sim.cost import HEAD
 
 
 def head_side(channels: int, classes: int, min_side: int = 0) -> int:
@@ -42,7 +43,7 @@ def aux_head(out_shape: tuple[int, ...], classes: int, min_side: int = 0) -> nn.
 
 
 def head_profile(out_shape: tuple[int, ...], classes: int, min_side: int = 0) -> AtomProfile:
-    return profile_model(AtomModel([("head", aux_head(out_shape, classes, min_side))], out_shape)).atoms[0]
+    return profile_model(AtomModel([(HEAD, aux_head(out_shape, classes, min_side))], out_shape)).atoms[0]
 
 
 @dataclass(frozen=True)
