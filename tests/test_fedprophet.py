@@ -594,6 +594,28 @@ def test_dry_run_modules_follow_module_rounds(tmp_path: Path):
     assert modules("fedprophet.module_rounds=[1, 2]") == [1, 2, 2]
 
 
+def test_a_real_run_ends_with_its_last_module_and_resumes_to_nothing_more(tmp_path: Path, monkeypatch):
+    """Validation that never improves: with patience 1 each module ends one round after its first
+    scored round, so module 1 is rounds 0-1, module 2 rounds 2-3, and the run stops after round 3 of
+    10, evaluated and checkpointed; resumed as if killed before its summary, it trains no further
+    round."""
+    from edgefl.methods.fedprophet.method import FedProphet
+
+    monkeypatch.setattr(FedProphet, "validate", lambda self: (0.5, 0.25))
+    sets = [*TINY, "rounds=10", "fedprophet.warmup_rounds=0", "fedprophet.grace=0",
+            "fedprophet.patience=0.1"]
+    out = tmp_path / "run"
+    run(prepare(load_scenario(QUICKSTART, sets), "q.toml"), out, progress=False)
+    _, rows = read_csv(out / "metrics.csv")
+    assert [int(r["module"]) for r in rows] == [1, 1, 2, 2]
+    assert rows[-1]["clean_acc"] != ""
+    (out / "summary.json").unlink()
+    assert main(["run", "--resume", str(out), "--quiet"]) == 0
+    _, again = read_csv(out / "metrics.csv")
+    assert again == rows
+    assert json.loads((out / "summary.json").read_text())["rounds"] == 4
+
+
 def test_module_rounds_of_the_wrong_length_is_one_line():
     with pytest.raises(EdgeflError, match=r"fedprophet\.module_rounds.*3 round counts.*2 modules"):
         prepare(load_scenario(QUICKSTART, [*TINY, "fedprophet.module_rounds=[1, 2, 3]"]), "q.toml",
