@@ -27,8 +27,8 @@ from pathlib import Path
 
 from seed_table import COLUMNS, final_row, mean_std  # bench/ is on sys.path when run as a script
 
-from edgefl.config import load_scenario
 from edgefl.experiment import prepare, run
+from edgefl.scenario import load_scenario
 
 QUIET = Path("/tmp/edgefl-quiet")
 SKEW = "scenarios/skew-digits.toml"

@@ -34,9 +34,9 @@ def case(model: str, dataset: str, batch: int, device: str, threads: int, repeat
     """(simulated, measured) seconds per iteration and the iterations each timed call ran."""
     from dataclasses import replace
 
-    from edgefl.config import load_scenario
     from edgefl.execution.executor import train_timed
     from edgefl.experiment import prepare
+    from edgefl.scenario import load_scenario
     from edgefl.sim.cost import walk_compute_seconds
 
     s = load_scenario(ROOT / "scenarios" / "quickstart.toml", [

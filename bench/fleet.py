@@ -30,7 +30,7 @@ CASE = """
 import json, resource, sys, tempfile, time, warnings
 from pathlib import Path
 warnings.filterwarnings("ignore", message=r".*torch\\.jit\\.script.* is deprecated")  # from fvcore
-from edgefl.config import load_scenario
+from edgefl.scenario import load_scenario
 from edgefl.experiment import prepare, run
 scenario, overrides = sys.argv[1], json.loads(sys.argv[2])
 s = load_scenario(scenario, overrides)

@@ -35,16 +35,17 @@ SHORTEST, LONGEST = 125 + 50, 500  # the release's bounds on a module's rounds
 
 def per_module(setting: str) -> tuple[int, list[tuple[float, float]]]:
     """(warm-up rounds W, [(w_m, a_m)]) from a dry run of the whole budget."""
-    from edgefl.config import load_scenario
     from edgefl.experiment import prepare, run
+    from edgefl.methods.fedprophet.knobs import FedProphetConfig
     from edgefl.runlog import read_rows
+    from edgefl.scenario import load_scenario
 
     path = ROOT / "scenarios" / f"fedprophet-{setting}.toml"
     s = load_scenario(path, ["fedprophet.module_rounds=[]", "rounds=3500", "threads=1"])
     with tempfile.TemporaryDirectory() as out:
         run(prepare(s, str(path), dry_run=True), Path(out), progress=False)
         rows = read_rows(Path(out), "metrics")[1]
-    warm = s.fedprophet.warmup_rounds
+    warm = s.knobs(FedProphetConfig).warmup_rounds
     times: dict[tuple[int, bool], list[float]] = defaultdict(list)
     start: dict[int, int] = {}
     for r in rows:

@@ -51,10 +51,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from edgefl.config import Scenario, load_scenario
+from edgefl.config import Scenario
 from edgefl.execution.local import resolve_device
 from edgefl.experiment import prepare, run
 from edgefl.models import build_model
+from edgefl.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "scenarios" / "quickstart.toml"

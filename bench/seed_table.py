@@ -21,9 +21,10 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from edgefl.config import Scenario, load_scenario, to_toml
+from edgefl.config import Scenario
 from edgefl.experiment import prepare, run
 from edgefl.runlog import read_rows
+from edgefl.scenario import load_scenario, to_toml
 
 METHODS = "fedavg_at,jfat,fedprox_at,scaffold_at,fedcurv_at,feddynat,fedavg_dynat,sfat,gma"
 COLUMNS = ["clean_acc", "fgsm_acc", "adv_acc", "cw_acc"]

@@ -37,7 +37,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _blamed(exc: EdgeflError, args: argparse.Namespace | None) -> EdgeflError:
     """An error about a scenario key that --set gave names the --set flag, not the file."""
-    from edgefl.config import blame_set
+    from edgefl.scenario import blame_set
 
     scenario, overrides = getattr(args, "scenario", None), getattr(args, "overrides", [])
     return blame_set(exc, str(scenario), overrides) if scenario and overrides else exc
@@ -162,7 +162,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _run_target(args: argparse.Namespace) -> tuple[Any, str, Path]:
     """(scenario, where, run directory) of `edgefl run`: a scenario file, or a run to resume."""
-    from edgefl.config import load_scenario
+    from edgefl.scenario import load_scenario
 
     overrides = _overrides(args)
     if args.resume is None:
@@ -205,11 +205,11 @@ def _run_line(summary: dict[str, Any], out: Path) -> str:
 def cmd_compare(args: argparse.Namespace) -> int:
     """One run per method, each skipped when finished and resumed when interrupted; a method listed in
     the scenario's `[compare] rounds` table runs that many rounds, the others the scenario's `rounds`."""
-    from edgefl.config import load_scenario, to_toml
     from edgefl.experiment import prepare, prepare_out, run
     from edgefl.report.compare import check_target, compare_table, write_comparison
     from edgefl.report.figures import make_figures
     from edgefl.rundir import claim
+    from edgefl.scenario import load_scenario, to_toml
 
     check_target(args.target)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -275,11 +275,11 @@ def cmd_partition(args: argparse.Namespace) -> int:
     """Partition without the data: the dataset's input shape and classes are known in advance."""
     import json
 
-    from edgefl.config import load_scenario
     from edgefl.data.datasets import shapes_only
     from edgefl.experiment import fitted_profile
     from edgefl.methods.fedprophet.partition import partition_model
     from edgefl.models import build_model
+    from edgefl.scenario import load_scenario
 
     s = load_scenario(args.scenario, args.overrides)
     data = shapes_only(s.data)

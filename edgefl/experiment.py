@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from edgefl import checkpoint, rundir
 from edgefl.attacks import make_attack
-from edgefl.config import Scenario, to_toml
+from edgefl.config import Scenario
 from edgefl.data import Dataset, load_dataset, split_clients
 from edgefl.data.datasets import dataset_spec, shapes_only
 from edgefl.data.partition import ClientSplit, public_split
@@ -34,6 +34,7 @@ from edgefl.errors import EdgeflError
 from edgefl.execution.executor import Executor, make_executor
 from edgefl.execution.local import evaluate, resolve_device, seed_everything
 from edgefl.methods import METHODS, Context, Method
+from edgefl.methods.distill import DistillConfig
 from edgefl.models import build_model
 from edgefl.profiling import profile_model
 from edgefl.report.trace import TraceSample
@@ -49,6 +50,7 @@ from edgefl.runlog import (
     pending_path,
     read_rows,
 )
+from edgefl.scenario import to_toml
 from edgefl.sim.cost import make_cost_model
 from edgefl.sim.engine import ClientRecord, Federation, RoundRecord, Span, round_spans
 from edgefl.sim.swap import min_budget
@@ -122,7 +124,7 @@ def _dry_data(s: Scenario, where: str) -> tuple[Dataset, Any, np.ndarray]:
     spec = dataset_spec(s.data)
     labels = np.arange(spec.train_samples) % spec.num_classes
     if getattr(METHODS.get(s.method), "uses_public", False):  # as the real run would refuse it
-        public_split(len(labels), s.distill.public_samples, s.seed, where)
+        public_split(len(labels), s.knobs(DistillConfig).public_samples, s.seed, where)
     splits = LazySplits(lambda: client_splits(s, labels, where)[1])
     return shapes_only(s.data), splits, np.zeros(0, dtype=np.int64)
 
@@ -148,7 +150,7 @@ def client_splits(s: Scenario, labels: np.ndarray, where: str) -> tuple[np.ndarr
     """The server's public split (methods that distil) and the clients' splits of the rest."""
     public, rest = np.zeros(0, dtype=np.int64), np.arange(len(labels))
     if getattr(METHODS.get(s.method), "uses_public", False):
-        public, rest = public_split(len(labels), s.distill.public_samples, s.seed, where)
+        public, rest = public_split(len(labels), s.knobs(DistillConfig).public_samples, s.seed, where)
     splits = split_clients(labels[rest], s.fleet.clients, s.data, s.seed, where)
     return public, [ClientSplit(rest[c.train], rest[c.val]) for c in splits]
 

@@ -7,10 +7,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from edgefl.config import load_scenario
 from edgefl.experiment import prepare
 from edgefl.methods import fedavg as fedavg_family
 from edgefl.methods.aggregate import bn_keys, fedavg, keep_local, state_bytes
+from edgefl.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "scenarios" / "quickstart.toml"

@@ -12,7 +12,6 @@ import pytest
 from test_cli import one_error_line
 
 from edgefl.cli import main
-from edgefl.config import load_scenario
 from edgefl.devices import catalog
 from edgefl.devices.calibrate import (
     QUICK,
@@ -27,6 +26,7 @@ from edgefl.devices.calibrate import (
 )
 from edgefl.devices.profile import DeviceProfile, load_profile
 from edgefl.errors import EdgeflError
+from edgefl.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 CALIBRATION = Calibration(

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from edgefl.config import Scenario, load_scenario, to_toml
+from edgefl.config import Scenario
 from edgefl.errors import EdgeflError
+from edgefl.scenario import load_scenario, to_toml
 
 
 def write(tmp_path: Path, text: str, name: str = "scenario.toml") -> Path:

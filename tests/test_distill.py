@@ -20,7 +20,6 @@ import torch
 from torch import nn
 
 from edgefl.cli import main
-from edgefl.config import load_scenario
 from edgefl.errors import EdgeflError
 from edgefl.experiment import Experiment, prepare
 from edgefl.methods.base import ClientUpdate
@@ -28,6 +27,7 @@ from edgefl.methods.distill import DistillAT, choose_member, distil, distill_flo
 from edgefl.methods.feddf import feddf_loss
 from edgefl.methods.fedet import fedet_loss, fedet_targets
 from edgefl.profiling.atoms import AtomProfile, ModelProfile
+from edgefl.scenario import load_scenario
 from edgefl.sim.cost import mem_need
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from test_fidelity import simulated_rows
 
-from edgefl.config import load_scenario
 from edgefl.devices.pool import DeviceState
 from edgefl.devices.profile import DeviceProfile
 from edgefl.experiment import prepare, run
+from edgefl.scenario import load_scenario
 from edgefl.sim.cost import ClientCost, make_cost_model
 from edgefl.sim.engine import PHASES, Federation, round_spans
 

@@ -23,7 +23,6 @@ from torch import nn
 
 from edgefl.attacks.pgd_l2 import PGDL2
 from edgefl.cli import main
-from edgefl.config import load_scenario
 from edgefl.devices.pool import DeviceState
 from edgefl.errors import EdgeflError
 from edgefl.experiment import Experiment, prepare, run
@@ -36,10 +35,12 @@ from edgefl.methods.fedprophet.coordinator import (
     assign_modules,
     stage_score,
 )
+from edgefl.methods.fedprophet.knobs import FedProphetConfig
 from edgefl.methods.fedprophet.method import stage_control
 from edgefl.methods.fedprophet.partition import Estimator, aux_head, head_profile, partition, partition_model
 from edgefl.models import build_model
 from edgefl.profiling import AtomProfile, ModelProfile, paper_mem_req, profile_model
+from edgefl.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ROOT / "scenarios"
@@ -365,7 +366,7 @@ def test_workloads_carry_the_assigned_modules_and_head(digits: Experiment):
     # the slowest client: module 1 and its head
     w = method.plan(0, 0, slow)
     head = head_profile(atoms[mods[0].stop - 1].out_shape, digits.ctx.data.num_classes,
-                        digits.scenario.fedprophet.head_side)
+                        digits.scenario.knobs(FedProphetConfig).head_side)
     assert w.atoms == (*atoms[:mods[0].stop], head)
     expected = tensor_bytes(state, keys(tuple(a.name for a in atoms[:mods[0].stop]), 0))
     assert w.download_bytes == w.upload_bytes == expected
@@ -529,7 +530,7 @@ def test_the_releases_schedule_for_500_rounds_a_module():
     # the release's CIFAR-10 run: 3500 rounds over 7 modules, adv_warmup 100, int(0.05 x 500) = 25
     # unscored rounds after it, patience int(0.1 x 500) = 50
     s = load_scenario(QUICKSTART, ["fedprophet.warmup_rounds=100"])
-    stage = stage_control(3500, 7, s.fedprophet)
+    stage = stage_control(3500, 7, s.knobs(FedProphetConfig))
     assert (stage.budget, stage.warmup, stage.grace, stage.patience) == (500, 100, 25, 50)
     stage.restart(1000)  # module 3 starts at round 1000
     assert stage.warming(1099) and not stage.warming(1100)
@@ -545,7 +546,8 @@ def test_the_releases_schedule_for_500_rounds_a_module():
 
 def test_patience_is_at_least_one_round():
     s = load_scenario(QUICKSTART, ["fedprophet.patience=0.1"])
-    stage = stage_control(24, 3, s.fedprophet)  # budget 8: int(0.8) = 0 would end every stage at once
+    # budget 8: int(0.8) = 0 would end every stage at once
+    stage = stage_control(24, 3, s.knobs(FedProphetConfig))
     assert (stage.budget, stage.grace, stage.patience) == (8, 0, 1)
 
 
@@ -823,7 +825,7 @@ def test_feature_eps_is_alpha_times_d_star(api_run: tuple[Experiment, Path]):
     assert method.d_star > 0
     for r in later:
         alpha = float(r["alpha"])
-        assert alpha >= exp.scenario.fedprophet.alpha - 1e-9  # never below its start
+        assert alpha >= exp.scenario.knobs(FedProphetConfig).alpha - 1e-9  # never below its start
         assert float(r["eps"]) == pytest.approx(alpha * method.d_star, abs=1e-5)
         assert float(r["eps"]) != pytest.approx(INPUT_EPS)
     _, clients = read_csv(out / "clients.csv")

@@ -31,10 +31,11 @@ from hypothesis import strategies as st
 from test_cli import one_error_line
 
 from edgefl.cli import main
-from edgefl.config import Scenario, load_scenario, to_toml
+from edgefl.config import Scenario
 from edgefl.devices.profile import DeviceProfile
 from edgefl.errors import EdgeflError
 from edgefl.report.compare import NEEDED
+from edgefl.scenario import load_scenario, to_toml
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIO_TEXT = (ROOT / "scenarios" / "quickstart.toml").read_text()

@@ -14,10 +14,11 @@ from test_cli import one_error_line
 from test_devices import device_text
 
 from edgefl.cli import _found_how, main, scenario_file
-from edgefl.config import FleetConfig, load_scenario
+from edgefl.config import FleetConfig
 from edgefl.devices import catalog
 from edgefl.devices.pool import DevicePool
 from edgefl.rundir import fingerprint
+from edgefl.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLED = ROOT / "device_profiles"

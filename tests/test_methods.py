@@ -23,16 +23,17 @@ import torch
 from torch import nn
 
 from edgefl.cli import main
-from edgefl.config import DynConfig, load_scenario
 from edgefl.execution.local import Hooks
 from edgefl.experiment import Experiment, prepare
 from edgefl.methods.aggregate import adam_moments, gma_mask, slack_weights
 from edgefl.methods.base import ClientUpdate
 from edgefl.methods.fedavg import epochs_to_iters
 from edgefl.methods.fedcurv import FedCurvAT, curvature_penalty, fisher_diagonal
-from edgefl.methods.feddyn import epoch_schedule
+from edgefl.methods.feddyn import DynConfig, epoch_schedule
 from edgefl.methods.fedprox import proximal
+from edgefl.methods.sfat import SFATConfig
 from edgefl.profiling.atoms import AtomProfile
+from edgefl.scenario import load_scenario
 from edgefl.sim.workload import Workload, train_pass_flops
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -144,7 +145,7 @@ def test_sfat_combine_plain_in_round_0_then_slack_on_non_bn(k_hat, slack_value):
 
 
 def test_sfat_default_alpha_is_one_sixth_and_khat_one():
-    cfg = experiment("sfat").scenario.sfat
+    cfg = experiment("sfat").scenario.knobs(SFATConfig)
     assert (1 + cfg.alpha) / (1 - cfg.alpha) == pytest.approx(1.4)
     assert cfg.k_hat == 1
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from edgefl.cli import main
-from edgefl.config import load_scenario
 from edgefl.experiment import CLIENTS
+from edgefl.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "scenarios" / "quickstart.toml"

@@ -15,7 +15,7 @@ from test_safety import QUICKSTART, SMALL, full_disk, nth, sets
 
 from edgefl import rundir
 from edgefl.cli import main
-from edgefl.config import FleetConfig, load_scenario
+from edgefl.config import FleetConfig
 from edgefl.data.datasets import _with_stats, to_float
 from edgefl.devices.pool import check_fleet_memory
 from edgefl.errors import EdgeflError
@@ -24,6 +24,7 @@ from edgefl.experiment import prepare, run
 from edgefl.report.compare import load_run
 from edgefl.report.trace import trace_sample
 from edgefl.runlog import log_format, read_rows
+from edgefl.scenario import load_scenario
 from edgefl.sim.cost import make_cost_model
 from edgefl.sim.engine import Federation, round_spans
 

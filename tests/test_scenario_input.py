@@ -9,9 +9,10 @@ import pytest
 from test_cli import one_error_line
 
 from edgefl.cli import main
-from edgefl.config import load_scenario
 from edgefl.devices.profile import DeviceProfile, load_profile
 from edgefl.errors import EdgeflError
+from edgefl.methods.distill import DistillConfig
+from edgefl.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "scenarios" / "quickstart.toml"
@@ -44,12 +45,12 @@ def test_a_byte_order_mark_is_accepted(tmp_path: Path) -> None:
 @pytest.mark.parametrize("method", ["feddf_at", "fedet_at"])
 def test_an_unset_public_split_is_scaled_to_the_dataset(method: str) -> None:
     # digits: 1437 training samples; the default 5000 becomes a fifth of them, floor(1437 / 5) = 287
-    assert load_scenario(QUICKSTART, [f"method={method}"]).distill.public_samples == 287
+    assert load_scenario(QUICKSTART, [f"method={method}"]).knobs(DistillConfig).public_samples == 287
     assert load_scenario(QUICKSTART, [f"method={method}", "distill.public_samples=300"]
-                         ).distill.public_samples == 300  # a value the user set is kept
-    assert load_scenario(QUICKSTART).distill.public_samples == 5000  # no distillation: untouched
+                         ).knobs(DistillConfig).public_samples == 300  # a value the user set is kept
+    assert load_scenario(QUICKSTART).knobs(DistillConfig).public_samples == 5000  # no distillation: untouched
     cifar = load_scenario(QUICKSTART, [f"method={method}", "data.dataset=cifar10", "model.name=cnn3"])
-    assert cifar.distill.public_samples == 5000  # 50000 / 5 = 10000 holds the default
+    assert cifar.knobs(DistillConfig).public_samples == 5000  # 50000 / 5 = 10000 holds the default
 
 
 def test_distillation_dry_runs_on_the_quickstart(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

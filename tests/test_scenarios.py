@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from edgefl.config import load_scenario
+from edgefl.scenario import load_scenario
 
 SCENARIOS = sorted(Path(__file__).resolve().parents[1].glob("scenarios/*.toml"))
 

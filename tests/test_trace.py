@@ -22,8 +22,8 @@ def test_chrome_trace_events_by_hand():
 def test_a_run_writes_a_trace_whose_straggler_spans_add_up_to_the_clock(tmp_path):
     from pathlib import Path
 
-    from edgefl.config import load_scenario
     from edgefl.experiment import prepare, run
+    from edgefl.scenario import load_scenario
 
     quickstart = Path(__file__).resolve().parents[1] / "scenarios" / "quickstart.toml"
     s = load_scenario(quickstart, ["rounds=1", "training.local_iters=1", "attack.steps=1",

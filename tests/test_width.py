@@ -24,12 +24,12 @@ import torch
 from torch import nn
 
 from edgefl.cli import main
-from edgefl.config import WidthConfig, load_scenario
 from edgefl.errors import EdgeflError
 from edgefl.experiment import Experiment, prepare
 from edgefl.methods.aggregate import state_bytes
 from edgefl.methods.feddrop import FedDropAT
 from edgefl.methods.width import (
+    WidthConfig,
     check_narrowable,
     extract,
     grid,
@@ -44,6 +44,7 @@ from edgefl.methods.width import (
 )
 from edgefl.models import AtomModel, build_model
 from edgefl.profiling import mem_req, paper_mem_req, profile_model
+from edgefl.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "scenarios" / "quickstart.toml"
@@ -292,7 +293,7 @@ def test_short_run_through_cli_charges_narrow_clients_less(method, tmp_path):
 
 def test_bundled_scenario_loads_heterofl():
     scenario = load_scenario(ROOT / "scenarios" / "heterofl-digits.toml")
-    assert scenario.method == "heterofl_at" and scenario.width.levels[-1] == 1.0
+    assert scenario.method == "heterofl_at" and scenario.knobs(WidthConfig).levels[-1] == 1.0
 
 
 def test_the_budget_check_plans_at_r_min(tmp_path):

@@ -17,8 +17,8 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, TypeVar, cast, get_type_hints
 
-from edgefl.config import build
 from edgefl.errors import EdgeflError
+from edgefl.tomlschema import build
 
 KERNEL_KINDS = ("conv", "linear", "norm", "activation", "pool", "elementwise")
 

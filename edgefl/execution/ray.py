@@ -20,10 +20,10 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edgefl.config import to_toml
 from edgefl.errors import EdgeflError
 from edgefl.execution.executor import train_timed
 from edgefl.methods import ClientUpdate
+from edgefl.scenario import to_toml
 from edgefl.sim.workload import Workload
 from edgefl.snapshot import plain, restore
 
@@ -79,10 +79,10 @@ def _worker_experiment(text: str, where: str) -> Experiment:
     if text not in _WORKER:
         import tomllib
 
-        from edgefl.config import Scenario, build
         from edgefl.experiment import prepare
+        from edgefl.scenario import scenario_from_toml
 
-        scenario = build(Scenario, tomllib.loads(text), where, "")
+        scenario = scenario_from_toml(tomllib.loads(text), where)
         _WORKER.clear()
         _WORKER[text] = prepare(scenario, where)
     return _WORKER[text]

@@ -34,19 +34,19 @@ from __future__ import annotations
 import copy
 from abc import abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import nn
 
-from edgefl.config import Scenario
+from edgefl.config import Check, Knobs, Named, Scenario, knob_section
 from edgefl.devices.pool import DeviceState
 from edgefl.errors import EdgeflError
 from edgefl.execution.local import TrainSettings, device_batches, seed_everything, train_local
 from edgefl.methods.aggregate import State, fedavg, state_bytes
 from edgefl.methods.base import ClientUpdate, Context
 from edgefl.methods.fedavg import FedAvgAT
-from edgefl.models import AtomModel, build_model
+from edgefl.models import MODELS, AtomModel, build_model
 from edgefl.profiling import ModelProfile, profile_model
 from edgefl.sim.cost import mem_need
 from edgefl.sim.workload import Workload, train_pass_flops
@@ -55,9 +55,36 @@ SERVER = -1  # the seed key of the server's distillation batches (clients are 0,
 TargetLoss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (student [B,C], teachers [K,B,C])
 
 
+@knob_section("distill")
+@dataclass
+class DistillConfig(Knobs):
+    """FedDF / FedET (FedProphet §7.2): clients train family members, the server distils."""
+
+    family: list[str] = field(default_factory=list)  # models, largest first (empty = model.name only)
+    public_samples: int = 5000  # taken from the training set before the clients' split
+    server_iters: int = 128
+    server_batch: int = 64
+    server_lr: float = 1e-3  # Adam, as FedDF
+    temperature: float = 1.0
+    diversity: float = 0.05  # FedET's lambda on the ensemble-diversity term
+
+    def checks(self) -> list[Check]:
+        return [
+            ("public_samples", self.public_samples >= 1, "must be at least 1"),
+            ("server_iters", self.server_iters >= 0, "must be non-negative"),
+            ("server_batch", self.server_batch >= 1, "must be at least 1"),
+            ("server_lr", self.server_lr > 0, "must be positive"),
+            ("temperature", self.temperature > 0, "must be positive"),
+            ("diversity", self.diversity >= 0, "must be non-negative"),
+        ]
+
+    def named(self) -> list[Named]:
+        return [("family", m, MODELS.names()) for m in self.family]
+
+
 def family_names(s: Scenario, where: str) -> list[str]:
     """`distill.family` (or `model.name` alone), checked to start with `model.name`."""
-    names = s.distill.family or [s.model.name]
+    names = s.knobs(DistillConfig).family or [s.model.name]
     if names[0] != s.model.name:
         raise EdgeflError(where, "distill.family",
                           f"the first (largest) member is the evaluated model and must be model.name "
@@ -191,7 +218,7 @@ class DistillAT(FedAvgAT):
 
     def server_flops(self, round_: int) -> float:
         """Every distilled member's distillation, with every client's model as a teacher."""
-        d = self.ctx.scenario.distill
+        d = self.ctx.scenario.knobs(DistillConfig)
         teachers = [self.profiles[n] for n in self.members.values()]
         batch = min(d.server_batch, d.public_samples)
         return sum(distill_flops(teachers, self.profiles[n], d.server_iters, batch) for n in self.distilled())
@@ -215,7 +242,7 @@ class DistillAT(FedAvgAT):
         for name, group in groups.items():
             self.net(name).load_state_dict(fedavg([u.state for u in group], [u.num_samples for u in group]))
         self.before_distil(updates)
-        d, ctx = self.ctx.scenario.distill, self.ctx
+        d, ctx = self.ctx.scenario.knobs(DistillConfig), self.ctx
         x = ctx.data.train_x[torch.from_numpy(ctx.public).to(ctx.device)]
         teachers = [self.loaded(u.extra["member"], u.state) for u in updates]
         for name in self.distilled():

@@ -35,9 +35,12 @@ tuning does; the setting (lambda = 5 on digits_cnn at E = 1) was at fault, not t
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
+from edgefl.config import Check, Knobs, knob_section
 from edgefl.data.datasets import to_float
 from edgefl.execution.local import Hooks
 from edgefl.methods.aggregate import State
@@ -47,6 +50,19 @@ from edgefl.sim.workload import train_pass_flops
 
 Tensors = dict[str, torch.Tensor]
 GRAD_BYTES = 1e9  # per-sample gradients held at once by the Fisher pass (VGG16: 16 samples)
+
+
+@knob_section("curv")
+@dataclass
+class CurvConfig(Knobs):
+    """FedCurv (Shah et al. §2.2): lambda sum_j (w - w_j)^T diag(F_j) (w - w_j)."""
+
+    lam: float = 5.0  # Shah et al. use 5 for NIN and VGG
+
+    def checks(self) -> list[Check]:
+        return [
+            ("lam", self.lam >= 0, "must be non-negative"),
+        ]
 
 
 def curvature_penalty(lam: float, fisher_sum: Tensors, weighted_sum: Tensors, const: torch.Tensor) -> Hooks:
@@ -115,7 +131,7 @@ class FedCurvAT(FedAvgAT):
         f_sum = {n: torch.stack([f[n] for _, f in others]).sum(0) for n in names}
         fw_sum = {n: torch.stack([f[n] * w[n] for w, f in others]).sum(0) for n in names}
         const = torch.stack([(f[n] * w[n] ** 2).sum() for w, f in others for n in names]).sum()
-        return curvature_penalty(self.ctx.scenario.curv.lam, f_sum, fw_sum, const)
+        return curvature_penalty(self.ctx.scenario.knobs(CurvConfig).lam, f_sum, fw_sum, const)
 
     def after_local(self, round_: int, client: int, model: nn.Module, update: ClientUpdate) -> None:
         x, y = self.ctx.client_data(client)

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from edgefl.methods.base import METHODS
-from edgefl.methods.distill import DistillAT, kl_rows
+from edgefl.methods.distill import DistillAT, DistillConfig, kl_rows
 
 
 def feddf_loss(student: torch.Tensor, teachers: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -39,4 +39,4 @@ def feddf_loss(student: torch.Tensor, teachers: torch.Tensor, temperature: float
 @METHODS.register("feddf_at")
 class FedDFAT(DistillAT):
     def target_loss(self, student: torch.Tensor, teachers: torch.Tensor) -> torch.Tensor:
-        return feddf_loss(student, teachers, self.ctx.scenario.distill.temperature)
+        return feddf_loss(student, teachers, self.ctx.scenario.knobs(DistillConfig).temperature)

@@ -28,11 +28,29 @@ more rounds) is what the claim needs, and did not fit this machine's time.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
-from edgefl.config import DynConfig
+from edgefl.config import Check, Knobs, knob_section
 from edgefl.methods.base import METHODS
 from edgefl.methods.fedavg import FedAvgAT, epochs_to_iters
 from edgefl.methods.fedcurv import FedCurvAT
+
+
+@knob_section("dyn")
+@dataclass
+class DynConfig(Knobs):
+    """FedDynAT's local-epoch schedule (Shah et al. Alg. 2): E_t = floor(E0 gamma^floor(t / F))."""
+
+    e0: float = 50.0
+    gamma: float = 0.5
+    f: int = 5
+
+    def checks(self) -> list[Check]:
+        return [
+            ("e0", self.e0 >= 1, "must be at least one epoch"),
+            ("gamma", 0 < self.gamma <= 1, "must be in (0, 1]"),
+            ("f", self.f >= 1, "must be at least 1 round"),
+        ]
 
 
 def epoch_schedule(round_: int, cfg: DynConfig) -> int:
@@ -43,7 +61,7 @@ def epoch_schedule(round_: int, cfg: DynConfig) -> int:
 class DynamicEpochs(FedAvgAT):
     def iterations(self, round_: int, client: int) -> int:
         s = self.ctx.scenario
-        return epochs_to_iters(epoch_schedule(round_, s.dyn), len(self.ctx.splits[client].train),
+        return epochs_to_iters(epoch_schedule(round_, s.knobs(DynConfig)), len(self.ctx.splits[client].train),
                                s.training.batch_size)
 
 

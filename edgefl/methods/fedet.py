@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from edgefl.methods.base import METHODS, ClientUpdate
-from edgefl.methods.distill import DistillAT, head_keys, kl_rows
+from edgefl.methods.distill import DistillAT, DistillConfig, head_keys, kl_rows
 
 TINY = 1e-12  # keeps an all-zero weight sum (no dissent, or all-uniform teachers) from dividing by 0
 
@@ -76,7 +76,7 @@ class FedETAT(DistillAT):
         return self.names[:1]  # only the large server model
 
     def target_loss(self, student: torch.Tensor, teachers: torch.Tensor) -> torch.Tensor:
-        d = self.ctx.scenario.distill
+        d = self.ctx.scenario.knobs(DistillConfig)
         return fedet_loss(student, teachers, d.temperature, d.diversity)
 
     def head(self, name: str) -> tuple[str, str] | None:

@@ -4,13 +4,29 @@ mu/2 ||w - w_global||^2 that keeps clients near the round's global model."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
+from edgefl.config import Check, Knobs, knob_section
 from edgefl.execution.local import Hooks
 from edgefl.methods.aggregate import State
 from edgefl.methods.base import METHODS
 from edgefl.methods.fedavg import FedAvgAT
+
+
+@knob_section("prox")
+@dataclass
+class ProxConfig(Knobs):
+    """FedProx (Li et al., MLSys 2020): mu/2 ||w - w_global||^2 on the local loss."""
+
+    mu: float = 0.01
+
+    def checks(self) -> list[Check]:
+        return [
+            ("mu", self.mu >= 0, "must be non-negative"),
+        ]
 
 
 def proximal(mu: float, anchor: dict[str, torch.Tensor]) -> Hooks:
@@ -26,4 +42,4 @@ def proximal(mu: float, anchor: dict[str, torch.Tensor]) -> Hooks:
 @METHODS.register("fedprox_at")
 class FedProxAT(FedAvgAT):
     def hooks(self, round_: int, client: int, start: State) -> Hooks:
-        return proximal(self.ctx.scenario.prox.mu, start)
+        return proximal(self.ctx.scenario.knobs(ProxConfig).mu, start)

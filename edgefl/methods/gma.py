@@ -23,14 +23,42 @@ within the spread.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
+from edgefl.config import Check, Knobs, knob_section
 from edgefl.methods.aggregate import State, adam_moments, fedavg, gma_mask
 from edgefl.methods.base import METHODS, ClientUpdate, Context, Method
 from edgefl.methods.fedavg import FedAvgAT
 from edgefl.methods.fedprox import FedProxAT
 
 BASES: dict[str, type[FedAvgAT]] = {"fedavg": FedAvgAT, "fedprox": FedProxAT}
+
+
+@knob_section("gma")
+@dataclass
+class GMAConfig(Knobs):
+    """GMA (Tenison et al., TMLR): sign-agreement soft mask on the averaged update."""
+
+    tau: float = 0.4
+    base: str = "fedavg"  # client side: fedavg | fedprox
+    server: str = "sgd"  # server optimizer: sgd (FedAvg) | adam (FedAdam) | yogi (FedYogi)
+    server_lr: float = 1.0
+    beta1: float = 0.9
+    beta2: float = 0.99
+    adapt_eps: float = 1e-3  # tau of Reddi et al.'s adaptive optimizers
+
+    def checks(self) -> list[Check]:
+        return [
+            ("tau", 0 <= self.tau <= 1, "must be in [0, 1]"),
+            ("base", self.base in ("fedavg", "fedprox"), "must be fedavg or fedprox"),
+            ("server", self.server in ("sgd", "adam", "yogi"), "must be sgd, adam or yogi"),
+            ("server_lr", self.server_lr > 0, "must be positive"),
+            ("beta1", 0 <= self.beta1 < 1, "must be in [0, 1)"),
+            ("beta2", 0 <= self.beta2 < 1, "must be in [0, 1)"),
+            ("adapt_eps", self.adapt_eps > 0, "must be positive"),
+        ]
 
 
 class Masked(FedAvgAT):
@@ -41,7 +69,7 @@ class Masked(FedAvgAT):
         self.moments: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def combine(self, round_: int, updates: list[ClientUpdate]) -> State:
-        cfg = self.ctx.scenario.gma
+        cfg = self.ctx.scenario.knobs(GMAConfig)
         new = super().combine(round_, updates)  # buffers: plain average
         current = self.model.state_dict()
         weights = [u.num_samples for u in updates]
@@ -61,5 +89,5 @@ class Masked(FedAvgAT):
 
 @METHODS.register("gma")
 def gma(ctx: Context) -> Method:
-    base = BASES[ctx.scenario.gma.base]
+    base = BASES[ctx.scenario.knobs(GMAConfig).base]
     return type(f"GMA[{base.__name__}]", (Masked, base), {})(ctx)

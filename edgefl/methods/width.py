@@ -28,13 +28,13 @@ import dataclasses
 import math
 from abc import abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 from torch import nn
 
-from edgefl.config import WidthConfig
+from edgefl.config import Check, Knobs, knob_section
 from edgefl.devices.pool import DeviceState
 from edgefl.errors import EdgeflError
 from edgefl.execution.local import TrainSettings, seed_everything, train_local
@@ -58,6 +58,21 @@ ROUNDING = 1e-9  # r C a hair above an integer (0.3 x 10 = 3.0000000000000004) k
 
 
 # --- how wide, which channels ----------------------------------------------------------------------
+@knob_section("width")
+@dataclass
+class WidthConfig(Knobs):
+    """HeteroFL / FedDrop / FedRolex (FedProphet §7.2): width-reduced sub-models that fit memory."""
+
+    levels: list[float] = field(default_factory=list)  # allowed fractions (empty = any, as the release)
+    min_fraction: float = 0.0625  # never narrower than this (at least one channel per layer)
+
+    def checks(self) -> list[Check]:
+        return [
+            ("levels", all(0 < v <= 1 for v in self.levels), "every level must be in (0, 1]"),
+            ("min_fraction", 0 < self.min_fraction <= 1, "must be in (0, 1]"),
+        ]
+
+
 def width_fraction(available: float, full: float, cfg: WidthConfig) -> float:
     """r = min(R_k(t) / MemReq, 1), at least `min_fraction`, rounded down to `levels` when given
     (the smallest level when none is <= r)."""
@@ -272,7 +287,8 @@ class WidthMethod(FedAvgAT):
     def plan(self, round_: int, client: int, state: DeviceState) -> Workload:
         whole = super().plan(round_, client, state)
         need = mem_need(whole, self.ctx.scenario.cost.accounting)
-        r = self.fractions[client] = width_fraction(state.memory_bytes, need, self.ctx.scenario.width)
+        r = self.fractions[client] = width_fraction(state.memory_bytes, need,
+                                                    self.ctx.scenario.knobs(WidthConfig))
         profile, nbytes = self.sub_profile(r)
         return dataclasses.replace(whole, atoms=profile.atoms, download_bytes=nbytes, upload_bytes=nbytes)
 

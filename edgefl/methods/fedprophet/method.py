@@ -21,7 +21,6 @@ import torch
 from torch import nn
 
 from edgefl.attacks import Attack, make_attack
-from edgefl.config import FedProphetConfig
 from edgefl.data.datasets import to_float
 from edgefl.devices.pool import DeviceState
 from edgefl.errors import EdgeflError
@@ -36,6 +35,7 @@ from edgefl.methods.fedprophet.coordinator import (
     assign_modules,
     stage_score,
 )
+from edgefl.methods.fedprophet.knobs import FedProphetConfig
 from edgefl.methods.fedprophet.partition import aux_head, partition_model
 from edgefl.profiling import optimizer_slots
 from edgefl.sim.workload import Workload
@@ -60,7 +60,7 @@ class FedProphet(Method):
     def __init__(self, ctx: Context) -> None:
         super().__init__(ctx)
         s = ctx.scenario
-        self.cfg = s.fedprophet
+        self.cfg = s.knobs(FedProphetConfig)
         self.slots = optimizer_slots(s.training.optimizer, s.training.momentum)
         model = ctx.new_model().to(ctx.device)
         self.need, self.modules = partition_model(ctx.profile, ctx.data.num_classes, s, ctx.where)

@@ -18,6 +18,7 @@ from torch import nn
 
 from edgefl.config import Scenario
 from edgefl.errors import EdgeflError
+from edgefl.methods.fedprophet.knobs import FedProphetConfig
 from edgefl.models import AtomModel
 from edgefl.profiling import AtomProfile, ModelProfile, mem_req, optimizer_slots, paper_mem_req, profile_model
 from edgefl.profiling.atoms import BYTES
@@ -111,6 +112,6 @@ def partition_model(profile: ModelProfile, classes: int, s: Scenario,
     """Partition a profiled model with the scenario's batch, optimizer, accounting, R_min and heads."""
     need = Estimator(s.training.batch_size, optimizer_slots(s.training.optimizer, s.training.momentum),
                      s.cost.accounting, classes)
-    heads = [head_profile(a.out_shape, classes, s.fedprophet.head_side) for a in profile.atoms]
+    heads = [head_profile(a.out_shape, classes, s.knobs(FedProphetConfig).head_side) for a in profile.atoms]
     return need, partition(profile.atoms, heads, need, s.fleet.reserved_memory_mb * 1e6, where,
                            paged=s.cost.accounting == "walk")

@@ -1,0 +1,296 @@
+"""Scenario files: TOML loading, `--set` overrides, type and range checks, names checked against the
+registries, and the resolved scenario written back as TOML.
+
+A scenario file is a short diff over the defaults in edgefl.config (each method's knobs in its own
+file, registered there). Unknown keys, wrong types and impossible values stop before any work with
+one line naming the file, the key and the fix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+import typing
+from pathlib import Path
+from typing import Any
+
+from edgefl.config import KNOBS, Check, Knobs, Scenario
+from edgefl.errors import EdgeflError
+from edgefl.methods import METHODS  # every method's knob section registers on import
+from edgefl.methods.distill import DistillConfig
+from edgefl.tomlschema import build_value, printable, reject_unknown, toml_value
+
+
+def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
+    """Read (UTF-8, a byte-order mark allowed), override, type-check and validate a scenario file; a
+    file with no key at all and no `--set` is refused rather than silently run as the defaults.
+    Defaults the user did not set that cannot fit the chosen dataset are scaled to it (`fit_defaults`)."""
+    where = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise EdgeflError(where, "file", "not found; give the path of a scenario .toml or the name of a "
+                          "bundled scenario (edgefl scenarios list)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise EdgeflError(where, "file", f"cannot be read ({exc})") from None
+    try:
+        raw = tomllib.loads(text)
+    except (ValueError, RecursionError) as exc:  # TOMLDecodeError, an int over 4300 digits, deep nesting
+        raise EdgeflError(where, "syntax", f"not valid TOML ({exc})") from None
+    for item in overrides or []:
+        apply_override(raw, item)
+    if not raw:
+        raise EdgeflError(where, "file", "is empty (no key set); a scenario sets at least one key, e.g. "
+                          "method = \"jfat\" (edgefl scenarios list shows complete ones)")
+    try:
+        scenario = scenario_from_toml(raw, where)
+        validate(scenario, where)
+    except EdgeflError as exc:
+        raise blame_set(exc, where, overrides or []) from None
+    return fit_defaults(scenario, raw)
+
+
+PUBLIC_SHARE = 5  # a default public split is at most 1/5 of the training set
+
+
+def fit_defaults(s: Scenario, raw: dict[str, Any]) -> Scenario:
+    """Scale the defaults sized for CIFAR-10 that the chosen dataset cannot hold, when the user did not
+    set them (a value the user set is kept, and refused later with one line if it does not fit):
+    `distill.public_samples` (5000) of a method that distils becomes at most a fifth of the training
+    set (287 of the 1437 digits)."""
+    from edgefl.data.datasets import dataset_spec
+
+    user_set = "public_samples" in raw.get("distill", {})
+    if getattr(METHODS.get(s.method), "uses_public", False) and not user_set:
+        cap = max(1, dataset_spec(s.data).train_samples // PUBLIC_SHARE)
+        distill = s.knobs(DistillConfig)
+        distill.public_samples = min(distill.public_samples, cap)
+    return s
+
+
+def blame_set(exc: EdgeflError, where: str, overrides: list[str]) -> EdgeflError:
+    """`exc` as an error of the --set flag when it is about `where`'s key that an override set."""
+    keys = [item.partition("=")[0].strip() for item in overrides]
+    if exc.where != where or not any(_same_key(k, exc.key) for k in keys):
+        return exc
+    return EdgeflError("--set", exc.key, exc.fix)
+
+
+def _same_key(set_key: str, error_key: str) -> bool:
+    """Whether an error about `error_key` is about the value `--set set_key=...` gave."""
+    return (set_key == error_key or set_key.startswith(error_key + ".")
+            or error_key.startswith(set_key + "."))
+
+
+def apply_override(raw: dict[str, Any], item: str) -> None:
+    """Apply one `--set a.b=value`; the value is read as TOML, or as a bare string."""
+    key, sep, text = item.partition("=")
+    if not sep or not key.strip():
+        raise EdgeflError("--set", printable(item), "write it as KEY=VALUE, e.g. rounds=5")
+    try:
+        value = tomllib.loads(f"v = {text}")["v"]
+    except (ValueError, RecursionError):  # TOMLDecodeError, an int over 4300 digits, deep nesting
+        value = text
+    *parents, leaf = key.strip().split(".")
+    node = raw
+    for part in parents:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise EdgeflError("--set", printable(key), f"{part!r} is not a section")
+    node[leaf] = value
+
+
+
+def scenario_from_toml(raw: dict[str, Any], where: str) -> Scenario:
+    """The Scenario of a TOML table, every key type-checked: the scenario's own keys and sections, and
+    each registered knob section built as its method's dataclass."""
+    knobs = KNOBS.classes()
+    reject_unknown(raw, known_keys(), where, "")
+    hints = typing.get_type_hints(Scenario)
+    values: dict[str, Any] = {}
+    sections: dict[str, Knobs] = KNOBS.defaults()
+    for name, value in raw.items():
+        if name in knobs:
+            sections[name] = build_value(knobs[name], value, where, name)
+        else:
+            values[name] = build_value(hints[name], value, where, name)
+    return Scenario(**values, sections=sections)
+
+
+def known_keys() -> list[str]:
+    """The scenario's top-level keys and sections, the knob sections where `sections` stands."""
+    keys = [f.name for f in dataclasses.fields(Scenario)]
+    at = keys.index("sections")
+    return [*keys[:at], *KNOBS.classes(), *keys[at + 1:]]
+
+
+def validate(s: Scenario, where: str) -> None:
+    """Range checks and known-name checks, each failing on the first bad key."""
+    checks: list[Check] = [
+        ("rounds", s.rounds >= 1, "must be at least 1"),
+        ("seed", s.seed >= 0, "must be a non-negative integer"),
+        ("threads", 0 <= s.threads <= MAX_THREADS,
+         f"must be 0 (PyTorch's default) or a positive count up to {MAX_THREADS}"),
+        ("executor", s.executor in ("local", "ray"), "must be local or ray"),
+        ("checkpoint_every", s.checkpoint_every >= 0, "must be 0 (no checkpoints) or a round count"),
+        ("output.format", s.output.format in ("auto", "csv", "parquet"), "must be auto, csv or parquet"),
+        ("output.parquet_above", s.output.parquet_above >= 0, "must be a client-round count, 0 or more"),
+        ("output.trace_clients", s.output.trace_clients >= 0, "must be a client count, 0 or more"),
+        ("data.alpha", s.data.alpha > 0, "must be positive"),
+        ("data.skew_s", 0 <= s.data.skew_s < 100, "must be a percentage in [0, 100)"),
+        ("data.shards_per_client", s.data.shards_per_client >= 1, "must be at least 1"),
+        ("data.iid_share", 0 <= s.data.iid_share <= 1, "must be a fraction in [0, 1]"),
+        ("data.val_fraction", 0 <= s.data.val_fraction < 1, "must be a fraction in [0, 1)"),
+        ("data.test_samples", s.data.test_samples >= 0, "must be 0 (all) or positive"),
+        ("data.synthetic_shape", len(s.data.synthetic_shape) == 3 and min(s.data.synthetic_shape) >= 1,
+         "must be [channels, height, width], each at least 1"),
+        ("data.synthetic_classes", s.data.synthetic_classes >= 2, "must be at least 2"),
+        ("data.synthetic_train", s.data.synthetic_train >= 1, "must be at least 1"),
+        ("data.synthetic_test", s.data.synthetic_test >= 1, "must be at least 1"),
+        ("data.synthetic_seed", s.data.synthetic_seed >= 0, "must be a non-negative integer"),
+        ("fleet.clients", s.fleet.clients >= 1, "must be at least 1"),
+        ("fleet.sample_fraction", 0 < s.fleet.sample_fraction <= 1, "must be a fraction in (0, 1]"),
+        ("fleet.memory_fraction", _is_range(s.fleet.memory_fraction, 0, 1),
+         "must be [low, high] with 0 <= low <= high <= 1"),
+        ("fleet.reserved_memory_mb", s.fleet.reserved_memory_mb > 0, "must be positive (MB)"),
+        ("training.local_iters", s.training.local_iters >= 1, "must be at least 1"),
+        ("training.batch_size", s.training.batch_size >= 1, "must be at least 1"),
+        ("training.optimizer", s.training.optimizer in ("sgd", "adam"), "must be sgd or adam"),
+        ("training.lr", s.training.lr > 0, "must be positive"),
+        ("training.lr_decay", 0 < s.training.lr_decay <= 1, "must be in (0, 1]"),
+        ("training.momentum", 0 <= s.training.momentum < 1, "must be in [0, 1)"),
+        ("training.weight_decay", s.training.weight_decay >= 0, "must be non-negative"),
+        ("training.warmup_rounds", s.training.warmup_rounds >= 0, "must be non-negative"),
+        ("training.local_epochs", s.training.local_epochs >= 0, "must be 0 (use local_iters) or positive"),
+        ("training.beta", s.training.beta >= 0, "must be non-negative"),
+        ("training.precision", s.training.precision in ("fp32", "bf16"), "must be fp32 or bf16"),
+        ("attack.eps", s.attack.eps >= 0, "must be non-negative"),
+        ("attack.step_size", s.attack.step_size >= 0, "must be non-negative"),
+        ("attack.steps", s.attack.steps >= 1, "must be at least 1"),
+        ("evaluation.every", s.evaluation.every >= 1, "must be at least 1"),
+        ("evaluation.steps", s.evaluation.steps >= 1, "must be at least 1"),
+        ("evaluation.eps", s.evaluation.eps >= 0, "must be non-negative"),
+        ("evaluation.step_size", s.evaluation.step_size >= 0, "must be non-negative"),
+        ("cost.accounting", s.cost.accounting in ("walk", "paper"), "must be walk or paper"),
+        ("cost.server_s", s.cost.server_s >= 0, "must be non-negative (seconds)"),
+        ("cost.server_gflops", s.cost.server_gflops > 0, "must be positive (GFLOP/s)"),
+        ("cost.paper_access_s", s.cost.paper_access_s >= 0, "must be non-negative (seconds)"),
+        *((f"{name}.{key}", ok, fix) for name, cls in KNOBS.classes().items()
+          for key, ok, fix in s.knobs(cls).checks()),
+        ("ray.workers", s.ray.workers >= 0, "must be 0 (one per CPU) or positive"),
+        ("ray.max_retries", s.ray.max_retries >= 0, "must be non-negative"),
+        *((f"compare.rounds.{printable(m)}", n >= 1, "must be at least 1")
+          for m, n in s.compare.rounds.items()),
+        ("ray.address", s.ray.trust_address or is_local_address(s.ray.address),
+         "joins a Ray cluster that is not on this machine; Ray runs code it receives pickled, so set "
+         "ray.trust_address = true only for a cluster you trust, or leave the address empty"),
+        ("evaluation.extra", s.evaluation.attack not in s.evaluation.extra,
+         f"must not repeat evaluation.attack ({s.evaluation.attack!r}, already the adv_acc column)"),
+        ("evaluation.extra", len(set(s.evaluation.extra)) == len(s.evaluation.extra),
+         "names an attack twice; give each once"),
+    ]
+    if s.data.partition == "skew":
+        checks.append(("data.skew_s", (s.fleet.clients - 1) * s.data.skew_s < 100,
+                       "skew gives each client s % of every other group: (clients - 1) x s "
+                       "must stay below 100"))
+    for key, ok, fix in checks:
+        if not ok:
+            raise EdgeflError(where, key, fix)
+    _check_names(s, where)
+    check_device(s.device, where)
+
+
+MAX_THREADS = 1024  # far more than any CPU has; torch aborts natively on absurd counts
+LOCAL_HOSTS = ("localhost", "127.0.0.1", "[::1]", "::1")
+
+
+def is_local_address(address: str) -> bool:
+    """"" (a new local Ray) or an address on this machine; "auto" may join any cluster."""
+    host = address.removeprefix("ray://").rpartition(":")[0] or address.removeprefix("ray://")
+    return address == "" or host in LOCAL_HOSTS
+
+
+def check_device(name: str, where: str) -> None:
+    """auto, cpu, cuda or cuda:N naming a GPU this machine has."""
+    import re
+
+    import torch
+
+    match = re.fullmatch(r"cuda(?::(\d{1,4}))?", name)
+    if name not in ("auto", "cpu") and match is None:
+        raise EdgeflError(where, "device", f"unknown {name!r}; choose auto, cpu, cuda or cuda:N")
+    if match is None:
+        return
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if int(match.group(1) or 0) >= count:
+        have = f"GPUs 0 to {count - 1}" if count else "no GPU PyTorch can use"
+        raise EdgeflError(where, "device", f"{name} is not on this machine ({have}); choose auto or cpu")
+
+
+def _is_range(values: list[float], low: float, high: float) -> bool:
+    return len(values) == 2 and low <= values[0] <= values[1] <= high
+
+
+def _check_names(s: Scenario, where: str) -> None:
+    """Names that must exist in a registry or along the scenario's profile search path."""
+    from edgefl.attacks import ATTACKS
+    from edgefl.data import DATASETS, PARTITIONS
+    from edgefl.devices.catalog import catalog_for
+    from edgefl.execution.objectives import OBJECTIVES
+    from edgefl.models import MODELS
+
+    named = [
+        ("method", s.method, METHODS.names()),
+        ("model.name", s.model.name, MODELS.names()),
+        ("data.dataset", s.data.dataset, DATASETS.names()),
+        ("data.partition", s.data.partition, PARTITIONS.names()),
+        ("attack.name", s.attack.name, [*ATTACKS.names(), "none"]),
+        ("training.objective", s.training.objective, OBJECTIVES.names()),
+        ("evaluation.attack", s.evaluation.attack, ATTACKS.names()),
+    ]
+    named += [("evaluation.extra", a, ATTACKS.names()) for a in s.evaluation.extra]
+    named += [("compare.rounds", m, METHODS.names()) for m in s.compare.rounds]
+    named += [(f"{name}.{key}", value, known) for name, cls in KNOBS.classes().items()
+              for key, value, known in s.knobs(cls).named()]
+    catalog = catalog_for(where)
+    named += [("fleet.devices", d, sorted(catalog.devices)) for d in s.fleet.devices]
+    named += [("fleet.apps", a, sorted(catalog.apps)) for a in s.fleet.apps]
+    for key, value, known in named:
+        if value not in known:
+            raise EdgeflError(where, key, f"unknown {value!r}; choose one of: {', '.join(known)}")
+    for key in getattr(METHODS.get(s.method), "ignores", ()):
+        section, _, leaf = key.partition(".")
+        value, default = getattr(_section(s, section), leaf), getattr(_section(Scenario(), section), leaf)
+        if value != default:
+            raise EdgeflError(where, key, f"method {s.method} ignores it (it would have no effect); leave "
+                              f"it at its default {toml_value(default)} or choose another method")
+    if not s.fleet.devices and not catalog.pool(s.fleet.pool):
+        raise EdgeflError(
+            where, "fleet.pool",
+            f"no device profile is in pool {s.fleet.pool!r}; pools: {', '.join(catalog.pools())}",
+        )
+
+
+def _section(s: Scenario, name: str) -> Any:
+    """The scenario's `[name]`: one of its own sections or a method's knob section."""
+    return s.sections[name] if name in KNOBS.classes() else getattr(s, name)
+
+
+def to_toml(s: Scenario) -> str:
+    """The resolved scenario as TOML (saved in every run directory): every key, the knob sections in
+    the place of `sections`, sorted by name."""
+    top, sections = [], []
+    for f in dataclasses.fields(s):
+        value = getattr(s, f.name)
+        if f.name == "sections":
+            sections += [_table(name, s.knobs(cls)) for name, cls in KNOBS.classes().items()]
+        elif dataclasses.is_dataclass(value):
+            sections.append(_table(f.name, value))
+        else:
+            top.append(f"{f.name} = {toml_value(value)}")
+    return "\n".join(top) + "\n\n" + "\n".join(sections)
+
+
+def _table(name: str, value: Any) -> str:
+    body = "\n".join(f"{k} = {toml_value(v)}" for k, v in vars(value).items())
+    return f"[{name}]\n{body}\n"

@@ -1,0 +1,98 @@
+"""Typed TOML tables: a dataclass built from a table, and values written back as TOML.
+
+Unknown keys and wrong types stop with one line naming the file, the key and the fix. Scenario files
+(edgefl.scenario) and device profiles (edgefl.devices.profile) are read through `build`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import typing
+from typing import Any
+
+from edgefl.errors import EdgeflError
+
+
+def build(cls: type, raw: Any, where: str, prefix: str) -> Any:
+    """Build dataclass `cls` from a TOML table, rejecting unknown keys and wrong types."""
+    if not isinstance(raw, dict):
+        raise EdgeflError(where, prefix.rstrip(".") or "file", "must be a table")
+    reject_unknown(raw, [f.name for f in dataclasses.fields(cls)], where, prefix)
+    hints = typing.get_type_hints(cls)
+    return cls(**{name: build_value(hints[name], value, where, prefix + name) for name, value in raw.items()})
+
+
+def reject_unknown(raw: dict[str, Any], known: list[str], where: str, prefix: str) -> None:
+    """One line naming the first key of `raw` (alphabetically) that is not in `known`."""
+    unknown = sorted(set(raw) - set(known))
+    if unknown:
+        raise EdgeflError(
+            where, prefix + printable(unknown[0]), f"unknown key; known keys here: {', '.join(known)}"
+        )
+
+
+def build_value(hint: Any, value: Any, where: str, key: str) -> Any:
+    """One value of a table: a sub-table built as its dataclass, anything else type-checked."""
+    if dataclasses.is_dataclass(hint):
+        return build(hint, value, where, key + ".")  # type: ignore[arg-type]
+    return check_type(value, hint, where, key)
+
+
+def printable(text: str) -> str:
+    """A key or `--set` item as typed, or quoted when it holds a newline or other control character."""
+    return text if text.isprintable() else repr(text)
+
+
+def check_type(value: Any, hint: Any, where: str, key: str) -> Any:
+    """Check one scalar or list value against its annotation; ints are accepted for floats.
+
+    Integers must fit TOML's 64 bits (a seed beyond them overflows torch.manual_seed) and floats must
+    be finite: NaN passes no range check, and inf would pass "must be positive".
+    """
+    origin = typing.get_origin(hint)
+    if origin is dict:
+        _, inner = typing.get_args(hint)
+        if not isinstance(value, dict):
+            raise EdgeflError(where, key, f"must be a table of name = {inner.__name__}, got {value!r}")
+        return {k: check_type(v, inner, where, f"{key}.{printable(k)}") for k, v in value.items()}
+    if origin is list:
+        (inner,) = typing.get_args(hint)
+        if not isinstance(value, list):
+            raise EdgeflError(where, key, f"must be a list of {inner.__name__}, got {value!r}")
+        return [check_type(v, inner, where, key) for v in value]
+    is_int = isinstance(value, int) and not isinstance(value, bool)
+    if hint in (int, float) and is_int and not -(2**63) <= value < 2**63:
+        raise EdgeflError(where, key, f"must be a 64-bit integer (TOML's range), got {value}")
+    if hint is float and is_int:
+        return float(value)
+    if not isinstance(value, hint) or (hint is int and isinstance(value, bool)):
+        raise EdgeflError(where, key, f"must be {hint.__name__}, got {value!r}")
+    if hint is float and not math.isfinite(value):
+        raise EdgeflError(where, key, f"must be a finite number, got {value!r}")
+    if hint is str and not _is_utf8(value):
+        raise EdgeflError(where, key, f"must be valid UTF-8 text, got {value!r} (a file name in another "
+                          "encoding cannot be saved in scenario.toml: rename it or link to it)")
+    return value
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates: bytes a UTF-8 system could not decode
+        return False
+    return True
+
+
+def toml_value(v: Any) -> str:
+    """One value as TOML text."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return json.dumps(v)  # a JSON string is a valid TOML basic string
+    if isinstance(v, list):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):  # an inline table; keys quoted, as any string may name a method
+        return "{ " + ", ".join(f"{json.dumps(k)} = {toml_value(x)}" for k, x in v.items()) + " }"
+    return repr(v)
