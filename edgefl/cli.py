@@ -340,8 +340,8 @@ def cmd_devices_show(args: argparse.Namespace) -> int:
 def cmd_devices_validate(args: argparse.Namespace) -> int:
     """Each file as a profile of the folder it is in: its networks are those of that folder, of
     EDGEFL_PROFILE_PATH and the bundled ones."""
-    from edgefl.devices.catalog import network_names, search_path
-    from edgefl.devices.profile import DeviceProfile, load_profile
+    from edgefl.devices.catalog import load_profile, network_names, search_path
+    from edgefl.devices.profile import DeviceProfile
 
     for path in args.files:
         if not path.is_file():

@@ -14,7 +14,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from edgefl.config import KNOBS, Check, Knobs, Scenario
+from edgefl.config import KNOBS, Check, Scenario
 from edgefl.errors import EdgeflError
 from edgefl.methods import METHODS  # every method's knob section registers on import
 from edgefl.methods.distill import DistillConfig
@@ -104,24 +104,21 @@ def apply_override(raw: dict[str, Any], item: str) -> None:
 def scenario_from_toml(raw: dict[str, Any], where: str) -> Scenario:
     """The Scenario of a TOML table, every key type-checked: the scenario's own keys and sections, and
     each registered knob section built as its method's dataclass."""
-    knobs = KNOBS.classes()
-    reject_unknown(raw, known_keys(), where, "")
+    keys = schema()
+    reject_unknown(raw, list(keys), where, "")
+    values = {name: build_value(keys[name], value, where, name) for name, value in raw.items()}
+    knobs = {name: values.pop(name) for name in KNOBS.classes() if name in values}
+    return Scenario(**values, sections={**KNOBS.defaults(), **knobs})
+
+
+def schema() -> dict[str, Any]:
+    """The scenario's keys in file order, each with its type or its section's dataclass; the methods'
+    knob sections stand where `Scenario.sections` does."""
     hints = typing.get_type_hints(Scenario)
-    values: dict[str, Any] = {}
-    sections: dict[str, Knobs] = KNOBS.defaults()
-    for name, value in raw.items():
-        if name in knobs:
-            sections[name] = build_value(knobs[name], value, where, name)
-        else:
-            values[name] = build_value(hints[name], value, where, name)
-    return Scenario(**values, sections=sections)
-
-
-def known_keys() -> list[str]:
-    """The scenario's top-level keys and sections, the knob sections where `sections` stands."""
-    keys = [f.name for f in dataclasses.fields(Scenario)]
-    at = keys.index("sections")
-    return [*keys[:at], *KNOBS.classes(), *keys[at + 1:]]
+    keys: dict[str, Any] = {}
+    for f in dataclasses.fields(Scenario):
+        keys.update(KNOBS.classes() if f.name == "sections" else {f.name: hints[f.name]})
+    return keys
 
 
 def validate(s: Scenario, where: str) -> None:

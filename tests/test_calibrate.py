@@ -24,7 +24,8 @@ from edgefl.devices.calibrate import (
     render_profile,
     write_profile,
 )
-from edgefl.devices.profile import DeviceProfile, load_profile
+from edgefl.devices.catalog import load_profile
+from edgefl.devices.profile import DeviceProfile
 from edgefl.errors import EdgeflError
 from edgefl.scenario import load_scenario
 

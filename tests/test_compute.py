@@ -134,7 +134,7 @@ def test_fitted_kernels_replace_the_figures_kind_by_kind():
     ("[kernels]\nconv = [[100.0, 0.0, 5.0]]", "kernels.conv"),
 ])
 def test_bad_compute_figures_are_one_clear_error(tmp_path, line, key):
-    from edgefl.devices.profile import load_profile
+    from edgefl.devices.catalog import load_profile
     from edgefl.errors import EdgeflError
 
     path = tmp_path / "x.toml"

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from edgefl.devices.catalog import bundled, load_catalog
-from edgefl.devices.profile import AppProfile, DeviceProfile, NetworkProfile, load_profile
+from edgefl.devices.catalog import bundled, load_catalog, load_profile
+from edgefl.devices.profile import AppProfile, DeviceProfile, NetworkProfile
 from edgefl.errors import EdgeflError
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -72,7 +72,8 @@ def test_a_fleet_larger_than_the_dataset_plans_without_splitting_it(tmp_path, ca
 def test_paper_accounting_prices_the_clients_own_sample_count():
     """The release charges each epoch's short last batch, so the paper accounting needs each
     client's training-set size; the walk does not ask for it."""
-    from edgefl.experiment import _counted, prepare
+    from edgefl.experiment import prepare
+    from edgefl.experiment.loop import _counted
     from edgefl.scenario import load_scenario
 
     for accounting, counted in (("paper", True), ("walk", False)):

@@ -31,11 +31,10 @@ from hypothesis import strategies as st
 from test_cli import one_error_line
 
 from edgefl.cli import main
-from edgefl.config import Scenario
 from edgefl.devices.profile import DeviceProfile
 from edgefl.errors import EdgeflError
 from edgefl.report.compare import NEEDED
-from edgefl.scenario import load_scenario, to_toml
+from edgefl.scenario import load_scenario, schema, to_toml
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIO_TEXT = (ROOT / "scenarios" / "quickstart.toml").read_text()
@@ -46,21 +45,24 @@ HOSTILE = settings(max_examples=60, deadline=None, derandomize=True, database=No
 Capsys = pytest.CaptureFixture[str]
 
 
-def schema_leaves(cls: type, prefix: str = "") -> list[tuple[str, Any]]:
+def schema_leaves(keys: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
     """(dotted key, type hint) of every scalar or list field, sections descended."""
-    hints = typing.get_type_hints(cls)
     leaves: list[tuple[str, Any]] = []
-    for f in dataclasses.fields(cls):
-        hint = hints[f.name]
+    for name, hint in keys.items():
         if dataclasses.is_dataclass(hint):
-            leaves += schema_leaves(hint, f"{prefix}{f.name}.")  # type: ignore[arg-type]
+            leaves += schema_leaves(field_hints(hint), f"{prefix}{name}.")  # type: ignore[arg-type]
         else:
-            leaves.append((prefix + f.name, hint))
+            leaves.append((prefix + name, hint))
     return leaves
 
 
-SCENARIO_LEAVES = schema_leaves(Scenario)
-PROFILE_LEAVES = schema_leaves(DeviceProfile)
+def field_hints(cls: type) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+SCENARIO_LEAVES = schema_leaves(schema())  # every section, the methods' knob sections too
+PROFILE_LEAVES = schema_leaves(field_hints(DeviceProfile))
 SECTIONS = ["", *sorted({key.rpartition(".")[0] for key, _ in SCENARIO_LEAVES} - {""})]
 
 

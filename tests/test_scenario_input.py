@@ -9,7 +9,8 @@ import pytest
 from test_cli import one_error_line
 
 from edgefl.cli import main
-from edgefl.devices.profile import DeviceProfile, load_profile
+from edgefl.devices.catalog import load_profile
+from edgefl.devices.profile import DeviceProfile
 from edgefl.errors import EdgeflError
 from edgefl.methods.distill import DistillConfig
 from edgefl.scenario import load_scenario

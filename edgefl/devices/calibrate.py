@@ -30,7 +30,8 @@ import torch
 import torch.nn.functional as F
 
 from edgefl.devices import kernels
-from edgefl.devices.profile import KERNEL_KINDS, DeviceProfile, load_profile
+from edgefl.devices.catalog import load_profile
+from edgefl.devices.profile import KERNEL_KINDS, DeviceProfile
 from edgefl.errors import EdgeflError
 from edgefl.rundir import write_file
 from edgefl.sim.compute import FORWARD, PASSES, Roofline

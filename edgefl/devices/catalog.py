@@ -9,20 +9,23 @@ bundled one of the same name):
    `importlib.resources`; in the repository they are the top-level `device_profiles/`).
 
 Each folder holds devices as `*.toml`, apps as `apps/*.toml` and networks as `networks/*.toml`.
-A device's `networks` must name networks found along the same path.
+A device's `networks` must name networks found along the same path. `load_profile` reads one file.
 """
 
 from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+import tomllib
+from collections.abc import Iterator, Sequence
+from dataclasses import MISSING, dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
+from typing import Any, TypeVar, cast
 
-from edgefl.devices.profile import AppProfile, DeviceProfile, NetworkProfile, load_profile
+from edgefl.devices.profile import AppProfile, DeviceProfile, NetworkProfile, check_profile
 from edgefl.errors import EdgeflError
+from edgefl.tomlschema import build
 
 ENV = "EDGEFL_PROFILE_PATH"
 KINDS = {"devices": "", "apps": "apps", "networks": "networks"}  # kind -> sub-folder
@@ -113,6 +116,48 @@ def _files(roots: tuple[Path, ...], sub: str) -> Iterator[tuple[str, Path]]:
 def network_names(roots: tuple[Path, ...]) -> list[str]:
     """The networks along `roots`, by file name, without loading them."""
     return [name for name, _ in _files(roots, "networks")]
+
+
+P = TypeVar("P", DeviceProfile, AppProfile, NetworkProfile)
+
+
+def load_profile(path: Path, cls: type[P], networks: Sequence[str] | None = None) -> P:
+    """Load and validate one profile file; errors name the file and key. A device's `networks` must
+    be drawn from `networks` (default: those found without a scenario, in EDGEFL_PROFILE_PATH and
+    the bundled profiles), and are all of them when omitted."""
+    where = str(path)
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise EdgeflError(where, "file", f"cannot be read ({exc})") from None
+    try:
+        raw: dict[str, Any] = tomllib.loads(text)
+    except (ValueError, RecursionError) as exc:  # TOMLDecodeError, an int over 4300 digits, deep nesting
+        raise EdgeflError(where, "syntax", f"not valid TOML ({exc})") from None
+    missing = [k for k in _required(cls) if k not in raw]
+    if missing:
+        raise EdgeflError(where, missing[0], "missing; every profile of this kind needs it")
+    profile: P = build(cls, raw, where, "")
+    if isinstance(profile, DeviceProfile):
+        known = list(networks) if networks is not None else network_names(search_path())
+        profile = cast(P, _with_networks(profile, "networks" in raw, known, where))
+    check_profile(profile, where, path.stem)
+    return profile
+
+
+def _with_networks(p: DeviceProfile, given: bool, known: list[str], where: str) -> DeviceProfile:
+    """The device with its networks checked against those found, or all of them when omitted."""
+    if given and not p.networks:
+        raise EdgeflError(where, "networks", "must not be empty; omit it to allow every network")
+    bad = [n for n in p.networks if n not in known]
+    if bad:
+        raise EdgeflError(where, "networks", f"unknown {bad[0]!r}; networks found: {', '.join(known)} "
+                          "(a network is a file networks/NAME.toml in a profile folder)")
+    return p if given else replace(p, networks=known)
+
+
+def _required(cls: type) -> list[str]:
+    return [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING]
 
 
 def used_files(catalog: Catalog, devices: list[DeviceProfile], apps: list[AppProfile]) -> list[Path]:

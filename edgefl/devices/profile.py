@@ -1,4 +1,5 @@
-"""Device, co-running app and network profiles: what the hardware is, read from TOML files.
+"""Device, co-running app and network profiles: what the hardware is, and the checks of every figure
+(edgefl.devices.catalog reads them from TOML files).
 
 Units are in the key names. The numbers of FedProphet's pools and apps come from its release
 (Tang et al., FedProphet, §7.1); each file says where its numbers come from in `source`.
@@ -11,14 +12,10 @@ rooflines per layer kind and pass in its `[kernels]` table instead.
 
 from __future__ import annotations
 
-import tomllib
-from collections.abc import Sequence
-from dataclasses import MISSING, dataclass, field, fields, replace
-from pathlib import Path
-from typing import Any, TypeVar, cast, get_type_hints
+from dataclasses import dataclass, field, fields
+from typing import get_type_hints
 
 from edgefl.errors import EdgeflError
-from edgefl.tomlschema import build
 
 KERNEL_KINDS = ("conv", "linear", "norm", "activation", "pool", "elementwise")
 
@@ -85,54 +82,6 @@ class NetworkProfile:
     latency_ms: list[float]
 
 
-P = TypeVar("P", DeviceProfile, AppProfile, NetworkProfile)
-
-
-def load_profile(path: Path, cls: type[P], networks: Sequence[str] | None = None) -> P:
-    """Load and validate one profile file; errors name the file and key. A device's `networks` must
-    be drawn from `networks` (default: those found without a scenario, in EDGEFL_PROFILE_PATH and
-    the bundled profiles), and are all of them when omitted."""
-    where = str(path)
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise EdgeflError(where, "file", f"cannot be read ({exc})") from None
-    try:
-        raw: dict[str, Any] = tomllib.loads(text)
-    except (ValueError, RecursionError) as exc:  # TOMLDecodeError, an int over 4300 digits, deep nesting
-        raise EdgeflError(where, "syntax", f"not valid TOML ({exc})") from None
-    missing = [k for k in _required(cls) if k not in raw]
-    if missing:
-        raise EdgeflError(where, missing[0], "missing; every profile of this kind needs it")
-    profile: P = build(cls, raw, where, "")
-    if isinstance(profile, DeviceProfile):
-        known = list(networks) if networks is not None else _bundled_networks()
-        profile = cast(P, _with_networks(profile, "networks" in raw, known, where))
-    _check(profile, where, path.stem)
-    return profile
-
-
-def _with_networks(p: DeviceProfile, given: bool, known: list[str], where: str) -> DeviceProfile:
-    """The device with its networks checked against those found, or all of them when omitted."""
-    if given and not p.networks:
-        raise EdgeflError(where, "networks", "must not be empty; omit it to allow every network")
-    bad = [n for n in p.networks if n not in known]
-    if bad:
-        raise EdgeflError(where, "networks", f"unknown {bad[0]!r}; networks found: {', '.join(known)} "
-                          "(a network is a file networks/NAME.toml in a profile folder)")
-    return p if given else replace(p, networks=known)
-
-
-def _bundled_networks() -> list[str]:
-    from edgefl.devices.catalog import network_names, search_path
-
-    return network_names(search_path())
-
-
-def _required(cls: type) -> list[str]:
-    return [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING]
-
-
 # Sane ranges, far beyond any real device: a figure past them is a typo, and would overflow the cost
 # model's arithmetic into inf or nan simulated hours. Every number of a device profile is checked,
 # a new field too: non-negative (positive where listed) and at most its bound, MAX_FIGURE by default.
@@ -154,7 +103,8 @@ def _number_checks(p: DeviceProfile) -> list[tuple[str, bool, str]]:
     return checks
 
 
-def _check(p: DeviceProfile | AppProfile | NetworkProfile, where: str, stem: str) -> None:
+def check_profile(p: DeviceProfile | AppProfile | NetworkProfile, where: str, stem: str) -> None:
+    """Range checks and the name, which must be the file's (`stem`); one line on the first that fails."""
     checks: list[tuple[str, bool, str]] = [("name", p.name == stem, f"must equal the file name {stem!r}")]
     if isinstance(p, DeviceProfile):
         checks += [

@@ -1,8 +1,10 @@
 """Executors: where the clients' real local training runs.
 
 `local` trains the round's clients one after another in this process. `ray` (edgefl.execution.ray)
-sends them to Ray workers. Both call `Method.train` on the same method state, and training is
-seeded per (seed, round, client), so they produce the same updates.
+sends them to Ray workers, which remake the method from a recipe the experiment gives. The run loop
+(edgefl.experiment.loop) picks one.
+Both call `Method.train` on the same method state, and training is seeded per (seed, round, client),
+so they produce the same updates.
 """
 
 from __future__ import annotations
@@ -10,16 +12,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import torch
 
 from edgefl.execution.local import timed
 from edgefl.methods import ClientUpdate, Method
 from edgefl.sim.workload import Workload
-
-if TYPE_CHECKING:
-    from edgefl.experiment import Experiment
 
 
 class Executor(Protocol):
@@ -44,10 +43,3 @@ def train_timed(method: Method, round_: int, client: int, workload: Workload,
     update, seconds = timed(device, lambda: method.train(round_, client, workload), clock)
     return replace(update, real_compute_s=seconds)
 
-
-def make_executor(exp: Experiment) -> Executor:
-    if exp.scenario.executor == "ray" and not exp.dry_run:
-        from edgefl.execution.ray import RayExecutor
-
-        return RayExecutor(exp)
-    return LocalExecutor(exp.method)

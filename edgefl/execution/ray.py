@@ -1,13 +1,14 @@
 """The Ray executor: each selected client's local training runs as a Ray task.
 
 Every round the driver puts one snapshot of the method's state (edgefl.snapshot) in Ray's object
-store; a task rebuilds the experiment once per worker process from the resolved scenario (so the
-worker needs the dataset at `data.root`, as the driver does), loads the snapshot and calls
-`Method.train` for one client. Training is seeded per (seed, round, client) and `train` never
-writes the method's state, so the updates equal the in-process executor's on the same hardware.
+store; a task remakes the method once per worker process from the recipe the experiment gives (the
+resolved scenario and its file: edgefl.experiment.prepare.Rebuild, so the worker needs the dataset at
+`data.root`, as the driver does), loads the snapshot and calls `Method.train` for one client.
+Training is seeded per (seed, round, client) and `train` never writes the method's state, so the
+updates equal the in-process executor's on the same hardware.
 A task whose worker process dies is retried up to `ray.max_retries` times. Ray moves the state and
 the task's code with cloudpickle, so whoever runs the cluster runs code edgefl sends and sends back
-objects edgefl unpickles: scenario validation (edgefl.config) refuses an address not on this machine
+objects edgefl unpickles: scenario validation (edgefl.scenario) refuses an address not on this machine
 unless `ray.trust_address = true`.
 
 Fault injection: a worker that finds the file named by EDGEFL_FAULT_ONCE deletes it and exits,
@@ -17,48 +18,44 @@ once, which is how the tests check that a dead worker's task is retried.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from edgefl.config import RayConfig
 from edgefl.errors import EdgeflError
 from edgefl.execution.executor import train_timed
-from edgefl.methods import ClientUpdate
-from edgefl.scenario import to_toml
+from edgefl.methods import ClientUpdate, Method
 from edgefl.sim.workload import Workload
 from edgefl.snapshot import plain, restore
 
-if TYPE_CHECKING:
-    from edgefl.experiment import Experiment
-
-_WORKER: dict[str, Any] = {}  # resolved scenario text -> the worker's Experiment
+_WORKER: dict[Callable[[], Method], Method] = {}  # the recipe -> the worker's method
 
 
 class RayExecutor:
-    def __init__(self, exp: Experiment) -> None:
+    def __init__(self, cfg: RayConfig, where: str, method: Method, rebuild: Callable[[], Method]) -> None:
         try:
             import ray
         except ImportError:
-            raise EdgeflError(exp.where, "executor", "ray is not installed; pip install ray, "
+            raise EdgeflError(where, "executor", "ray is not installed; pip install ray, "
                               'or use executor = "local"') from None
-        cfg = exp.scenario.ray
         if not ray.is_initialized():
             cpus = None if cfg.address else (cfg.workers or None)  # a cluster brings its own
             ray.init(address=cfg.address or None, num_cpus=cpus, include_dashboard=False,
                      log_to_driver=False, configure_logging=False)
-        self.ray, self.exp = ray, exp
-        self.text = to_toml(exp.scenario)
-        gpus = 1 if exp.ctx.device.type == "cuda" else 0  # Ray hides GPUs from tasks that ask for none
+        self.ray, self.method, self.rebuild = ray, method, rebuild
+        gpus = 1 if method.ctx.device.type == "cuda" else 0  # Ray hides GPUs from tasks that ask for none
         self.task = ray.remote(num_cpus=1, num_gpus=gpus, max_retries=cfg.max_retries)(_train_client)
 
     def train(self, round_: int, plans: dict[int, Workload]) -> list[ClientUpdate]:
-        snapshot = self.ray.put(self.exp.method.state())
-        refs = [self.task.remote(self.text, self.exp.where, snapshot, round_, k, w) for k, w in plans.items()]
-        device = self.exp.ctx.device
+        snapshot = self.ray.put(self.method.state())
+        refs = [self.task.remote(self.rebuild, snapshot, round_, k, w) for k, w in plans.items()]
+        device = self.method.ctx.device
         return [ClientUpdate(u.client, restore(None, u.state, device), u.num_samples, u.loss,
                              restore(None, u.extra, device), u.real_compute_s) for u in self.ray.get(refs)]
 
 
-def _train_client(text: str, where: str, snapshot: dict[str, Any], round_: int, client: int,
+def _train_client(rebuild: Callable[[], Method], snapshot: dict[str, Any], round_: int, client: int,
                   workload: Workload) -> ClientUpdate:
     """Runs on a Ray worker."""
     fault = os.environ.get("EDGEFL_FAULT_ONCE")
@@ -69,21 +66,14 @@ def _train_client(text: str, where: str, snapshot: dict[str, Any], round_: int, 
             pass
         else:
             os._exit(1)
-    exp = _worker_experiment(text, where)
-    exp.method.load_state(snapshot)
-    u = train_timed(exp.method, round_, client, workload)
+    method = _worker_method(rebuild)
+    method.load_state(snapshot)
+    u = train_timed(method, round_, client, workload)
     return ClientUpdate(u.client, plain(u.state), u.num_samples, u.loss, plain(u.extra), u.real_compute_s)
 
 
-def _worker_experiment(text: str, where: str) -> Experiment:
-    if text not in _WORKER:
-        import tomllib
-
-        from edgefl.experiment import prepare
-        from edgefl.scenario import scenario_from_toml
-
-        scenario = scenario_from_toml(tomllib.loads(text), where)
+def _worker_method(rebuild: Callable[[], Method]) -> Method:
+    if rebuild not in _WORKER:
         _WORKER.clear()
-        _WORKER[text] = prepare(scenario, where)
-    return _WORKER[text]
-
+        _WORKER[rebuild] = rebuild()
+    return _WORKER[rebuild]

@@ -1,0 +1,12 @@
+"""An experiment: a scenario run end to end, real training against the simulated clock.
+
+prepare: the data, splits, profile, fleet and method (and `Rebuild`, the method remade in a worker
+process); loop: the round loop and the run folder; rows: the logs' rows and the summary; resume:
+the checks before a run continues from its checkpoint.
+"""
+
+from edgefl.experiment.loop import prepare_out, run
+from edgefl.experiment.prepare import Experiment, fitted_profile, prepare
+from edgefl.experiment.rows import CLIENTS, EVENTS, METRICS
+
+__all__ = ["CLIENTS", "EVENTS", "METRICS", "Experiment", "fitted_profile", "prepare", "prepare_out", "run"]

@@ -1,0 +1,191 @@
+"""The round loop: a scenario run end to end, real training against the simulated clock.
+
+Per round: sample clients, draw their device states, let the method plan each client's workload,
+train each client for real, let SimPy play the round with the cost model's durations, aggregate,
+evaluate, and append a row to metrics.csv and the clients' rows to clients.csv.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from edgefl import checkpoint, rundir
+from edgefl.attacks import make_attack
+from edgefl.errors import EdgeflError
+from edgefl.execution.executor import Executor, LocalExecutor
+from edgefl.execution.local import evaluate, seed_everything
+from edgefl.execution.ray import RayExecutor
+from edgefl.experiment.prepare import Experiment, Rebuild
+from edgefl.experiment.resume import resume_state
+from edgefl.experiment.rows import (
+    CLIENTS,
+    EVENTS,
+    METRICS,
+    chunks,
+    client_row,
+    emulates_host,
+    event_row,
+    metrics_row,
+    open_log,
+    output_format,
+    prediction_error,
+    run_summary,
+    span,
+)
+from edgefl.report.trace import TraceSample
+from edgefl.rundir import WriteFailed, write_file
+from edgefl.runlog import CsvLog, Log, log_names
+from edgefl.scenario import to_toml
+from edgefl.sim.cost import make_cost_model
+from edgefl.sim.engine import Federation, RoundRecord, round_spans
+from edgefl.sim.workload import Workload
+
+
+def run(exp: Experiment, out: Path, progress: bool = True, resume: bool = False) -> dict[str, Any]:
+    """Train and simulate every round, writing the run directory as it goes; with `resume`,
+    continue from the run directory's checkpoint after checking every file it reads."""
+    try:
+        return _run(exp, out, progress, resume)
+    except WriteFailed as exc:
+        saved = not exp.dry_run and (out / checkpoint.FILE).exists()
+        then = (f"then continue it with edgefl run --resume {out}" if saved
+                else "then start it again with --overwrite (it has no checkpoint yet)")
+        raise EdgeflError(str(exc.path), "write", f"cannot write it ({exc.reason}); everything written "
+                          f"before is kept: free space or make the folder writable, {then}") from None
+
+
+def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, Any]:
+    s = exp.scenario
+    text = to_toml(s)
+    fingerprint = rundir.fingerprint(text, exp.pool.profile_files())
+    saved = resume_state(exp, out, fingerprint) if resume else None
+    if saved is None:
+        rundir.claim(out, "run")  # a no-op after prepare_out; library callers get the same checks
+        rundir.write_marker(out, "run", fingerprint)
+        write_file(out / "scenario.toml", text)
+    evaluator = None if exp.dry_run else Evaluator(exp)
+    cost_model = make_cost_model(s.cost)
+    fed, rows, first = Federation(), [], 0
+    if saved:
+        rows, first = saved.state["rows"], saved.state["next_round"]
+        fed = Federation(saved.state["clock"])
+    started = time.perf_counter()
+    extra = (evaluator.columns if evaluator else []) + list(exp.method.round_info())
+    executor = _executor(exp, text)
+    kept = saved.logs if saved else {}
+    names = log_names(output_format(s))
+    sample = TraceSample(s.fleet.clients, s.output.trace_clients, s.seed)
+    with (CsvLog(out / names["metrics"], METRICS + extra, kept.get(names["metrics"])) as metrics,
+          open_log(out, names["clients"], CLIENTS, kept) as clients,
+          open_log(out, names["events"], EVENTS, kept) as events):
+        logs: list[Log] = [metrics, clients, events]
+        sample.add(span(r) for r in events.rows() if int(r["client"]) in sample.kept)
+        bar = tqdm(range(first, s.rounds), desc=f"{s.method}", unit="round", disable=not progress,
+                   initial=first, total=s.rounds)
+        for t in bar:
+            if exp.method.finished():  # ended before its last round (FedProphet's last module)
+                break
+            record, loss, real = _round(exp, executor, fed, cost_model, t)
+            row = metrics_row(record, loss, exp.method.round_info())
+            last = t + 1 == s.rounds or exp.method.finished()
+            if evaluator and ((t + 1) % s.evaluation.every == 0 or last):
+                row.update(evaluator(exp.method.global_model()))
+                bar.set_postfix(clean=f"{row['clean_acc']:.3f}", adv=f"{row['adv_acc']:.3f}",
+                                sim_h=f"{fed.now / 3600:.2f}")
+            metrics.write([row])
+            for part in chunks(record.clients):
+                clients.write([client_row(c, real.get(c.client, "")) for c in part])
+            for spans in chunks(round_spans(record)):
+                events.write([event_row(x) for x in spans])
+                sample.add(spans)  # nothing is kept across rounds but the trace's sample
+            rows.append(row)
+            if not exp.dry_run and s.checkpoint_every and ((t + 1) % s.checkpoint_every == 0 or last):
+                checkpoint.save(out, {"next_round": t + 1, "method": exp.method.state(), "rows": rows,
+                                      "clock": fed.now, "fingerprint": fingerprint,
+                                      "logs": {log.path.name: log.seal() for log in logs}})
+                for log in logs:
+                    log.commit()
+    summary = run_summary(exp, rows, time.perf_counter() - started)
+    error = prediction_error(out) if emulates_host(exp) else None
+    if error is not None:
+        summary["time_prediction_error"] = error
+    trace = sample.trace([d.name for d in exp.pool.devices])
+    write_file(out / "trace.json", json.dumps(trace) + "\n")
+    write_file(out / "summary.json", json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def _executor(exp: Experiment, text: str) -> Executor:
+    """In-process, or (`executor = "ray"`, not in a dry run) Ray workers that remake the method from
+    the resolved scenario `text`."""
+    if exp.scenario.executor == "ray" and not exp.dry_run:
+        return RayExecutor(exp.scenario.ray, exp.where, exp.method, Rebuild(text, exp.where))
+    return LocalExecutor(exp.method)
+
+
+class Evaluator:
+    """Clean and adversarial test accuracy of a model: `adv_acc` and one `<name>_acc` per extra."""
+
+    def __init__(self, exp: Experiment) -> None:
+        s, e = exp.scenario, exp.scenario.evaluation
+        self.attacks = {name: make_attack(name, e.eps or s.attack.eps, e.step_size or s.attack.step_size,
+                                          e.steps) for name in [e.attack, *e.extra]}
+        self.columns = [f"{name}_acc" for name in e.extra]
+        n = s.data.test_samples or len(exp.ctx.data.test_y)
+        self.x, self.y = exp.ctx.data.test_x[:n], exp.ctx.data.test_y[:n]
+
+    def __call__(self, model: torch.nn.Module) -> dict[str, float]:
+        (_, attack), *extras = self.attacks.items()
+        clean, adv = evaluate(model, self.x, self.y, attack)
+        row = {"clean_acc": round(clean, 4), "adv_acc": round(adv, 4)}
+        for name, extra in extras:
+            row[f"{name}_acc"] = round(evaluate(model, self.x, self.y, extra)[1], 4)
+        return row
+
+
+def _counted(exp: Experiment, client: int, w: Workload) -> Workload:
+    """The workload with the client's sample count where the `paper` accounting charges each
+    epoch's short last batch, as the FedProphet release does (fleets may outnumber the samples
+    of a dry run's shapes-only data, so the walk does not ask)."""
+    if exp.scenario.cost.accounting != "paper":
+        return w
+    return replace(w, samples=len(exp.ctx.splits[client].train))
+
+
+def _round(exp: Experiment, executor: Executor, fed: Federation, cost_model: Any,
+           t: int) -> tuple[RoundRecord, float | str, dict[int, float]]:
+    """The round's record, its mean training loss and each client's measured training seconds."""
+    s, m = exp.scenario, exp.method
+    states = {k: exp.pool.state(k, t) for k in exp.pool.sample_clients(t)}
+    m.begin_round(t, states)
+    plans = {k: m.plan(t, k, state) for k, state in states.items()}
+    jobs = [(k, state, cost_model.cost(_counted(exp, k, plans[k]), state)) for k, state in states.items()]
+    server_s = s.cost.server_s + m.server_flops(t) / (s.cost.server_gflops * 1e9)
+    record = fed.run_round(t, jobs, server_s)
+    if exp.dry_run:
+        m.skip(t, list(states))
+        return record, "", {}
+    updates = executor.train(t, plans)
+    seed_everything(s.seed, t, -1)  # the server's stream: the same wherever the clients trained
+    m.aggregate(t, updates)
+    return (record, round(sum(u.loss for u in updates) / len(updates), 5),
+            {u.client: u.real_compute_s for u in updates})
+
+
+def prepare_out(out: Path, overwrite: bool) -> None:
+    """Make `out` a new run folder: create it or take an empty one; a folder holding an edgefl run
+    is replaced only with --overwrite, and only when edgefl wrote everything in it; any other
+    folder is refused."""
+    if rundir.probe(out, "--out") == "dir" and rundir.marker_kind(out) == "run":
+        if not overwrite:
+            raise EdgeflError(str(out), "--out", "already holds a run; choose another --out or "
+                              "pass --overwrite to replace it")
+        rundir.clear_run(out)
+    rundir.claim(out, "run")

@@ -1,0 +1,93 @@
+"""Resuming a run: the run folder, its checkpoint and its logs must belong together, to this scenario
+and to this code; then the method and every random stream are restored from the checkpoint."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from edgefl import checkpoint, rundir
+from edgefl.errors import EdgeflError
+from edgefl.experiment.prepare import Experiment
+from edgefl.experiment.rows import output_format
+from edgefl.runlog import log_names, pending_path
+
+
+@dataclass
+class Resumed:
+    state: dict[str, Any]  # the checkpoint
+    logs: dict[str, bytes]  # each CSV log's bytes as the checkpoint vouches for them
+
+
+def resume_state(exp: Experiment, out: Path, fingerprint: dict[str, str]) -> Resumed:
+    """Check that the run folder, its checkpoint and its logs belong together and to this scenario and
+    code, then restore the method and the RNGs; nothing is written before every check has passed."""
+    marker = rundir.read_marker(out)
+    if marker is None or marker.get("kind") != "run":
+        raise EdgeflError(str(out), rundir.MARKER, "missing: this folder holds no run edgefl can "
+                          "resume (or an older edgefl's); start the run again")
+    code = {k: marker.get(k) for k in ("edgefl", "code")}
+    if code != {k: fingerprint[k] for k in code}:
+        raise EdgeflError(str(out), "--resume", f"the run was started by edgefl {code['edgefl']} (code "
+                          f"{code['code']}), this is edgefl {fingerprint['edgefl']} (code "
+                          f"{fingerprint['code']}): resume it with that version, or start it again")
+    if marker.get("scenario") != fingerprint["scenario"]:
+        raise EdgeflError(str(out / "scenario.toml"), "--resume", "was edited after the run started; "
+                          "restore it, or start a new run with the edited scenario")
+    names = tuple(log_names(output_format(exp.scenario)).values())
+    state = checkpoint.load(out, exp.scenario.rounds, names)
+    path = str(out / checkpoint.FILE)
+    if state["fingerprint"] != fingerprint:
+        raise EdgeflError(path, "checkpoint", "belongs to another run (another scenario, seed or "
+                          "edgefl); put back this run's checkpoint, or start the run again")
+    logs = {name: _vouched(out / name, state["logs"][name], state["next_round"]) for name in names}
+    try:
+        exp.method.load_state(state["method"])
+        checkpoint.set_rng_state(state["rng"])
+    except Exception as exc:  # any mismatch of a plain-data file is the user's input
+        raise EdgeflError(path, "checkpoint", f"does not fit this run's model and method "
+                          f"({type(exc).__name__}); start the run again") from None
+    return Resumed(state, logs)
+
+
+def _vouched(path: Path, seal: list[Any], next_round: int) -> bytes:
+    """The first `length` bytes of a log, if their SHA-256 is `digest` (the checkpoint's `seal` of
+    it): the rows the checkpoint saw, from the log or, for a Parquet log whose move into place a crash
+    cut short, from its pending file.
+    Later bytes (rounds after the checkpoint, a row torn by a full disk) are dropped on resume."""
+    found = [data for data in (_read_log(path, next_round), _pending(path))
+             if data is not None and _holds(data, seal)]
+    if not found:
+        raise EdgeflError(str(path), "--resume", f"does not hold the rows of the checkpoint's "
+                          f"{next_round} rounds (edited, cut or replaced); put back the original, or "
+                          "start the run again")
+    return found[0][:seal[0]]
+
+
+def _holds(data: bytes, seal: list[Any]) -> bool:
+    length, digest = seal
+    return len(data) >= length and hashlib.sha256(data[:length]).hexdigest() == digest
+
+
+def _read_log(path: Path, next_round: int) -> bytes:
+    try:
+        if path.is_symlink():
+            raise OSError("a symbolic link")
+        return path.read_bytes()
+    except OSError as exc:
+        if _pending(path) is not None:
+            return b""
+        raise EdgeflError(str(path), "--resume", f"cannot be read ({exc.strerror or exc}) but the "
+                          f"checkpoint holds {next_round} rounds of it; put it back, or start the run "
+                          "again") from None
+
+
+def _pending(path: Path) -> bytes | None:
+    pending = pending_path(path)
+    try:
+        return None if pending.is_symlink() else pending.read_bytes()
+    except OSError:
+        return None
+

@@ -1,0 +1,116 @@
+"""A run's records: the rows of metrics.csv, clients.csv and events.csv (or their Parquet twins),
+the logs they go to, the summary, and the check of simulated against measured compute time."""
+
+from __future__ import annotations
+
+import itertools
+import platform
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from edgefl.config import Scenario
+from edgefl.devices.pool import selected_per_round
+from edgefl.experiment.prepare import Experiment
+from edgefl.runlog import CLIENT_TYPES, EVENT_TYPES, CsvLog, ParquetLog, log_format, read_rows
+from edgefl.sim.engine import ClientRecord, RoundRecord, Span
+
+METRICS = ["round", "sim_time_s", "round_time_s", "compute_s", "data_access_s", "comm_s",
+           "wait_s", "server_s", "clients", "swapped", "train_loss", "clean_acc", "adv_acc"]
+CLIENTS = ["round", "client", "device", "app", "network", "flops", "mem_avail_bytes", "mem_req_bytes",
+           "swapped", "compute_s", "data_access_s", "download_s", "upload_s", "wait_s",
+           "finish_s", "read_bytes", "write_bytes", "real_compute_s"]
+EVENTS = ["round", "client", "phase", "start_s", "end_s"]  # events.csv: the spans of trace.json
+CHUNK = 8192  # rows rendered and written at a time (a Parquet row group)
+
+
+def output_format(s: Scenario) -> str:
+    """csv or parquet for the run's per-client logs (`output.format`; auto counts client-rounds)."""
+    return log_format(s.output.format, s.output.parquet_above, s.rounds * selected_per_round(s.fleet))
+
+
+def open_log(out: Path, name: str, columns: list[str], kept: dict[str, bytes]) -> CsvLog | ParquetLog:
+    """The per-client log `name` (clients or events, .csv or .parquet), from its kept bytes on resume."""
+    if name.endswith(".parquet"):
+        types = CLIENT_TYPES if name.startswith("clients") else EVENT_TYPES
+        return ParquetLog(out / name, types, kept.get(name))
+    return CsvLog(out / name, columns, kept.get(name))
+
+
+def chunks(items: Iterable[Any]) -> Iterator[list[Any]]:
+    """`items` CHUNK at a time."""
+    it = iter(items)
+    while part := list(itertools.islice(it, CHUNK)):
+        yield part
+
+
+def event_row(x: Span) -> dict[str, Any]:
+    return {"round": x.round, "client": x.client, "phase": x.phase, "start_s": x.start_s, "end_s": x.end_s}
+
+
+def span(row: dict[str, str]) -> Span:
+    """A span back from events.csv (floats round-trip exactly through their repr)."""
+    return Span(int(row["round"]), int(row["client"]), row["phase"], float(row["start_s"]),
+                float(row["end_s"]))
+
+
+def metrics_row(r: RoundRecord, loss: float | str, info: dict[str, Any]) -> dict[str, Any]:
+    """The straggler's breakdown: compute + data access + comm + server = the round's time."""
+    c = r.straggler.cost
+    return {"round": r.round, "sim_time_s": r.end_s, "round_time_s": r.duration_s,
+            "compute_s": c.compute_s, "data_access_s": c.data_access_s, "comm_s": c.comm_s,
+            "wait_s": sum(x.wait_s for x in r.clients) / len(r.clients), "server_s": r.server_s,
+            "clients": len(r.clients), "swapped": sum(x.cost.swapped for x in r.clients),
+            "train_loss": loss, "clean_acc": "", "adv_acc": "", **info}
+
+
+def client_row(c: ClientRecord, real_compute_s: float | str) -> dict[str, Any]:
+    st, co = c.state, c.cost
+    return {"round": c.round, "client": c.client, "device": st.device.name, "app": st.app,
+            "network": st.network, "flops": st.flops, "mem_avail_bytes": int(st.memory_bytes),
+            "mem_req_bytes": int(co.mem_req_bytes), "swapped": int(co.swapped),
+            "compute_s": co.compute_s, "data_access_s": co.data_access_s,
+            "download_s": co.download_s, "upload_s": co.upload_s, "wait_s": c.wait_s,
+            "finish_s": c.finish_s, "read_bytes": int(co.read_bytes),
+            "write_bytes": int(co.write_bytes), "real_compute_s": real_compute_s}
+
+
+def run_summary(exp: Experiment, rows: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
+    """Totals of the run; accuracies are the last evaluated round's (None in a dry run)."""
+    last = next((r for r in reversed(rows) if r["clean_acc"] != ""), {"clean_acc": None, "adv_acc": None})
+    devices = exp.pool.devices
+    return {
+        "method": exp.scenario.method, "rounds": len(rows), "seed": exp.scenario.seed,
+        "dry_run": exp.dry_run, "sim_time_s": rows[-1]["sim_time_s"], "wall_time_s": round(wall_s, 2),
+        "clean_acc": last["clean_acc"], "adv_acc": last["adv_acc"],
+        "compute_s": sum(r["compute_s"] for r in rows),
+        "data_access_s": sum(r["data_access_s"] for r in rows),
+        "comm_s": sum(r["comm_s"] for r in rows),
+        "client_rounds": sum(r["clients"] for r in rows),
+        "client_rounds_swapped": sum(r["swapped"] for r in rows),
+        "fleet": {d: sum(x.name == d for x in devices) for d in sorted({x.name for x in devices})},
+        "training_device": str(exp.ctx.device),
+    }
+
+
+def emulates_host(exp: Experiment) -> bool:
+    """Whether the emulated devices are the machine that trains: every client has a profile
+    calibrated on this host with the threads in use, training runs on its CPU, no co-running app
+    slows it, and the walk accounting charges compute."""
+    s, node = exp.scenario, platform.node()
+    return (not exp.dry_run and exp.ctx.device.type == "cpu" and s.cost.accounting == "walk"
+            and all(d.calibrated_host == node and d.calibrated_threads == torch.get_num_threads()
+                    for d in exp.pool.devices)
+            and all(a.perf_left == 1 for a in exp.pool.apps))
+
+
+def prediction_error(out: Path) -> float | None:
+    """Simulated compute / measured compute - 1 over the run's client-rounds that were measured
+    (None if none was: rows from an older edgefl have no `real_compute_s`)."""
+    rows = [r for r in read_rows(out, "clients")[1] if r.get("real_compute_s")]
+    real = sum(float(r["real_compute_s"]) for r in rows)
+    return round(sum(float(r["compute_s"]) for r in rows) / real - 1, 4) if real > 0 else None
+
+
