@@ -3,7 +3,7 @@
 What it measures, on the quickstart scenario (jFAT on the bundled 8x8 digits, digits_cnn, 20
 clients, 10 per round, 10 local PGD-10 iterations at batch 32) shortened to `--rounds` rounds:
 
-- edgefl: `edgefl.config.load_scenario(scenario, overrides)`, `edgefl.experiment.prepare` (data,
+- edgefl: `edgefl.scenario.load_scenario(scenario, overrides)`, `edgefl.experiment.prepare` (data,
   split, model, fvcore profile, fleet, budget check) and `edgefl.experiment.run(progress=False)`
   into a temporary directory (training, SimPy rounds, cost model, FedAvg with FedBN, evaluation,
   metrics.csv / clients.csv / summary.json);

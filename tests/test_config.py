@@ -7,8 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from edgefl.config import Scenario
+from edgefl.config import Knobs, KnobSections, Scenario
 from edgefl.errors import EdgeflError
+from edgefl.methods.fedcurv import CurvConfig
+from edgefl.methods.fedprox import ProxConfig
+from edgefl.methods.width import WidthConfig
 from edgefl.scenario import load_scenario, to_toml
 
 
@@ -61,6 +64,12 @@ BAD = [
                  id="unknown-device"),
     pytest.param('[fleet]\npool = "nowhere"\n', "fleet.pool", id="unknown-pool"),
     pytest.param('[fleet]\napps = ["idle", "mining"]\n', "fleet.apps", id="unknown-app"),
+    pytest.param("[prox]\nnu = 1\n", "prox.nu", id="unknown-knob-key"),
+    pytest.param('[prox]\nmu = "small"\n', "prox.mu", id="string-for-knob-float"),
+    pytest.param("[prox]\nmu = -0.1\n", "prox.mu", id="knob-range-check"),
+    pytest.param("prox = 1\n", "prox", id="scalar-for-knob-section"),
+    pytest.param("sections = {}\n", "sections", id="the-schema-field-is-no-key"),
+    pytest.param('[distill]\nfamily = ["vgg11", "toaster"]\n', "distill.family", id="knob-unknown-name"),
 ]
 
 
@@ -82,6 +91,47 @@ def test_unknown_key_lists_known_keys(tmp_path: Path) -> None:
     err = expect_error(write(tmp_path, "[training]\nlrr = 1\n"), "training.lrr")
     assert "lr" in err.fix
     assert "local_iters" in err.fix
+
+
+# method knob sections ---------------------------------------------------------------------------
+
+
+def test_a_knob_section_reads_typed_and_round_trips(tmp_path: Path) -> None:
+    s = load_scenario(write(tmp_path, 'method = "fedprox_at"\n[prox]\nmu = 0.5\n'), ["width.levels=[0.5, 1]"])
+    assert s.knobs(ProxConfig).mu == 0.5 and s.knobs(WidthConfig).levels == [0.5, 1.0]
+    assert s.knobs(CurvConfig) == CurvConfig()  # a section not given: its defaults
+    text = to_toml(s)
+    assert "\n[prox]\nmu = 0.5\n" in text and "\n[width]\nlevels = [0.5, 1.0]\n" in text
+    assert text.index("[cost]") < text.index("[curv]") < text.index("[prox]") < text.index("[ray]")
+    assert load_scenario(write(tmp_path, text, "resolved.toml")) == s
+
+
+def test_unknown_section_lists_the_knob_sections(tmp_path: Path) -> None:
+    err = expect_error(write(tmp_path, "[proxx]\nmu = 1\n"), "proxx")
+    assert "cost, curv, distill, dyn, fedprophet, gma, prox, sfat, width, ray" in err.fix
+
+
+def test_knob_sections_register_once_and_never_as_a_scenario_key() -> None:
+    sections = KnobSections()
+
+    @dataclasses.dataclass
+    class Mine(Knobs):
+        tau: float = 0.4
+
+    assert sections.register("mine")(Mine) is Mine and Mine.section == "mine"
+    assert sections.defaults() == {"mine": Mine()}
+    for name in ("mine", "rounds", "training"):
+        with pytest.raises(ValueError, match=name):
+            sections.register(name)(Mine)
+
+
+def test_an_unregistered_knob_class_is_refused() -> None:
+    @dataclasses.dataclass
+    class Loose(Knobs):
+        tau: float = 0.4
+
+    with pytest.raises(TypeError, match="Loose"):
+        Scenario().knobs(Loose)
 
 
 def test_invalid_toml_names_file(tmp_path: Path) -> None:

@@ -88,7 +88,7 @@ def twenty_eighty(labels: np.ndarray, clients: int, cfg: DataConfig,
 @PARTITIONS.register("skew")
 def skew(labels: np.ndarray, clients: int, cfg: DataConfig,
          r: np.random.Generator) -> list[np.ndarray]:
-    own = 1.0 - (clients - 1) * cfg.skew_s / 100  # config.validate keeps this positive
+    own = 1.0 - (clients - 1) * cfg.skew_s / 100  # scenario.validate keeps this positive
     order = np.argsort(labels, kind="stable")
     groups = [r.permutation(g) for g in np.array_split(order, clients)]
     parts: list[list[np.ndarray]] = [[] for _ in range(clients)]

@@ -1,11 +1,15 @@
-"""Federated methods, one file each (Flower-style strategies), registered by name."""
+"""Federated methods, one file each (Flower-style strategies), registered by name.
 
-from edgefl.methods import fedavg, fedcurv, feddyn, fedprophet, fedprox, gma, scaffold, sfat  # noqa: F401  (register)
-from edgefl.methods import feddf as feddf  # register
-from edgefl.methods import feddrop as feddrop  # register
-from edgefl.methods import fedet as fedet  # register
-from edgefl.methods import fedrolex as fedrolex  # register
-from edgefl.methods import heterofl as heterofl  # register
+Every module of this package is imported here, so a new method's file registers the method and its
+knob section (edgefl.config.knob_section) with no other file to edit.
+"""
+
+import importlib
+import pkgutil
+
 from edgefl.methods.base import METHODS, ClientUpdate, Context, Method
+
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")
 
 __all__ = ["METHODS", "ClientUpdate", "Context", "Method"]
