@@ -37,10 +37,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _blamed(exc: EdgeflError, args: argparse.Namespace | None) -> EdgeflError:
     """An error about a scenario key that --set gave names the --set flag, not the file."""
-    from edgefl.scenario import blame_set
-
     scenario, overrides = getattr(args, "scenario", None), getattr(args, "overrides", [])
-    return blame_set(exc, str(scenario), overrides) if scenario and overrides else exc
+    if not (scenario and overrides):
+        return exc
+    from edgefl.scenario import blame_set  # imports the methods: only when a --set may be to blame
+
+    return blame_set(exc, str(scenario), overrides)
 
 
 def out_dir(text: str) -> Path:
