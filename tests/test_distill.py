@@ -27,8 +27,8 @@ from edgefl.methods.base import ClientUpdate
 from edgefl.methods.distill import DistillAT, choose_member, distil, distill_flops, head_keys
 from edgefl.methods.feddf import feddf_loss
 from edgefl.methods.fedet import fedet_loss, fedet_targets
-from edgefl.profiling.atoms import AtomProfile, ModelProfile
 from edgefl.sim.cost import mem_need
+from edgefl.sim.records import AtomProfile, ModelProfile
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "scenarios" / "quickstart.toml"

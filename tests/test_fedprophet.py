@@ -39,7 +39,8 @@ from edgefl.methods.fedprophet.coordinator import (
 from edgefl.methods.fedprophet.method import stage_control
 from edgefl.methods.fedprophet.partition import Estimator, aux_head, head_profile, partition, partition_model
 from edgefl.models import build_model
-from edgefl.profiling import AtomProfile, ModelProfile, paper_mem_req, profile_model
+from edgefl.profiling import profile_model
+from edgefl.sim.records import AtomProfile, ModelProfile, paper_mem_req
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ROOT / "scenarios"

@@ -32,7 +32,7 @@ from edgefl.methods.fedavg import epochs_to_iters
 from edgefl.methods.fedcurv import FedCurvAT, curvature_penalty, fisher_diagonal
 from edgefl.methods.feddyn import epoch_schedule
 from edgefl.methods.fedprox import proximal
-from edgefl.profiling.atoms import AtomProfile
+from edgefl.sim.records import AtomProfile
 from edgefl.sim.workload import Workload, train_pass_flops
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -43,7 +43,8 @@ from edgefl.methods.width import (
     width_fraction,
 )
 from edgefl.models import AtomModel, build_model
-from edgefl.profiling import mem_req, paper_mem_req, profile_model
+from edgefl.profiling import profile_model
+from edgefl.sim.records import mem_req, paper_mem_req
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "scenarios" / "quickstart.toml"

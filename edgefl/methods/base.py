@@ -15,8 +15,8 @@ from edgefl.config import Scenario
 from edgefl.data import ClientSplit, Dataset
 from edgefl.devices.pool import DeviceState
 from edgefl.models import AtomModel
-from edgefl.profiling import ModelProfile
 from edgefl.registry import Registry
+from edgefl.sim.records import ModelProfile
 from edgefl.sim.workload import Workload
 from edgefl.snapshot import plain, restore
 

@@ -47,8 +47,9 @@ from edgefl.methods.aggregate import State, fedavg, state_bytes
 from edgefl.methods.base import ClientUpdate, Context
 from edgefl.methods.fedavg import FedAvgAT
 from edgefl.models import AtomModel, build_model
-from edgefl.profiling import ModelProfile, profile_model
+from edgefl.profiling import profile_model
 from edgefl.sim.cost import mem_need
+from edgefl.sim.records import ModelProfile
 from edgefl.sim.workload import Workload, train_pass_flops
 
 SERVER = -1  # the seed key of the server's distillation batches (clients are 0, 1, ...)

@@ -33,7 +33,7 @@ from edgefl.execution.local import Hooks, TrainSettings, make_optimizer, seed_ev
 from edgefl.execution.objectives import OBJECTIVES
 from edgefl.methods.aggregate import State, bn_keys, fedavg, keep_local, state_bytes
 from edgefl.methods.base import METHODS, ClientUpdate, Context, Method
-from edgefl.profiling import optimizer_slots
+from edgefl.sim.records import optimizer_slots
 from edgefl.sim.workload import Workload
 
 

@@ -43,8 +43,9 @@ from edgefl.methods.base import ClientUpdate, Context
 from edgefl.methods.fedavg import FedAvgAT
 from edgefl.models.base import AtomModel, Normalize
 from edgefl.models.resnet import BasicBlock
-from edgefl.profiling import ModelProfile, profile_model
+from edgefl.profiling import profile_model
 from edgefl.sim.cost import mem_need
+from edgefl.sim.records import ModelProfile
 from edgefl.sim.workload import Workload
 
 Index = tuple[torch.Tensor, ...]  # kept positions along a global tensor's leading dimensions

@@ -24,9 +24,8 @@ from edgefl.config import CostConfig
 from edgefl.devices.classes import device_rooflines
 from edgefl.devices.pool import DeviceState
 from edgefl.devices.profile import DeviceProfile
-from edgefl.profiling.atoms import BYTES, AtomProfile
-from edgefl.profiling.memory import mem_req, paper_mem_req, paper_scale
 from edgefl.sim.compute import Rooflines, iteration_of, round_seconds
+from edgefl.sim.records import BYTES, AtomProfile, mem_req, paper_mem_req, paper_scale
 from edgefl.sim.swap import Traffic, footprint, walk
 from edgefl.sim.workload import Workload, train_pass_flops
 

@@ -37,7 +37,7 @@ from edgefl.methods.fedprophet.coordinator import (
     stage_score,
 )
 from edgefl.methods.fedprophet.partition import aux_head, partition_model
-from edgefl.profiling import optimizer_slots
+from edgefl.sim.records import optimizer_slots
 from edgefl.sim.workload import Workload
 
 

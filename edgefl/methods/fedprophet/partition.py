@@ -19,10 +19,17 @@ from torch import nn
 from edgefl.config import Scenario
 from edgefl.errors import EdgeflError
 from edgefl.models import AtomModel
-from edgefl.profiling import AtomProfile, ModelProfile, mem_req, optimizer_slots, paper_mem_req, profile_model
-from edgefl.profiling.atoms import BYTES
-from edgefl.profiling.memory import paper_scale
+from edgefl.profiling import profile_model
 from edgefl.sim.cost import HEAD
+from edgefl.sim.records import (
+    BYTES,
+    AtomProfile,
+    ModelProfile,
+    mem_req,
+    optimizer_slots,
+    paper_mem_req,
+    paper_scale,
+)
 
 
 def head_side(channels: int, classes: int, min_side: int = 0) -> int:
