@@ -49,9 +49,7 @@ from edgefl.runlog import (
     pending_path,
     read_rows,
 )
-from edgefl.sim.cost import make_cost_model
 from edgefl.sim.engine import ClientRecord, Federation, RoundRecord, Span, round_spans
-from edgefl.sim.swap import min_budget
 from edgefl.sim.workload import Workload
 
 METRICS = ["round", "sim_time_s", "round_time_s", "compute_s", "data_access_s", "comm_s",
@@ -93,8 +91,7 @@ def prepare(scenario: Scenario, where: str, dry_run: bool = False) -> Experiment
     ctx = Context(scenario, where, data, splits, profile, new_model, device, attack, public)
     pool = DevicePool(catalog_for(where), scenario.fleet, scenario.seed)
     method = METHODS.get(scenario.method)(ctx)
-    if scenario.cost.accounting == "walk":  # the paper's formulas swap any model in any budget
-        check_budgets(pool, method, where)
+    check_budgets(pool, method, where)
     return Experiment(scenario, where, ctx, pool, method, dry_run)
 
 
@@ -163,7 +160,7 @@ def check_budgets(pool: DevicePool, method: Method, where: str) -> None:
         device = pool.devices[client]
         budget = pool.reserved_bytes(device)  # plan as if at R_min: methods that adapt shrink there
         workload = method.plan(0, client, replace(pool.state(client, 0), memory_bytes=budget))
-        need, part = min_budget(workload)
+        need, part = method.ctx.cost.min_budget(workload)
         if need > budget:
             raise EdgeflError(
                 where, "fleet",
@@ -196,7 +193,7 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
         rundir.write_marker(out, "run", fingerprint)
         write_file(out / "scenario.toml", text)
     evaluator = None if exp.dry_run else Evaluator(exp)
-    cost_model = make_cost_model(s.cost)
+    cost_model = exp.ctx.cost
     fed, rows, first = Federation(), [], 0
     if saved:
         rows, first = saved.state["rows"], saved.state["next_round"]
@@ -345,12 +342,9 @@ class Evaluator:
 
 
 def _counted(exp: Experiment, client: int, w: Workload) -> Workload:
-    """The workload with the client's sample count where the `paper` accounting charges each
-    epoch's short last batch, as the FedProphet release does (fleets may outnumber the samples
-    of a dry run's shapes-only data, so the walk does not ask)."""
-    if exp.scenario.cost.accounting != "paper":
-        return w
-    return replace(w, samples=len(exp.ctx.splits[client].train))
+    """The workload as the cost model prices it: with the client's sample count where it charges
+    each epoch's short last batch (the `paper` accounting, as the FedProphet release does)."""
+    return exp.ctx.cost.counted(w, lambda: len(exp.ctx.splits[client].train))
 
 
 def _round(exp: Experiment, executor: Executor, fed: Federation, cost_model: Any,
@@ -446,8 +440,8 @@ def emulates_host(exp: Experiment) -> bool:
     """Whether the emulated devices are the machine that trains: every client has a profile
     calibrated on this host with the threads in use, training runs on its CPU, no co-running app
     slows it, and the walk accounting charges compute."""
-    s, node = exp.scenario, platform.node()
-    return (not exp.dry_run and exp.ctx.device.type == "cpu" and s.cost.accounting == "walk"
+    node = platform.node()
+    return (not exp.dry_run and exp.ctx.device.type == "cpu" and exp.ctx.cost.walks
             and all(d.calibrated_host == node and d.calibrated_threads == torch.get_num_threads()
                     for d in exp.pool.devices)
             and all(a.perf_left == 1 for a in exp.pool.apps))

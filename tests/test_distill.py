@@ -20,14 +20,14 @@ import torch
 from torch import nn
 
 from edgefl.cli import main
-from edgefl.config import load_scenario
+from edgefl.config import CostConfig, load_scenario
 from edgefl.errors import EdgeflError
 from edgefl.experiment import Experiment, prepare
 from edgefl.methods.base import ClientUpdate
 from edgefl.methods.distill import DistillAT, choose_member, distil, distill_flops, head_keys
 from edgefl.methods.feddf import feddf_loss
 from edgefl.methods.fedet import fedet_loss, fedet_targets
-from edgefl.sim.cost import mem_need
+from edgefl.sim.cost import WalkCost
 from edgefl.sim.records import AtomProfile, ModelProfile
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,7 +71,7 @@ def test_plan_trains_the_member_that_fits_the_client_memory() -> None:
     exp, m = experiment("feddf_at")
     state = exp.pool.state(0, 0)
     base = m.plan(0, 0, state)
-    need = {n: mem_need(replace(base, atoms=m.profiles[n].atoms), "walk") for n in m.names}
+    need = {n: WalkCost(CostConfig()).memory_need(replace(base, atoms=m.profiles[n].atoms)) for n in m.names}
     assert need["smallcnn"] > need["cnn3"] > need["digits_cnn"]
     for memory, chosen in [(need["smallcnn"], "smallcnn"), (need["smallcnn"] - 1, "cnn3"),
                            (need["cnn3"] - 1, "digits_cnn"), (1.0, "digits_cnn")]:

@@ -35,7 +35,6 @@ from edgefl.methods.width import (
     grid,
     hidden_counts,
     kept_count,
-    mem_need,
     random_channels,
     rolling_channels,
     static_channels,
@@ -235,7 +234,7 @@ def test_plan_charges_the_sub_model_and_train_updates_only_what_it_held():
     half = exp.method.plan(0, 0, dataclasses.replace(state, memory_bytes=0.5 * whole))  # r = 0.5
     assert sum(a.params for a in half.atoms) == 7234
     assert half.download_bytes == half.upload_bytes == 29416  # see the module docstring
-    assert mem_need(half, "walk") < 0.5 * whole
+    assert exp.ctx.cost.memory_need(half) < 0.5 * whole
     full = exp.method.plan(0, 0, dataclasses.replace(state, memory_bytes=10 * whole))  # r = 1
     assert full.atoms == atoms and full.download_bytes == full.upload_bytes == 104840
     exp.method.plan(0, 0, dataclasses.replace(state, memory_bytes=0.5 * whole))

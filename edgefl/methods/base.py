@@ -16,6 +16,7 @@ from edgefl.data import ClientSplit, Dataset
 from edgefl.devices.pool import DeviceState
 from edgefl.models import AtomModel
 from edgefl.registry import Registry
+from edgefl.sim.cost import CostModel, make_cost_model
 from edgefl.sim.records import ModelProfile
 from edgefl.sim.workload import Workload
 from edgefl.snapshot import plain, restore
@@ -23,7 +24,8 @@ from edgefl.snapshot import plain, restore
 
 @dataclass
 class Context:
-    """What every method gets: the scenario, the data on the training device, the model factory."""
+    """What every method gets: the scenario, the data on the training device, the model factory,
+    and the scenario's cost model (the one place the accounting is chosen)."""
 
     scenario: Scenario
     where: str  # the scenario file, for error messages
@@ -34,6 +36,10 @@ class Context:
     device: torch.device
     train_attack: Attack | None
     public: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # server-only samples
+    cost: CostModel = field(init=False)  # from scenario.cost
+
+    def __post_init__(self) -> None:
+        self.cost = make_cost_model(self.scenario.cost)
 
     def client_data(self, client: int) -> tuple[torch.Tensor, torch.Tensor]:
         idx = torch.from_numpy(self.splits[client].train).to(self.device)

@@ -48,7 +48,6 @@ from edgefl.methods.base import ClientUpdate, Context
 from edgefl.methods.fedavg import FedAvgAT
 from edgefl.models import AtomModel, build_model
 from edgefl.profiling import profile_model
-from edgefl.sim.cost import mem_need
 from edgefl.sim.records import ModelProfile
 from edgefl.sim.workload import Workload, train_pass_flops
 
@@ -185,9 +184,8 @@ class DistillAT(FedAvgAT):
         base = super().plan(round_, client, state)
         options = {name: replace(base, atoms=self.profiles[name].atoms, download_bytes=self.bytes[name],
                                  upload_bytes=self.bytes[name]) for name in self.names}
-        accounting = self.ctx.scenario.cost.accounting
         name = self.members[client] = choose_member(
-            [(n, mem_need(w, accounting)) for n, w in options.items()], state.memory_bytes)
+            [(n, self.ctx.cost.memory_need(w)) for n, w in options.items()], state.memory_bytes)
         return options[name]
 
     def server_flops(self, round_: int) -> float:

@@ -44,7 +44,6 @@ from edgefl.methods.fedavg import FedAvgAT
 from edgefl.models.base import AtomModel, Normalize
 from edgefl.models.resnet import BasicBlock
 from edgefl.profiling import profile_model
-from edgefl.sim.cost import mem_need
 from edgefl.sim.records import ModelProfile
 from edgefl.sim.workload import Workload
 
@@ -272,7 +271,7 @@ class WidthMethod(FedAvgAT):
 
     def plan(self, round_: int, client: int, state: DeviceState) -> Workload:
         whole = super().plan(round_, client, state)
-        need = mem_need(whole, self.ctx.scenario.cost.accounting)
+        need = self.ctx.cost.memory_need(whole)
         r = self.fractions[client] = width_fraction(state.memory_bytes, need, self.ctx.scenario.width)
         profile, nbytes = self.sub_profile(r)
         return dataclasses.replace(whole, atoms=profile.atoms, download_bytes=nbytes, upload_bytes=nbytes)

@@ -63,7 +63,7 @@ class FedProphet(Method):
         self.cfg = s.fedprophet
         self.slots = optimizer_slots(s.training.optimizer, s.training.momentum)
         model = ctx.new_model().to(ctx.device)
-        self.need, self.modules = partition_model(ctx.profile, ctx.data.num_classes, s, ctx.where)
+        self.need, self.modules = partition_model(ctx.profile, ctx.data.num_classes, s, ctx.where, ctx.cost)
         self.net = Backbone(model, nn.ModuleDict({
             str(mod.index): aux_head(mod.out_shape, ctx.data.num_classes, self.cfg.head_side)
             for mod in self.modules if mod.head is not None}).to(ctx.device))
