@@ -159,7 +159,7 @@ def check_budgets(pool: DevicePool, method: Method, where: str) -> None:
     for client in sorted(first.values()):
         device = pool.devices[client]
         budget = pool.reserved_bytes(device)  # plan as if at R_min: methods that adapt shrink there
-        workload = method.plan(0, client, replace(pool.state(client, 0), memory_bytes=budget))
+        workload = method.plan(0, client, replace(pool.state(client, 0), memory_bytes=budget)).workload
         need, part = method.ctx.cost.min_budget(workload)
         if need > budget:
             raise EdgeflError(
@@ -354,7 +354,9 @@ def _round(exp: Experiment, executor: Executor, fed: Federation, cost_model: Any
     states = {k: exp.pool.state(k, t) for k in exp.pool.sample_clients(t)}
     m.begin_round(t, states)
     plans = {k: m.plan(t, k, state) for k, state in states.items()}
-    jobs = [(k, state, cost_model.cost(_counted(exp, k, plans[k]), state)) for k, state in states.items()]
+    m.planned(t, plans)
+    jobs = [(k, state, cost_model.cost(_counted(exp, k, plans[k].workload), state))
+            for k, state in states.items()]
     server_s = s.cost.server_s + m.server_flops(t) / (s.cost.server_gflops * 1e9)
     record = fed.run_round(t, jobs, server_s)
     if exp.dry_run:

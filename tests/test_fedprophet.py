@@ -366,7 +366,8 @@ def test_workloads_carry_the_assigned_modules_and_head(digits: Experiment):
         return out + ([k for k in state if k.startswith(f"heads.{head}.")] if head is not None else [])
 
     # the slowest client: module 1 and its head
-    w = method.plan(0, 0, slow)
+    p = method.plan(0, 0, slow)
+    w = p.workload
     head = head_profile(atoms[mods[0].stop - 1].out_shape, digits.ctx.data.num_classes,
                         digits.scenario.fedprophet.head_side)
     assert w.atoms == (*atoms[:mods[0].stop], head)
@@ -374,7 +375,10 @@ def test_workloads_carry_the_assigned_modules_and_head(digits: Experiment):
     assert w.download_bytes == w.upload_bytes == expected
     assert (w.batch, w.iterations, w.attack_steps, w.slots) == (t.batch_size, t.local_iters, 2, 1)
     # the prophet: every module, no head after the last
-    w = method.plan(0, 1, fast)
+    q = method.plan(0, 1, fast)
+    w = q.workload
+    assert (p.last, q.last) == (0, last)
+    method.planned(0, {0: p, 1: q})
     assert method.assignment == {0: 0, 1: last}
     assert w.atoms == tuple(atoms)
     everything = tensor_bytes(state, [k for k in state if k.startswith("model.")])
@@ -574,13 +578,13 @@ def test_clean_warm_up_at_the_start_of_every_module(digits: Experiment):
     fast = device_state(digits, 1e12, 100e9)
     for r in range(4):
         method.begin_round(r, {0: fast})
-        assert method.plan(r, 0, fast).attack_steps == (0 if r < 2 else 2)
+        assert method.plan(r, 0, fast).workload.attack_steps == (0 if r < 2 else 2)
     method.switch = True
     method.dry = True  # no d* to measure
     for r in range(4, 7):  # the next module warms up again
         method.begin_round(r, {0: fast})
         assert method.m == 1
-        assert method.plan(r, 0, fast).attack_steps == (0 if r < 6 else 2)
+        assert method.plan(r, 0, fast).workload.attack_steps == (0 if r < 6 else 2)
 
 
 def test_dry_run_modules_follow_module_rounds(tmp_path: Path):

@@ -6,6 +6,6 @@ from edgefl.methods import feddrop as feddrop  # register
 from edgefl.methods import fedet as fedet  # register
 from edgefl.methods import fedrolex as fedrolex  # register
 from edgefl.methods import heterofl as heterofl  # register
-from edgefl.methods.base import METHODS, ClientUpdate, Context, Method
+from edgefl.methods.base import METHODS, ClientPlan, ClientUpdate, Context, Method
 
-__all__ = ["METHODS", "ClientUpdate", "Context", "Method"]
+__all__ = ["METHODS", "ClientPlan", "ClientUpdate", "Context", "Method"]
