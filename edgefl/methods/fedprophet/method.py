@@ -125,6 +125,7 @@ class FedProphet(Method):
         return ClientPlan(workload, self.client_attack(round_), self.lr(round_), last=last)
 
     def planned(self, round_: int, plans: Mapping[int, ClientPlan]) -> None:
+        """The round's M_k per client, for `round_info` (max_assigned)."""
         self.assignment = {k: p.last for k, p in plans.items()}
 
     def trained_keys(self, last: int) -> set[str]:
