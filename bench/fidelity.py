@@ -47,10 +47,10 @@ def case(model: str, dataset: str, batch: int, device: str, threads: int, repeat
         'method = "jfat"', "training.local_iters = 1"])
     exp = prepare(s, "bench/fidelity.py")
     state = exp.pool.state(0, 0)
-    one = exp.method.plan(0, 0, state)
-    iters = max(1, math.ceil(min_seconds / walk_compute_seconds(one, state)))
-    work = replace(one, iterations=iters)
-    simulated = walk_compute_seconds(work, state) / iters
+    plan = exp.method.plan(0, 0, state)
+    iters = max(1, math.ceil(min_seconds / walk_compute_seconds(plan.workload, state)))
+    work = replace(plan, workload=replace(plan.workload, iterations=iters))
+    simulated = walk_compute_seconds(work.workload, state) / iters
     train_timed(exp.method, 0, 0, work)  # warm-up
     measured = [train_timed(exp.method, r, 0, work, clock).real_compute_s / iters
                 for r in range(1, repeats + 1)]

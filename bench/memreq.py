@@ -4,9 +4,9 @@ What it measures: for each model (digits_cnn on 1x8x8, cnn3 / vgg11 / vgg16 on 3
 that two memory estimators predict for one adversarial training iteration, and the peak bytes that
 a real iteration takes:
 
-- estimator: `edgefl.profiling.mem_req(atoms, batch, slots=1, adversarial=True)`, the default
+- estimator: `edgefl.sim.records.mem_req(atoms, batch, slots=1, adversarial=True)`, the default
   accounting (parameters + gradients + momentum + saved activations + workspace);
-- paper:     `edgefl.profiling.paper_mem_req(atoms, batch, slots=1)`, the FedProphet release's;
+- paper:     `edgefl.sim.records.paper_mem_req(atoms, batch, slots=1)`, the FedProphet release's;
 - measured:  the peak of real training through edgefl's own `train_local` (PGD-10 crafting of the
   batch, then one SGD-momentum step on it; lr 0.05, momentum 0.9, weight decay 1e-4), counting
   the model's weights and buffers, gradients, optimizer state, activations and every transient.
@@ -55,7 +55,8 @@ from edgefl.attacks import make_attack
 from edgefl.config import TrainingConfig
 from edgefl.execution.local import make_optimizer, resolve_device, train_local
 from edgefl.models import AtomModel, build_model
-from edgefl.profiling import mem_req, optimizer_slots, paper_mem_req, profile_model
+from edgefl.profiling import profile_model
+from edgefl.sim.records import mem_req, optimizer_slots, paper_mem_req
 
 MB = 1e6
 CIFAR_MEAN = (0.4914, 0.4822, 0.4465)

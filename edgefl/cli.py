@@ -282,13 +282,14 @@ def cmd_partition(args: argparse.Namespace) -> int:
     from edgefl.methods.fedprophet.partition import partition_model
     from edgefl.models import build_model
     from edgefl.scenario import load_scenario
+    from edgefl.sim.cost import make_cost_model
 
     s = load_scenario(args.scenario, args.overrides)
     data = shapes_only(s.data)
     profile = fitted_profile(s, lambda: build_model(s.model.name, data.num_classes, data.input_shape,
                                                     data.mean, data.std), data.input_shape,
                              str(args.scenario))
-    _, modules = partition_model(profile, data.num_classes, s, str(args.scenario))
+    _, modules = partition_model(profile, data.num_classes, s, str(args.scenario), make_cost_model(s.cost))
     if args.json:
         print(json.dumps([{"index": m.index, "atoms": list(m.names), "mem_bytes": m.mem_bytes,
                            "flops": m.flops, "out_shape": list(m.out_shape)} for m in modules], indent=2))

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from edgefl.experiment import prepare
-from edgefl.methods import fedavg as fedavg_family
+from edgefl.methods import base as method_template
 from edgefl.methods.aggregate import bn_keys, fedavg, keep_local, state_bytes
 from edgefl.scenario import load_scenario
 
@@ -112,13 +112,13 @@ def start_of_round_1(exp, monkeypatch):
     glob = {k: v.clone() for k, v in method.model.state_dict().items()}
 
     seen = {}
-    real = fedavg_family.train_local
+    real = method_template.train_local
 
     def spy(model, *args, **kwargs):
         seen.update({k: v.detach().clone() for k, v in model.state_dict().items()})
         return real(model, *args, **kwargs)
 
-    monkeypatch.setattr(fedavg_family, "train_local", spy)
+    monkeypatch.setattr(method_template, "train_local", spy)
     method.train(1, 0, method.plan(1, 0, exp.pool.state(0, 1)))
     return updates, glob, seen
 
@@ -157,14 +157,14 @@ BN = 4 * 4 * (16 + 32 + 64) + 3 * 8
 
 def test_download_bytes_exclude_bn_only_once_the_client_holds_its_own(monkeypatch):
     exp = experiment(fedbn=True)
-    first = exp.method.plan(0, 0, exp.pool.state(0, 0))
+    first = exp.method.plan(0, 0, exp.pool.state(0, 0)).workload
     assert first.download_bytes == NON_BN + BN  # a new client gets the server's BN once
     assert first.upload_bytes == NON_BN + BN
     start_of_round_1(exp, monkeypatch)  # client 0 has trained and keeps its BN
-    assert exp.method.plan(1, 0, exp.pool.state(0, 1)).download_bytes == NON_BN
+    assert exp.method.plan(1, 0, exp.pool.state(0, 1)).workload.download_bytes == NON_BN
 
 
 def test_download_bytes_include_bn_without_fedbn(monkeypatch):
     exp = experiment(fedbn=False)
     start_of_round_1(exp, monkeypatch)
-    assert exp.method.plan(1, 0, exp.pool.state(0, 1)).download_bytes == NON_BN + BN
+    assert exp.method.plan(1, 0, exp.pool.state(0, 1)).workload.download_bytes == NON_BN + BN

@@ -9,7 +9,6 @@ import pytest
 
 from edgefl.devices.classes import CLASS_DEFAULTS, device_rooflines
 from edgefl.devices.profile import DeviceProfile, Kernels
-from edgefl.profiling.atoms import LayerProfile
 from edgefl.sim.compute import (
     FORWARD,
     INPUT_GRAD,
@@ -21,6 +20,7 @@ from edgefl.sim.compute import (
     layer_seconds,
     round_seconds,
 )
+from edgefl.sim.records import LayerProfile
 
 # 100 GFLOP/s sustained, 10 GB/s, 10 us per operator
 ROOF = Rooflines.uniform(100e9, 10e9, 10e-6)

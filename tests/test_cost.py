@@ -10,8 +10,8 @@ import pytest
 from edgefl.config import CostConfig
 from edgefl.devices.pool import DeviceState
 from edgefl.devices.profile import DeviceProfile
-from edgefl.profiling.atoms import AtomProfile
 from edgefl.sim.cost import PaperCost, WalkCost, make_cost_model
+from edgefl.sim.records import AtomProfile
 from edgefl.sim.swap import min_budget
 from edgefl.sim.workload import Workload
 

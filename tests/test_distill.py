@@ -20,15 +20,16 @@ import torch
 from torch import nn
 
 from edgefl.cli import main
+from edgefl.config import CostConfig
 from edgefl.errors import EdgeflError
 from edgefl.experiment import Experiment, prepare
 from edgefl.methods.base import ClientUpdate
 from edgefl.methods.distill import DistillAT, choose_member, distil, distill_flops, head_keys
 from edgefl.methods.feddf import feddf_loss
 from edgefl.methods.fedet import fedet_loss, fedet_targets
-from edgefl.profiling.atoms import AtomProfile, ModelProfile
 from edgefl.scenario import load_scenario
-from edgefl.sim.cost import mem_need
+from edgefl.sim.cost import WalkCost
+from edgefl.sim.records import AtomProfile, ModelProfile
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "scenarios" / "quickstart.toml"
@@ -70,17 +71,18 @@ def test_when_nothing_fits_the_least_need_wins_whatever_the_order() -> None:
 def test_plan_trains_the_member_that_fits_the_client_memory() -> None:
     exp, m = experiment("feddf_at")
     state = exp.pool.state(0, 0)
-    base = m.plan(0, 0, state)
-    need = {n: mem_need(replace(base, atoms=m.profiles[n].atoms), "walk") for n in m.names}
+    base = m.plan(0, 0, state).workload
+    need = {n: WalkCost(CostConfig()).memory_need(replace(base, atoms=m.profiles[n].atoms)) for n in m.names}
     assert need["smallcnn"] > need["cnn3"] > need["digits_cnn"]
     for memory, chosen in [(need["smallcnn"], "smallcnn"), (need["smallcnn"] - 1, "cnn3"),
                            (need["cnn3"] - 1, "digits_cnn"), (1.0, "digits_cnn")]:
         s = replace(state, memory_bytes=memory)
-        m.begin_round(0, {0: s})
-        workload = m.plan(0, 0, s)
-        assert workload.atoms == m.profiles[chosen].atoms
-        assert workload.upload_bytes == workload.download_bytes == m.bytes[chosen]
-        assert m.members == {0: chosen}
+        plan = m.plan(0, 0, s)
+        assert plan.workload.atoms == m.profiles[chosen].atoms
+        assert plan.workload.upload_bytes == plan.workload.download_bytes == m.bytes[chosen]
+        assert plan.member == chosen
+        m.planned(0, {0: plan})
+        assert m.members == {0: chosen}  # what server_flops charges
 
 
 def test_the_family_must_start_with_the_evaluated_model() -> None:
@@ -251,14 +253,12 @@ def test_one_round_through_the_cli(name: str, tmp_path: Path) -> None:
     assert len(needs) >= 2  # the microcontrollers train a smaller member than the phones
 
 
-def test_the_state_restores_every_member_and_the_round_assignment() -> None:
+def test_the_state_restores_every_member() -> None:
     _, saved = experiment("fedet_at")
     _, fresh = experiment("fedet_at", "seed=1")
     for p in saved.small.parameters():
         p.data.add_(1.0)
-    saved.members = {3: "cnn3"}
     fresh.load_state(saved.state())
-    assert fresh.members == {3: "cnn3"}
     for name in saved.names:
         for key, value in saved.net(name).state_dict().items():
             assert torch.equal(fresh.net(name).state_dict()[key], value)

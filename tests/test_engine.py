@@ -94,7 +94,7 @@ def test_bulk_and_per_client_paths_give_the_same_times_to_the_bit(server_s):
     feds = [Federation(1234.5678), Federation(1234.5678, bulk=False)]
     for t in range(3):
         states = {k: exp.pool.state(k, t) for k in exp.pool.sample_clients(t)}
-        jobs = [(k, st, cost_model.cost(exp.method.plan(t, k, st), st)) for k, st in states.items()]
+        jobs = [(k, st, cost_model.cost(exp.method.plan(t, k, st).workload, st)) for k, st in states.items()]
         bulk, each = (fed.run_round(t, jobs, server_s) for fed in feds)
         assert (bulk.start_s, bulk.end_s) == (each.start_s, each.end_s)
         times = [[(c.finish_s, c.wait_s) for c in r.clients] for r in (bulk, each)]

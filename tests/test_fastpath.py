@@ -22,7 +22,7 @@ from edgefl.execution.local import (
     make_optimizer,
     train_local,
 )
-from edgefl.methods.fedprophet.cascade import Exit, feature_attack, train_cascade
+from edgefl.methods.fedprophet.cascade import Cascade, Exit, feature_attack
 
 ITERS, BATCH = 4, 8
 BF16, NHWC = TrainSettings("bf16"), TrainSettings(channels_last=True)
@@ -180,8 +180,11 @@ def test_cascade_runs_in_bf16_channels_last():
                                                                                       nn.Linear(64, 3)))
     fixed, start = copy.deepcopy(prefix.state_dict()), copy.deepcopy(exit_.state_dict())
     x, y = data()
-    loss = train_cascade(prefix, exit_, x, y, optimizer(exit_), ITERS, BATCH, feature_attack(0.5, 3, 0.0),
-                         1e-5, torch.Generator().manual_seed(3), TrainSettings("bf16", True))
+    loss = train_local(exit_, x, y, optimizer(exit_), ITERS, BATCH, feature_attack(0.5, 3, 0.0),
+                       torch.Generator().manual_seed(3), Cascade(prefix, 1e-5),
+                       settings=TrainSettings("bf16", True))
     assert torch.isfinite(torch.tensor(loss))
+    assert not prefix.training and exit_.training  # the fixed prefix runs in eval mode
+    assert prefix[0].weight.is_contiguous(memory_format=torch.channels_last)
     assert all(torch.equal(v, prefix.state_dict()[k]) for k, v in fixed.items())
     assert not torch.equal(exit_.state_dict()["stack.0.weight"], start["stack.0.weight"])

@@ -23,6 +23,7 @@ from torch import nn
 
 from edgefl.attacks.pgd_l2 import PGDL2
 from edgefl.cli import main
+from edgefl.config import CostConfig
 from edgefl.devices.pool import DeviceState
 from edgefl.errors import EdgeflError
 from edgefl.experiment import Experiment, prepare, run
@@ -39,8 +40,10 @@ from edgefl.methods.fedprophet.knobs import FedProphetConfig
 from edgefl.methods.fedprophet.method import stage_control
 from edgefl.methods.fedprophet.partition import Estimator, aux_head, head_profile, partition, partition_model
 from edgefl.models import build_model
-from edgefl.profiling import AtomProfile, ModelProfile, paper_mem_req, profile_model
+from edgefl.profiling import profile_model
 from edgefl.scenario import load_scenario
+from edgefl.sim.cost import PaperCost, make_cost_model
+from edgefl.sim.records import AtomProfile, ModelProfile, paper_mem_req
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ROOT / "scenarios"
@@ -104,8 +107,9 @@ def test_whole_model_memreq_matches_the_release(paper_case):
 
 def test_partition_gives_the_papers_seven_modules(paper_case):
     profile, classes, _, s, batch, r_min, _, _ = paper_case
-    need, modules = partition_model(profile, classes, s, "test")
-    assert (need.batch, need.slots, need.accounting, need.classes) == (batch, 1, "paper", classes)
+    need, modules = partition_model(profile, classes, s, "test", make_cost_model(s.cost))
+    assert (need.batch, need.slots, need.classes) == (batch, 1, classes)
+    assert isinstance(need.cost, PaperCost)
     assert len(modules) == 7
     # contiguous, in order, covering every atom once
     assert modules[0].start == 0
@@ -127,7 +131,7 @@ def test_partition_is_greedy(paper_case):
     """Alg. 1: a module closes only when its next atom (with the head that would then follow it)
     no longer fits R_min. The last atom holds the classifier: a module ending there needs no head."""
     profile, classes, _, s, _, r_min, _, _ = paper_case
-    need, modules = partition_model(profile, classes, s, "test")
+    need, modules = partition_model(profile, classes, s, "test", make_cost_model(s.cost))
     atoms = profile.atoms
     for mod, nxt in itertools.pairwise(modules):
         i = nxt.start
@@ -140,7 +144,7 @@ def test_partition_is_greedy(paper_case):
 
 def test_module_mem_and_flops_are_its_atoms_and_head(paper_case):
     profile, classes, _, s, _, _, _, _ = paper_case
-    need, modules = partition_model(profile, classes, s, "test")
+    need, modules = partition_model(profile, classes, s, "test", make_cost_model(s.cost))
     for m in modules:
         run_ = profile.atoms[m.start:m.stop]
         head = None if m is modules[-1] else head_profile(run_[-1].out_shape, classes)
@@ -169,13 +173,13 @@ def test_an_atom_that_cannot_fit_r_min_is_named(vgg):
     conv1 = 4 * (3 * 1856 + 64 * 68608) + 4 * (64 * (65536 + 10) + 3 * 650)
     assert conv1 == 34_373_496
     with pytest.raises(EdgeflError) as err:
-        partition_model(profile, 10, cifar(34.3), "cifar.toml")
+        partition_model(profile, 10, cifar(34.3), "cifar.toml", PaperCost(CostConfig()))
     text = str(err.value)
     assert "atom conv1 " in text and "34.373" in text
     assert err.value.where == "cifar.toml" and err.value.key == "fleet.reserved_memory_mb"
     # conv1 fits at 34.4 MB; conv2 (38.2 MB with its head) does not
     with pytest.raises(EdgeflError, match="atom conv2 "):
-        partition_model(profile, 10, cifar(34.4), "cifar.toml")
+        partition_model(profile, 10, cifar(34.4), "cifar.toml", PaperCost(CostConfig()))
 
 
 def sized(*sizes: int) -> list[AtomProfile]:
@@ -244,13 +248,13 @@ def test_estimator_paper_accounting_by_hand():
     a1 = atom("a1", params=10, weighted=20, out=6)
     a2 = atom("a2", params=7, weighted=9, out=4)
     head = atom("head", params=15, weighted=4, out=3)
-    sgd_m = Estimator(batch=5, slots=1, accounting="paper", classes=3)  # s = 3
+    sgd_m = Estimator(batch=5, slots=1, classes=3, cost=PaperCost(CostConfig()))  # s = 3
     assert sgd_m([a1, a2], None) == 4 * (3 * 17 + 5 * 29)  # 784
     assert sgd_m([a1, a2], head) == 784 + 4 * (5 * (4 + 3) + 3 * 15)  # + 320
     assert sgd_m([a1], head) == 4 * (3 * 10 + 5 * 20) + 4 * (5 * (6 + 3) + 3 * 15)
-    adam = Estimator(batch=5, slots=2, accounting="paper", classes=3)  # s = 5
+    adam = Estimator(batch=5, slots=2, classes=3, cost=PaperCost(CostConfig()))  # s = 5
     assert adam([a1, a2], head) == 4 * (5 * 17 + 5 * 29) + 4 * (5 * 7 + 5 * 15)
-    sgd = Estimator(batch=5, slots=0, accounting="paper", classes=3)  # s = 2
+    sgd = Estimator(batch=5, slots=0, classes=3, cost=PaperCost(CostConfig()))  # s = 2
     assert sgd([a1, a2], head) == 4 * (2 * 17 + 5 * 29) + 4 * (5 * 7 + 2 * 15)
 
 
@@ -364,7 +368,8 @@ def test_workloads_carry_the_assigned_modules_and_head(digits: Experiment):
         return out + ([k for k in state if k.startswith(f"heads.{head}.")] if head is not None else [])
 
     # the slowest client: module 1 and its head
-    w = method.plan(0, 0, slow)
+    p = method.plan(0, 0, slow)
+    w = p.workload
     head = head_profile(atoms[mods[0].stop - 1].out_shape, digits.ctx.data.num_classes,
                         digits.scenario.knobs(FedProphetConfig).head_side)
     assert w.atoms == (*atoms[:mods[0].stop], head)
@@ -372,7 +377,10 @@ def test_workloads_carry_the_assigned_modules_and_head(digits: Experiment):
     assert w.download_bytes == w.upload_bytes == expected
     assert (w.batch, w.iterations, w.attack_steps, w.slots) == (t.batch_size, t.local_iters, 2, 1)
     # the prophet: every module, no head after the last
-    w = method.plan(0, 1, fast)
+    q = method.plan(0, 1, fast)
+    w = q.workload
+    assert (p.last, q.last) == (0, last)
+    method.planned(0, {0: p, 1: q})
     assert method.assignment == {0: 0, 1: last}
     assert w.atoms == tuple(atoms)
     everything = tensor_bytes(state, [k for k in state if k.startswith("model.")])
@@ -573,13 +581,13 @@ def test_clean_warm_up_at_the_start_of_every_module(digits: Experiment):
     fast = device_state(digits, 1e12, 100e9)
     for r in range(4):
         method.begin_round(r, {0: fast})
-        assert method.plan(r, 0, fast).attack_steps == (0 if r < 2 else 2)
+        assert method.plan(r, 0, fast).workload.attack_steps == (0 if r < 2 else 2)
     method.switch = True
     method.dry = True  # no d* to measure
     for r in range(4, 7):  # the next module warms up again
         method.begin_round(r, {0: fast})
         assert method.m == 1
-        assert method.plan(r, 0, fast).attack_steps == (0 if r < 6 else 2)
+        assert method.plan(r, 0, fast).workload.attack_steps == (0 if r < 6 else 2)
 
 
 def test_dry_run_modules_follow_module_rounds(tmp_path: Path):

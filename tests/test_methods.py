@@ -32,8 +32,8 @@ from edgefl.methods.fedcurv import FedCurvAT, curvature_penalty, fisher_diagonal
 from edgefl.methods.feddyn import DynConfig, epoch_schedule
 from edgefl.methods.fedprox import proximal
 from edgefl.methods.sfat import SFATConfig
-from edgefl.profiling.atoms import AtomProfile
 from edgefl.scenario import load_scenario
+from edgefl.sim.records import AtomProfile
 from edgefl.sim.workload import Workload, train_pass_flops
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -394,7 +394,7 @@ def test_fisher_diagonal_is_mean_over_samples_of_squared_gradients():
 
 def plan_bytes(method: str, client: int = 0, round_: int = 0) -> tuple[float, float]:
     exp = experiment(method)
-    w = exp.method.plan(round_, client, exp.pool.state(client, round_))
+    w = exp.method.plan(round_, client, exp.pool.state(client, round_)).workload
     return w.download_bytes, w.upload_bytes
 
 
@@ -425,7 +425,8 @@ def set_params(model: nn.Module, value: float) -> None:
 
 
 def test_scaffold_after_local_control_variate_by_hand():
-    method = experiment("scaffold_at", *SCAFFOLD).method
+    exp = experiment("scaffold_at", *SCAFFOLD)
+    method = exp.method
     names = [n for n, _ in method.model.named_parameters()]
     method.c = {n: torch.full_like(p, 0.1) for n, p in method.model.named_parameters()}
     method.c_local[4] = {n: torch.full_like(p, 0.3) for n, p in method.model.named_parameters()}
@@ -434,14 +435,16 @@ def test_scaffold_after_local_control_variate_by_hand():
     set_params(local, 0.7)  # y_k
     # round 2: lr = 0.05 x 0.5^2 = 0.0125; K = 3: (x - y) / (K lr) = 0.3 / 0.0375 = 8
     # c_k+ = c_k - c + 8 = 0.3 - 0.1 + 8 = 8.2; delta c = 8.2 - 0.3 = 7.9
+    plan = method.plan(2, 4, exp.pool.state(4, 2))
+    assert (plan.lr, plan.workload.iterations) == (pytest.approx(0.0125), 3)
     update = ClientUpdate(4, {}, 58, 0.0)
-    method.after_local(2, 4, local, update)
+    method.after_local(2, 4, local, update, plan)
     for n in names:
         assert torch.allclose(update.extra["c_local"][n], torch.full_like(method.c[n], 8.2), atol=1e-5), n
         assert torch.allclose(update.extra["delta_c"][n], torch.full_like(method.c[n], 7.9), atol=1e-5), n
     # a first-time client has c_k = 0: c_k+ = 0 - 0.1 + 8 = 7.9 = delta c
     fresh = ClientUpdate(6, {}, 58, 0.0)
-    method.after_local(2, 6, local, fresh)
+    method.after_local(2, 6, local, fresh, plan)
     for n in names:
         assert torch.allclose(fresh.extra["c_local"][n], torch.full_like(method.c[n], 7.9), atol=1e-5), n
         assert torch.allclose(fresh.extra["delta_c"][n], torch.full_like(method.c[n], 7.9), atol=1e-5), n
@@ -496,9 +499,9 @@ def test_scaffold_training_with_plain_sgd_makes_ck_the_mean_gradient():
         return Hooks(penalty=inner.penalty, correct=correct)
 
     method.hooks = spy
-    workload = method.plan(1, 0, exp.pool.state(0, 1))
-    assert workload.iterations == 3
-    update = method.train(1, 0, workload)
+    plan = method.plan(1, 0, exp.pool.state(0, 1))
+    assert plan.workload.iterations == 3
+    update = method.train(1, 0, plan)
     assert len(raw) == 3
     for n, ck in update.extra["c_local"].items():
         mean = sum(g[n] for g in raw) / 3
@@ -550,11 +553,11 @@ def test_dyn_plan_iterations_follow_schedule(method):
     for client in (0, 19):
         n = len(exp.ctx.splits[client].train)
         for t, e in schedule.items():
-            w = exp.method.plan(t, client, exp.pool.state(client, t))
+            w = exp.method.plan(t, client, exp.pool.state(client, t)).workload
             assert w.iterations == math.ceil(e * n / 32), (client, t)  # batch 32
     # (quickstart's clients hold 57-58 training samples: 4 x 58 / 32 = 7.25 -> 8, 2 x 58 / 32 = 3.6 -> 4,
     # 58 / 32 = 1.8 -> 2; the rounding itself is checked by hand in test_epochs_to_iters)
-    assert exp.method.plan(0, 0, exp.pool.state(0, 0)).iterations != 7  # not training.local_iters
+    assert exp.method.plan(0, 0, exp.pool.state(0, 0)).workload.iterations != 7  # not training.local_iters
 
 
 # ============================================================================== the CLI, every method
@@ -605,15 +608,15 @@ def test_flops_per_iteration_counts_trades_branches_and_forwards():
                          [("pgd_at", 1, 0), ("trades", 2, 1), ("mart", 2, 0)])
 def test_workload_follows_the_objective(objective, pairs, forwards):
     exp = experiment("fedavg_at", f"training.objective={objective}", "training.warmup_rounds=1")
-    warm = exp.method.plan(0, 0, exp.pool.state(0, 0))  # clean warm-up round: plain CE
+    warm = exp.method.plan(0, 0, exp.pool.state(0, 0)).workload  # clean warm-up round: plain CE
     assert (warm.train_pairs, warm.extra_forwards, warm.attack_steps) == (1, 0, 0)
-    w = exp.method.plan(1, 0, exp.pool.state(0, 1))
+    w = exp.method.plan(1, 0, exp.pool.state(0, 1)).workload
     assert (w.train_pairs, w.extra_forwards) == (pairs, forwards)
 
 
 def test_fedcurv_charges_its_fisher_pass():
     exp = experiment("fedcurv_at")
     n = len(exp.ctx.splits[3].train)
-    w = exp.method.plan(0, 3, exp.pool.state(3, 0))
+    w = exp.method.plan(0, 3, exp.pool.state(3, 0)).workload
     assert w.extra_flops == n * train_pass_flops(exp.ctx.profile.atoms) > 0
-    assert experiment("fedavg_at").method.plan(0, 3, exp.pool.state(3, 0)).extra_flops == 0
+    assert experiment("fedavg_at").method.plan(0, 3, exp.pool.state(3, 0)).workload.extra_flops == 0

@@ -9,8 +9,8 @@ import pytest
 
 from edgefl.cli import main
 from edgefl.errors import EdgeflError
-from edgefl.profiling.atoms import AtomProfile, LayerProfile
 from edgefl.sim.paging import candidates, peak, whole
+from edgefl.sim.records import AtomProfile, LayerProfile
 from edgefl.sim.swap import ImpossibleBudget, SwapWalk, Traffic, min_budget, walk
 from edgefl.sim.workload import Workload
 

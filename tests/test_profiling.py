@@ -7,8 +7,8 @@ import torch
 from torch import nn
 
 from edgefl.models.base import AtomModel, build_model
-from edgefl.profiling import mem_req, optimizer_slots, paper_mem_req, profile_model
-from edgefl.profiling.atoms import AtomProfile
+from edgefl.profiling import profile_model
+from edgefl.sim.records import AtomProfile, mem_req, optimizer_slots, paper_mem_req
 
 CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR_STD = (0.2470, 0.2435, 0.2616)

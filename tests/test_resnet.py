@@ -8,7 +8,8 @@ from torch import nn
 
 from edgefl.models import MODELS, AtomModel, build_model
 from edgefl.models.base import Normalize
-from edgefl.profiling import ModelProfile, paper_mem_req, profile_model
+from edgefl.profiling import profile_model
+from edgefl.sim.records import ModelProfile, paper_mem_req
 
 CALTECH = (3, 224, 224)
 CIFAR = (3, 32, 32)

@@ -44,7 +44,9 @@ def test_the_streamed_events_are_the_per_client_engines_spans(tmp_path: Path) ->
     for t in range(3):  # the experiment's round, with the reference engine
         states = {k: exp.pool.state(k, t) for k in exp.pool.sample_clients(t)}
         m.begin_round(t, states)
-        jobs = [(k, st, cost_model.cost(m.plan(t, k, st), st)) for k, st in states.items()]
+        plans = {k: m.plan(t, k, st) for k, st in states.items()}
+        m.planned(t, plans)
+        jobs = [(k, st, cost_model.cost(plans[k].workload, st)) for k, st in states.items()]
         expected += [{"round": str(x.round), "client": str(x.client), "phase": x.phase,
                       "start_s": repr(x.start_s), "end_s": repr(x.end_s)}
                      for x in round_spans(fed.run_round(t, jobs, m.server_flops(t) / 1e13))]

@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from edgefl.errors import EdgeflError
-from edgefl.profiling.atoms import AtomProfile
+from edgefl.sim.records import AtomProfile
 from edgefl.sim.swap import ImpossibleBudget, SwapWalk, Traffic, iteration_steps, min_budget
 from edgefl.sim.workload import Workload
 

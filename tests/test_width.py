@@ -35,7 +35,6 @@ from edgefl.methods.width import (
     grid,
     hidden_counts,
     kept_count,
-    mem_need,
     random_channels,
     rolling_channels,
     static_channels,
@@ -43,8 +42,9 @@ from edgefl.methods.width import (
     width_fraction,
 )
 from edgefl.models import AtomModel, build_model
-from edgefl.profiling import mem_req, paper_mem_req, profile_model
+from edgefl.profiling import profile_model
 from edgefl.scenario import load_scenario
+from edgefl.sim.records import mem_req, paper_mem_req
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "scenarios" / "quickstart.toml"
@@ -232,17 +232,17 @@ def test_plan_charges_the_sub_model_and_train_updates_only_what_it_held():
     state = exp.pool.state(0, 0)
     atoms = exp.ctx.profile.atoms
     whole = mem_req(atoms, 32, 1)  # batch 32, SGD with momentum, adversarial
-    half = exp.method.plan(0, 0, dataclasses.replace(state, memory_bytes=0.5 * whole))  # r = 0.5
+    plan = exp.method.plan(0, 0, dataclasses.replace(state, memory_bytes=0.5 * whole))  # r = 0.5
+    half = plan.workload
+    assert plan.fraction == 0.5
     assert sum(a.params for a in half.atoms) == 7234
     assert half.download_bytes == half.upload_bytes == 29416  # see the module docstring
-    assert mem_need(half, "walk") < 0.5 * whole
-    full = exp.method.plan(0, 0, dataclasses.replace(state, memory_bytes=10 * whole))  # r = 1
+    assert exp.ctx.cost.memory_need(half) < 0.5 * whole
+    full = exp.method.plan(0, 0, dataclasses.replace(state, memory_bytes=10 * whole)).workload  # r = 1
     assert full.atoms == atoms and full.download_bytes == full.upload_bytes == 104840
-    exp.method.plan(0, 0, dataclasses.replace(state, memory_bytes=0.5 * whole))
-    exp.method.load_state(exp.method.state())  # r travels with the state (checkpoints, Ray workers)
-    assert exp.method.state()["fractions"][0] == 0.5
+    assert "fractions" not in exp.method.state()  # r travels in the plan (to Ray workers too)
     before = {k: v.clone() for k, v in exp.method.model.state_dict().items()}
-    update = exp.method.train(0, 0, half)
+    update = exp.method.train(0, 0, plan)
     assert update.state["conv1.0.weight"].shape == (8, 1, 3, 3)
     assert update.state["conv3.5.weight"].shape == (10, 128)  # 32 channels x 2 x 2 positions
     exp.method.aggregate(0, [update])
@@ -256,7 +256,7 @@ def test_paper_accounting_sizes_the_width_with_the_release_mem_req():
     exp = experiment("fedrolex_at", "cost.accounting=\"paper\"")
     whole = paper_mem_req(exp.ctx.profile.atoms, 32, 1)
     state = dataclasses.replace(exp.pool.state(0, 0), memory_bytes=0.5 * whole)
-    w = exp.method.plan(0, 0, state)
+    w = exp.method.plan(0, 0, state).workload
     assert sum(a.params for a in w.atoms) == 7234  # r = 0.5
 
 
@@ -265,8 +265,7 @@ def test_feddrop_clients_hold_different_channels():
     assert isinstance(exp.method, FedDropAT)
     kept = {}
     for client in range(4):
-        exp.method.fractions[client] = 0.5
-        kept[client] = tuple(exp.method.kept(0, client)[64].tolist())
+        kept[client] = tuple(exp.method.kept(0, client, 0.5)[64].tolist())
         assert list(kept[client]) == random_channels(64, 32, 0, 0, client)  # scenario seed 0, round 0
     assert len(set(kept.values())) > 1
 

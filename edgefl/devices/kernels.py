@@ -21,7 +21,7 @@ from scipy.optimize import least_squares
 from torch import nn
 
 from edgefl.models.base import AtomModel, Normalize
-from edgefl.profiling.atoms import profile_model
+from edgefl.profiling import profile_model
 from edgefl.sim.compute import FORWARD, INPUT_GRAD, KINDS, MATMUL_KINDS, WEIGHT_GRAD, Roofline, pass_work
 
 Shape = tuple[int, ...]

@@ -2,9 +2,8 @@
 
 `local` trains the round's clients one after another in this process. `ray` (edgefl.execution.ray)
 sends them to Ray workers, which remake the method from a recipe the experiment gives. The run loop
-(edgefl.experiment.loop) picks one.
-Both call `Method.train` on the same method state, and training is seeded per (seed, round, client),
-so they produce the same updates.
+(edgefl.experiment.loop) picks one. Both call `Method.train` with each client's plan on the same
+method state, and training is seeded per (seed, round, client), so they produce the same updates.
 """
 
 from __future__ import annotations
@@ -17,12 +16,11 @@ from typing import Protocol
 import torch
 
 from edgefl.execution.local import timed
-from edgefl.methods import ClientUpdate, Method
-from edgefl.sim.workload import Workload
+from edgefl.methods import ClientPlan, ClientUpdate, Method
 
 
 class Executor(Protocol):
-    def train(self, round_: int, plans: dict[int, Workload]) -> list[ClientUpdate]:
+    def train(self, round_: int, plans: dict[int, ClientPlan]) -> list[ClientUpdate]:
         """Each planned client's update, in the order of `plans`."""
         ...
 
@@ -31,15 +29,15 @@ class LocalExecutor:
     def __init__(self, method: Method) -> None:
         self.method = method
 
-    def train(self, round_: int, plans: dict[int, Workload]) -> list[ClientUpdate]:
-        return [train_timed(self.method, round_, k, w) for k, w in plans.items()]
+    def train(self, round_: int, plans: dict[int, ClientPlan]) -> list[ClientUpdate]:
+        return [train_timed(self.method, round_, k, p) for k, p in plans.items()]
 
 
-def train_timed(method: Method, round_: int, client: int, workload: Workload,
+def train_timed(method: Method, round_: int, client: int, plan: ClientPlan,
                 clock: Callable[[], float] = time.perf_counter) -> ClientUpdate:
     """`method.train`, with its time on the training device (wall time unless another `clock` is
     given) as `real_compute_s`."""
     device: torch.device = method.ctx.device
-    update, seconds = timed(device, lambda: method.train(round_, client, workload), clock)
+    update, seconds = timed(device, lambda: method.train(round_, client, plan), clock)
     return replace(update, real_compute_s=seconds)
 

@@ -127,10 +127,15 @@ def train_local(
 ) -> float:
     """Run `iters` (adversarial) SGD steps; returns the mean training loss (penalty excluded).
 
-    With `settings.channels_last` the model is left in channels_last order."""
+    Every method's client trains through here (edgefl.methods.base `Method.train`). With
+    `settings.channels_last` the model (and the objective's fixed modules) is left in
+    channels_last order."""
     objective = objective or PGDAT()
     hooks = hooks or Hooks()
-    settings.adopt(x, model)
+    fixed = objective.fixed()
+    settings.adopt(x, *fixed, model)
+    for module in fixed:
+        module.eval()
     model.train()
     total = torch.zeros((), device=x.device)
     for xb, yb in device_batches(x, y, batch, iters, gen, settings):

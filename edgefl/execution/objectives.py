@@ -29,6 +29,10 @@ class Objective(ABC):
     def __init__(self, beta: float = 6.0) -> None:
         self.beta = beta
 
+    def fixed(self) -> tuple[nn.Module, ...]:
+        """Modules the loss runs that training leaves alone (run in eval mode; none here)."""
+        return ()
+
     def loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, attack: Attack | None) -> torch.Tensor:
         if attack is None:
             return F.cross_entropy(model(x), y)

@@ -3,8 +3,8 @@
 Every round the driver puts one snapshot of the method's state (edgefl.snapshot) in Ray's object
 store; a task remakes the method once per worker process from the recipe the experiment gives (the
 resolved scenario and its file: edgefl.experiment.prepare.Rebuild, so the worker needs the dataset at
-`data.root`, as the driver does), loads the snapshot and calls `Method.train` for one client.
-Training is seeded per (seed, round, client) and `train` never writes the method's state, so the
+`data.root`, as the driver does), loads the snapshot and calls `Method.train` for one client with its
+plan. Training is seeded per (seed, round, client) and `train` never writes the method's state, so the
 updates equal the in-process executor's on the same hardware.
 A task whose worker process dies is retried up to `ray.max_retries` times. Ray moves the state and
 the task's code with cloudpickle, so whoever runs the cluster runs code edgefl sends and sends back
@@ -25,8 +25,7 @@ from typing import Any
 from edgefl.config import RayConfig
 from edgefl.errors import EdgeflError
 from edgefl.execution.executor import train_timed
-from edgefl.methods import ClientUpdate, Method
-from edgefl.sim.workload import Workload
+from edgefl.methods import ClientPlan, ClientUpdate, Method
 from edgefl.snapshot import plain, restore
 
 _WORKER: dict[Callable[[], Method], Method] = {}  # the recipe -> the worker's method
@@ -47,16 +46,16 @@ class RayExecutor:
         gpus = 1 if method.ctx.device.type == "cuda" else 0  # Ray hides GPUs from tasks that ask for none
         self.task = ray.remote(num_cpus=1, num_gpus=gpus, max_retries=cfg.max_retries)(_train_client)
 
-    def train(self, round_: int, plans: dict[int, Workload]) -> list[ClientUpdate]:
+    def train(self, round_: int, plans: dict[int, ClientPlan]) -> list[ClientUpdate]:
         snapshot = self.ray.put(self.method.state())
-        refs = [self.task.remote(self.rebuild, snapshot, round_, k, w) for k, w in plans.items()]
+        refs = [self.task.remote(self.rebuild, snapshot, round_, k, p) for k, p in plans.items()]
         device = self.method.ctx.device
         return [ClientUpdate(u.client, restore(None, u.state, device), u.num_samples, u.loss,
                              restore(None, u.extra, device), u.real_compute_s) for u in self.ray.get(refs)]
 
 
 def _train_client(rebuild: Callable[[], Method], snapshot: dict[str, Any], round_: int, client: int,
-                  workload: Workload) -> ClientUpdate:
+                  plan: ClientPlan) -> ClientUpdate:
     """Runs on a Ray worker."""
     fault = os.environ.get("EDGEFL_FAULT_ONCE")
     if fault:
@@ -68,7 +67,7 @@ def _train_client(rebuild: Callable[[], Method], snapshot: dict[str, Any], round
             os._exit(1)
     method = _worker_method(rebuild)
     method.load_state(snapshot)
-    u = train_timed(method, round_, client, workload)
+    u = train_timed(method, round_, client, plan)
     return ClientUpdate(u.client, plain(u.state), u.num_samples, u.loss, plain(u.extra), u.real_compute_s)
 
 

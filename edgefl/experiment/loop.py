@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +42,6 @@ from edgefl.report.trace import TraceSample
 from edgefl.rundir import WriteFailed, write_file
 from edgefl.runlog import CsvLog, Log, log_names
 from edgefl.scenario import to_toml
-from edgefl.sim.cost import make_cost_model
 from edgefl.sim.engine import Federation, RoundRecord, round_spans
 from edgefl.sim.workload import Workload
 
@@ -71,7 +69,7 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
         rundir.write_marker(out, "run", fingerprint)
         write_file(out / "scenario.toml", text)
     evaluator = None if exp.dry_run else Evaluator(exp)
-    cost_model = make_cost_model(s.cost)
+    cost_model = exp.ctx.cost
     fed, rows, first = Federation(), [], 0
     if saved:
         rows, first = saved.state["rows"], saved.state["next_round"]
@@ -151,12 +149,9 @@ class Evaluator:
 
 
 def _counted(exp: Experiment, client: int, w: Workload) -> Workload:
-    """The workload with the client's sample count where the `paper` accounting charges each
-    epoch's short last batch, as the FedProphet release does (fleets may outnumber the samples
-    of a dry run's shapes-only data, so the walk does not ask)."""
-    if exp.scenario.cost.accounting != "paper":
-        return w
-    return replace(w, samples=len(exp.ctx.splits[client].train))
+    """The workload as the cost model prices it: with the client's sample count where it charges
+    each epoch's short last batch (the `paper` accounting, as the FedProphet release does)."""
+    return exp.ctx.cost.counted(w, lambda: len(exp.ctx.splits[client].train))
 
 
 def _round(exp: Experiment, executor: Executor, fed: Federation, cost_model: Any,
@@ -166,7 +161,9 @@ def _round(exp: Experiment, executor: Executor, fed: Federation, cost_model: Any
     states = {k: exp.pool.state(k, t) for k in exp.pool.sample_clients(t)}
     m.begin_round(t, states)
     plans = {k: m.plan(t, k, state) for k, state in states.items()}
-    jobs = [(k, state, cost_model.cost(_counted(exp, k, plans[k]), state)) for k, state in states.items()]
+    m.planned(t, plans)
+    jobs = [(k, state, cost_model.cost(_counted(exp, k, plans[k].workload), state))
+            for k, state in states.items()]
     server_s = s.cost.server_s + m.server_flops(t) / (s.cost.server_gflops * 1e9)
     record = fed.run_round(t, jobs, server_s)
     if exp.dry_run:

@@ -30,7 +30,6 @@ from edgefl.methods.distill import DistillConfig
 from edgefl.models import build_model
 from edgefl.profiling import profile_model
 from edgefl.scenario import scenario_from_toml
-from edgefl.sim.swap import min_budget
 
 
 @dataclass
@@ -50,8 +49,7 @@ def prepare(scenario: Scenario, where: str, dry_run: bool = False) -> Experiment
     ctx = method_context(scenario, where, dry_run)
     pool = DevicePool(catalog_for(where), scenario.fleet, scenario.seed)
     method = METHODS.get(scenario.method)(ctx)
-    if scenario.cost.accounting == "walk":  # the paper's formulas swap any model in any budget
-        check_budgets(pool, method, where)
+    check_budgets(pool, method, where)
     return Experiment(scenario, where, ctx, pool, method, dry_run)
 
 
@@ -151,8 +149,8 @@ def check_budgets(pool: DevicePool, method: Method, where: str) -> None:
     for client in sorted(first.values()):
         device = pool.devices[client]
         budget = pool.reserved_bytes(device)  # plan as if at R_min: methods that adapt shrink there
-        workload = method.plan(0, client, replace(pool.state(client, 0), memory_bytes=budget))
-        need, part = min_budget(workload)
+        workload = method.plan(0, client, replace(pool.state(client, 0), memory_bytes=budget)).workload
+        need, part = method.ctx.cost.min_budget(workload)
         if need > budget:
             raise EdgeflError(
                 where, "fleet",

@@ -7,9 +7,9 @@ knob section (edgefl.config.knob_section) with no other file to edit.
 import importlib
 import pkgutil
 
-from edgefl.methods.base import METHODS, ClientUpdate, Context, Method
+from edgefl.methods.base import METHODS, ClientPlan, ClientUpdate, Context, Method
 
 for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")
 
-__all__ = ["METHODS", "ClientUpdate", "Context", "Method"]
+__all__ = ["METHODS", "ClientPlan", "ClientUpdate", "Context", "Method"]

@@ -1,9 +1,16 @@
-"""The method interface: plan a client's round, train it for real, aggregate."""
+"""The method interface: plan a client's round, train it for real, aggregate.
+
+`plan` decides everything about a client's round (what it trains, which attack, at which learning
+rate) and returns it as a `ClientPlan`; `train` carries the plan out through one template, the same
+for every method: the client's model, its seeded data, the optimizer, `train_local` with the
+method's objective and hooks, then what the client uploads. Methods override only the steps that
+differ (`client_model`, `local_objective`, `optimizer`, `hooks`, `after_local`).
+"""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,16 +21,20 @@ from edgefl.attacks import Attack
 from edgefl.config import Scenario
 from edgefl.data import ClientSplit, Dataset
 from edgefl.devices.pool import DeviceState
+from edgefl.execution.local import Hooks, TrainSettings, make_optimizer, seed_everything, train_local
+from edgefl.execution.objectives import Objective
 from edgefl.models import AtomModel
-from edgefl.profiling import ModelProfile
 from edgefl.registry import Registry
+from edgefl.sim.cost import CostModel, make_cost_model
+from edgefl.sim.records import ModelProfile
 from edgefl.sim.workload import Workload
 from edgefl.snapshot import plain, restore
 
 
 @dataclass
 class Context:
-    """What every method gets: the scenario, the data on the training device, the model factory."""
+    """What every method gets: the scenario, the data on the training device, the model factory,
+    and the scenario's cost model (the one place the accounting is chosen)."""
 
     scenario: Scenario
     where: str  # the scenario file, for error messages
@@ -34,6 +45,10 @@ class Context:
     device: torch.device
     train_attack: Attack | None
     public: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # server-only samples
+    cost: CostModel = field(init=False)  # from scenario.cost
+
+    def __post_init__(self) -> None:
+        self.cost = make_cost_model(self.scenario.cost)
 
     def client_data(self, client: int) -> tuple[torch.Tensor, torch.Tensor]:
         idx = torch.from_numpy(self.splits[client].train).to(self.device)
@@ -50,6 +65,21 @@ class Context:
         return t.lr * t.lr_decay ** (round_ - start)
 
 
+ClientModel = tuple[torch.nn.Module, dict[str, Any]]  # a client's model copy, and its update's extras
+
+
+@dataclass(frozen=True)
+class ClientPlan:
+    """A client's round as `plan` decided it: what the cost model charges and what `train` runs."""
+
+    workload: Workload  # the cost model's view; `train` runs its iterations at its batch size
+    attack: Attack | None  # the local training attack (None: a clean round)
+    lr: float  # the local learning rate
+    fraction: float = 1.0  # width methods: the sub-model's width r
+    member: str = ""  # distillation methods: the family member the client trains
+    last: int = 0  # FedProphet: the last module M_k the client trains (from the module in training)
+
+
 @dataclass
 class ClientUpdate:
     client: int
@@ -63,9 +93,11 @@ class ClientUpdate:
 class Method(ABC):
     """One federated method. `plan` and `train` run per selected client, `aggregate` per round.
 
-    `train` reads the method's state and never writes it: what a client keeps between rounds
+    `plan` writes nothing: what it decides for a client travels in the ClientPlan. `train` reads
+    the method's state and the plan and never writes the state: what a client keeps between rounds
     travels in its ClientUpdate and `aggregate` stores it. So clients can train anywhere (a Ray
-    worker) from a snapshot of the state, and a checkpoint of `state_attrs` is the whole method.
+    worker) from a snapshot of the state and their plan, and a checkpoint of `state_attrs` is the
+    whole method.
     """
 
     state_attrs: tuple[str, ...] = ()  # attributes that change during a run (each class adds its own)
@@ -92,12 +124,52 @@ class Method(ABC):
         """Called with every selected client's state before any `plan` of the round."""
 
     @abstractmethod
-    def plan(self, round_: int, client: int, state: DeviceState) -> Workload:
-        """What the client runs this round, for the cost model."""
+    def plan(self, round_: int, client: int, state: DeviceState) -> ClientPlan:
+        """What the client runs this round: its workload for the cost model and what `train` needs."""
+
+    def planned(self, round_: int, plans: Mapping[int, ClientPlan]) -> None:  # noqa: B027
+        """The round's plans, once all are made: what the server keeps of them for its own
+        accounting and records (`server_flops`, `round_info`); `train` never reads it."""
+
+    # --- the client's round: one template, the steps each method may override ---------------------
+    def train(self, round_: int, client: int, plan: ClientPlan) -> ClientUpdate:
+        """Real local training of the planned round."""
+        gen = seed_everything(self.ctx.scenario.seed, round_, client)
+        model, extra = self.client_model(round_, client, plan)
+        start = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        x, y = self.ctx.client_data(client)
+        trained, objective = self.local_objective(model, plan)
+        w = plan.workload
+        loss = train_local(trained, x, y, self.optimizer(trained, plan), w.iterations, w.batch, plan.attack,
+                           gen, objective, self.hooks(round_, client, start),
+                           TrainSettings.of(self.ctx.scenario.training))
+        state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        update = ClientUpdate(client, state, len(x), loss, extra)
+        self.after_local(round_, client, model, update, plan)
+        return update
 
     @abstractmethod
-    def train(self, round_: int, client: int, workload: Workload) -> ClientUpdate:
-        """Real local training."""
+    def client_model(self, round_: int, client: int, plan: ClientPlan) -> ClientModel:
+        """A fresh copy of the model the client starts from, and what its update carries beside
+        the state (e.g. where a sub-model sits in the global one)."""
+
+    @abstractmethod
+    def local_objective(self, model: torch.nn.Module, plan: ClientPlan) -> tuple[torch.nn.Module, Objective]:
+        """The part of `model` the optimizer steps, and the loss it is trained on."""
+
+    def optimizer(self, model: torch.nn.Module, plan: ClientPlan) -> torch.optim.Optimizer:
+        """The local optimizer on `model`'s parameters (the scenario's, at the plan's lr)."""
+        return make_optimizer(list(model.parameters()), self.ctx.scenario.training, plan.lr)
+
+    def hooks(self, round_: int, client: int, start: dict[str, torch.Tensor]) -> Hooks:
+        """Local-training additions for this client (a loss penalty, a gradient correction), given
+        the state of the model it starts from."""
+        return Hooks()
+
+    def after_local(self, round_: int, client: int, model: torch.nn.Module, update: ClientUpdate,  # noqa: B027
+                    plan: ClientPlan) -> None:
+        """What the client computes after training and how its upload changes (control variates,
+        a Fisher, only the part it trained)."""
 
     @abstractmethod
     def aggregate(self, round_: int, updates: list[ClientUpdate]) -> None:

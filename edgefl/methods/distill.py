@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import copy
 from abc import abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -42,14 +42,14 @@ from torch import nn
 from edgefl.config import Check, Knobs, Named, Scenario, knob_section
 from edgefl.devices.pool import DeviceState
 from edgefl.errors import EdgeflError
-from edgefl.execution.local import TrainSettings, device_batches, seed_everything, train_local
+from edgefl.execution.local import device_batches, seed_everything
 from edgefl.methods.aggregate import State, fedavg, state_bytes
-from edgefl.methods.base import ClientUpdate, Context
+from edgefl.methods.base import ClientModel, ClientPlan, ClientUpdate, Context
 from edgefl.methods.fedavg import FedAvgAT
 from edgefl.models import MODELS, AtomModel, build_model
-from edgefl.profiling import ModelProfile, profile_model
-from edgefl.sim.cost import mem_need
-from edgefl.sim.workload import Workload, train_pass_flops
+from edgefl.profiling import profile_model
+from edgefl.sim.records import ModelProfile
+from edgefl.sim.workload import train_pass_flops
 
 SERVER = -1  # the seed key of the server's distillation batches (clients are 0, 1, ...)
 TargetLoss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (student [B,C], teachers [K,B,C])
@@ -165,7 +165,7 @@ class DistillAT(FedAvgAT):
 
     uses_public = True
     server_apart = False  # the evaluated model is the largest member's average, not a model of its own
-    state_attrs = ("small", "members")
+    state_attrs = ("small",)
 
     def __init__(self, ctx: Context) -> None:
         super().__init__(ctx)
@@ -177,7 +177,7 @@ class DistillAT(FedAvgAT):
         self.small = nn.ModuleDict(nets).to(ctx.device)
         self.profiles = {self.names[0]: ctx.profile, **{name: p for name, (_, p) in built.items()}}
         self.bytes = {name: state_bytes(self.net(name).state_dict()) for name in self.names}
-        self.members: dict[int, str] = {}  # client -> the member it trains this round
+        self.members: dict[int, str] = {}  # client -> the member it trains this round (`planned`)
 
     def net(self, name: str) -> nn.Module:
         """The server's copy of the member clients train (the first is the large model, which is
@@ -203,18 +203,19 @@ class DistillAT(FedAvgAT):
         """What the server does after distilling (nothing here)."""
 
     # --- planning ---------------------------------------------------------------------------
-    def begin_round(self, round_: int, states: dict[int, DeviceState]) -> None:
-        self.members = {}
-
-    def plan(self, round_: int, client: int, state: DeviceState) -> Workload:
-        """The workload of the member the client trains (recorded for `train` and `server_flops`)."""
+    def plan(self, round_: int, client: int, state: DeviceState) -> ClientPlan:
+        """The plan of the member the client trains."""
         base = super().plan(round_, client, state)
-        options = {name: replace(base, atoms=self.profiles[name].atoms, download_bytes=self.bytes[name],
-                                 upload_bytes=self.bytes[name]) for name in self.names}
-        accounting = self.ctx.scenario.cost.accounting
-        name = self.members[client] = choose_member(
-            [(n, mem_need(w, accounting)) for n, w in options.items()], state.memory_bytes)
-        return options[name]
+        options = {name: replace(base.workload, atoms=self.profiles[name].atoms,
+                                 download_bytes=self.bytes[name], upload_bytes=self.bytes[name])
+                   for name in self.names}
+        name = choose_member([(n, self.ctx.cost.memory_need(w)) for n, w in options.items()],
+                             state.memory_bytes)
+        return replace(base, workload=options[name], member=name)
+
+    def planned(self, round_: int, plans: Mapping[int, ClientPlan]) -> None:
+        """The round's members, for `server_flops`."""
+        self.members = {k: p.member for k, p in plans.items()}
 
     def server_flops(self, round_: int) -> float:
         """Every distilled member's distillation, with every client's model as a teacher."""
@@ -224,16 +225,9 @@ class DistillAT(FedAvgAT):
         return sum(distill_flops(teachers, self.profiles[n], d.server_iters, batch) for n in self.distilled())
 
     # --- training ---------------------------------------------------------------------------
-    def train(self, round_: int, client: int, workload: Workload) -> ClientUpdate:
-        name = self.members[client]
-        gen = seed_everything(self.ctx.scenario.seed, round_, client)
-        model = copy.deepcopy(self.net(name))
-        x, y = self.ctx.client_data(client)
-        loss = train_local(model, x, y, self.optimizer(model, round_), workload.iterations, workload.batch,
-                           self.ctx.attack_for(round_), gen, self.objective,
-                           settings=TrainSettings.of(self.ctx.scenario.training))
-        state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        return ClientUpdate(client, state, len(x), loss, extra={"member": name})
+    def client_model(self, round_: int, client: int, plan: ClientPlan) -> ClientModel:
+        """The planned member (FedAvg of the clients that trained it, BatchNorm included)."""
+        return copy.deepcopy(self.net(plan.member)), {"member": plan.member}
 
     def aggregate(self, round_: int, updates: list[ClientUpdate]) -> None:
         groups: dict[str, list[ClientUpdate]] = {}

@@ -10,7 +10,9 @@
 A client whose available memory cannot hold the model swaps, and the cost model charges it.
 Family members change one thing each by overriding a hook: `hooks` (a loss penalty, a gradient
 correction), `after_local` (what a client computes after training), `extra_bytes` (what else is
-sent), `iterations` (local work per round) or `combine` (the aggregation).
+sent), `iterations` (local work per round) or `combine` (the aggregation). The client's round is
+the Method template (edgefl.methods.base): FedAvgAT gives its model (the global one with the
+client's own BN under FedBN) and objective (`training.objective`).
 
 jFAT and FedAvg-AT agree on IID data, as they should (FedBN only changes which BatchNorm a client
 starts from, and on IID data every client's statistics are alike). On digits
@@ -29,11 +31,10 @@ import math
 import torch
 
 from edgefl.devices.pool import DeviceState
-from edgefl.execution.local import Hooks, TrainSettings, make_optimizer, seed_everything, train_local
-from edgefl.execution.objectives import OBJECTIVES
+from edgefl.execution.objectives import OBJECTIVES, Objective
 from edgefl.methods.aggregate import State, bn_keys, fedavg, keep_local, state_bytes
-from edgefl.methods.base import METHODS, ClientUpdate, Context, Method
-from edgefl.profiling import optimizer_slots
+from edgefl.methods.base import METHODS, ClientModel, ClientPlan, ClientUpdate, Context, Method
+from edgefl.sim.records import optimizer_slots
 from edgefl.sim.workload import Workload
 
 
@@ -61,20 +62,9 @@ class FedAvgAT(Method):
             return t.local_iters
         return epochs_to_iters(t.local_epochs, len(self.ctx.splits[client].train), t.batch_size)
 
-    def hooks(self, round_: int, client: int, start: State) -> Hooks:
-        """Local-training additions for this client, given the model it starts from."""
-        return Hooks()
-
-    def after_local(self, round_: int, client: int, model: torch.nn.Module, update: ClientUpdate) -> None:
-        """What the client computes after training (e.g. control variates, Fisher)."""
-
     def extra_bytes(self, client: int) -> tuple[float, float]:
         """(download, upload) bytes sent beside the model."""
         return 0.0, 0.0
-
-    def optimizer(self, model: torch.nn.Module, round_: int) -> torch.optim.Optimizer:
-        """The local optimizer (the scenario's)."""
-        return make_optimizer(list(model.parameters()), self.ctx.scenario.training, self.ctx.lr(round_))
 
     def extra_flops(self, client: int) -> float:
         """One-off FLOPs a client spends per round beside local training."""
@@ -85,36 +75,32 @@ class FedAvgAT(Method):
         return fedavg([u.state for u in updates], [u.num_samples for u in updates])
 
     # --- method -----------------------------------------------------------------------------
-    def plan(self, round_: int, client: int, state: DeviceState) -> Workload:
+    def plan(self, round_: int, client: int, state: DeviceState) -> ClientPlan:
         t = self.ctx.scenario.training
         attack = self.ctx.attack_for(round_)
         down, up = self.extra_bytes(client)
         pairs, forwards = (self.objective.train_pairs, self.objective.extra_forwards) if attack else (1, 0)
-        return Workload(
+        return ClientPlan(Workload(
             atoms=self.ctx.profile.atoms, batch=t.batch_size, iterations=self.iterations(round_, client),
             attack_steps=attack.steps if attack else 0, slots=self.slots,
             download_bytes=self.model_bytes - self.kept_bytes(client) + down,
             upload_bytes=self.model_bytes + up, train_pairs=pairs, extra_forwards=forwards,
-            extra_flops=self.extra_flops(client))
+            extra_flops=self.extra_flops(client)), attack, self.ctx.lr(round_))
 
     def kept_bytes(self, client: int) -> float:
         """What the client already holds locally (FedBN), so it does not download it."""
         return self.local_bytes if client in self.local_states else 0.0
 
-    def train(self, round_: int, client: int, workload: Workload) -> ClientUpdate:
-        gen = seed_everything(self.ctx.scenario.seed, round_, client)
+    def client_model(self, round_: int, client: int, plan: ClientPlan) -> ClientModel:
+        """The global model, with the client's own BatchNorm under FedBN."""
         model = copy.deepcopy(self.model)
         if client in self.local_states:
             model.load_state_dict(keep_local(model.state_dict(), self.local_states[client], self.local_keys))
-        start = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        x, y = self.ctx.client_data(client)
-        loss = train_local(model, x, y, self.optimizer(model, round_), workload.iterations, workload.batch,
-                           self.ctx.attack_for(round_), gen, self.objective,
-                           self.hooks(round_, client, start), TrainSettings.of(self.ctx.scenario.training))
-        state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        update = ClientUpdate(client, state, len(x), loss)
-        self.after_local(round_, client, model, update)
-        return update
+        return model, {}
+
+    def local_objective(self, model: torch.nn.Module, plan: ClientPlan) -> tuple[torch.nn.Module, Objective]:
+        """The whole model, on `training.objective`."""
+        return model, self.objective
 
     def aggregate(self, round_: int, updates: list[ClientUpdate]) -> None:
         if self.fedbn:

@@ -44,7 +44,7 @@ from edgefl.config import Check, Knobs, knob_section
 from edgefl.data.datasets import to_float
 from edgefl.execution.local import Hooks
 from edgefl.methods.aggregate import State
-from edgefl.methods.base import METHODS, ClientUpdate, Context
+from edgefl.methods.base import METHODS, ClientPlan, ClientUpdate, Context
 from edgefl.methods.fedavg import FedAvgAT
 from edgefl.sim.workload import train_pass_flops
 
@@ -133,7 +133,8 @@ class FedCurvAT(FedAvgAT):
         const = torch.stack([(f[n] * w[n] ** 2).sum() for w, f in others for n in names]).sum()
         return curvature_penalty(self.ctx.scenario.knobs(CurvConfig).lam, f_sum, fw_sum, const)
 
-    def after_local(self, round_: int, client: int, model: nn.Module, update: ClientUpdate) -> None:
+    def after_local(self, round_: int, client: int, model: nn.Module, update: ClientUpdate,
+                    plan: ClientPlan) -> None:
         x, y = self.ctx.client_data(client)
         weights = {n: p.detach().clone() for n, p in model.named_parameters()}
         update.extra["curvature"] = (weights, fisher_diagonal(model, x, y))

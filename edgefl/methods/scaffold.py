@@ -15,7 +15,7 @@ from torch import nn
 
 from edgefl.execution.local import Hooks
 from edgefl.methods.aggregate import State
-from edgefl.methods.base import METHODS, ClientUpdate, Context
+from edgefl.methods.base import METHODS, ClientPlan, ClientUpdate, Context
 from edgefl.methods.fedavg import FedAvgAT
 
 
@@ -28,8 +28,8 @@ class ScaffoldAT(FedAvgAT):
         self.c = {n: torch.zeros_like(p) for n, p in self.model.named_parameters()}
         self.c_local: dict[int, dict[str, torch.Tensor]] = {}
 
-    def optimizer(self, model: nn.Module, round_: int) -> torch.optim.Optimizer:
-        return torch.optim.SGD(model.parameters(), lr=self.ctx.lr(round_),
+    def optimizer(self, model: nn.Module, plan: ClientPlan) -> torch.optim.Optimizer:
+        return torch.optim.SGD(model.parameters(), lr=plan.lr,
                                weight_decay=self.ctx.scenario.training.weight_decay)
 
     def extra_bytes(self, client: int) -> tuple[float, float]:
@@ -47,8 +47,9 @@ class ScaffoldAT(FedAvgAT):
 
         return Hooks(correct=correct)
 
-    def after_local(self, round_: int, client: int, model: nn.Module, update: ClientUpdate) -> None:
-        steps, lr = self.iterations(round_, client), self.ctx.lr(round_)
+    def after_local(self, round_: int, client: int, model: nn.Module, update: ClientUpdate,
+                    plan: ClientPlan) -> None:
+        steps, lr = plan.workload.iterations, plan.lr
         x = dict(self.model.named_parameters())
         ck = self.c_local.get(client, {n: torch.zeros_like(t) for n, t in self.c.items()})
         new = {n: ck[n] - self.c[n] + (x[n].detach() - p.detach()) / (steps * lr)

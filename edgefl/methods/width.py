@@ -37,15 +37,13 @@ from torch import nn
 from edgefl.config import Check, Knobs, knob_section
 from edgefl.devices.pool import DeviceState
 from edgefl.errors import EdgeflError
-from edgefl.execution.local import TrainSettings, seed_everything, train_local
 from edgefl.methods.aggregate import State, state_bytes
-from edgefl.methods.base import ClientUpdate, Context
+from edgefl.methods.base import ClientModel, ClientPlan, ClientUpdate, Context
 from edgefl.methods.fedavg import FedAvgAT
 from edgefl.models.base import AtomModel, Normalize
 from edgefl.models.resnet import BasicBlock
-from edgefl.profiling import ModelProfile, profile_model
-from edgefl.sim.cost import mem_need
-from edgefl.sim.workload import Workload
+from edgefl.profiling import profile_model
+from edgefl.sim.records import ModelProfile
 
 Index = tuple[torch.Tensor, ...]  # kept positions along a global tensor's leading dimensions
 IndexMap = dict[str, Index]  # state key -> its Index; a key not listed is held whole
@@ -263,14 +261,11 @@ class WidthMethod(FedAvgAT):
     """FedAvgAT's local adversarial training on a sub-model sized to the client's memory; each
     subclass picks the channels (`channels`)."""
 
-    state_attrs = ("fractions",)
-
     def __init__(self, ctx: Context) -> None:
         super().__init__(ctx)
         s = ctx.scenario
         check_narrowable(self.model, ctx.where, s.model.name, s.method)
         self.counts = hidden_counts(self.model)
-        self.fractions: dict[int, float] = {}  # client -> r, set by plan for train
         # kept channel counts -> (the sub-model's profile, its state bytes); the whole model's is known
         self.profiles: dict[tuple[int, ...], tuple[ModelProfile, int]] = {
             tuple(self.counts): (ctx.profile, self.model_bytes)}
@@ -279,18 +274,19 @@ class WidthMethod(FedAvgAT):
     def channels(self, count: int, n: int, round_: int, client: int) -> list[int]:
         """The n of `count` channels a client keeps this round."""
 
-    def kept(self, round_: int, client: int) -> Kept:
-        r = self.fractions[client]
+    def kept(self, round_: int, client: int, r: float) -> Kept:
         return {c: torch.tensor(self.channels(c, kept_count(r, c), round_, client), dtype=torch.long)
                 for c in self.counts}
 
-    def plan(self, round_: int, client: int, state: DeviceState) -> Workload:
+    def plan(self, round_: int, client: int, state: DeviceState) -> ClientPlan:
+        """The whole model's plan, narrowed to the width r the client's memory allows."""
         whole = super().plan(round_, client, state)
-        need = mem_need(whole, self.ctx.scenario.cost.accounting)
-        r = self.fractions[client] = width_fraction(state.memory_bytes, need,
-                                                    self.ctx.scenario.knobs(WidthConfig))
+        need = self.ctx.cost.memory_need(whole.workload)
+        r = width_fraction(state.memory_bytes, need, self.ctx.scenario.knobs(WidthConfig))
         profile, nbytes = self.sub_profile(r)
-        return dataclasses.replace(whole, atoms=profile.atoms, download_bytes=nbytes, upload_bytes=nbytes)
+        workload = dataclasses.replace(whole.workload, atoms=profile.atoms, download_bytes=nbytes,
+                                       upload_bytes=nbytes)
+        return dataclasses.replace(whole, workload=workload, fraction=r)
 
     def sub_profile(self, r: float) -> tuple[ModelProfile, int]:
         """The sub-model's profile and state bytes, cached by its kept channel counts (which channels
@@ -303,15 +299,10 @@ class WidthMethod(FedAvgAT):
             self.profiles[counts] = (profile_model(sub.model, name), nbytes)
         return self.profiles[counts]
 
-    def train(self, round_: int, client: int, workload: Workload) -> ClientUpdate:
-        gen = seed_everything(self.ctx.scenario.seed, round_, client)
-        sub = extract(self.model, self.kept(round_, client))
-        x, y = self.ctx.client_data(client)
-        loss = train_local(sub.model, x, y, self.optimizer(sub.model, round_), workload.iterations,
-                           workload.batch, self.ctx.attack_for(round_), gen, self.objective,
-                           settings=TrainSettings.of(self.ctx.scenario.training))
-        state = {k: v.detach().clone() for k, v in sub.model.state_dict().items()}
-        return ClientUpdate(client, state, len(x), loss, {"index": sub.index})
+    def client_model(self, round_: int, client: int, plan: ClientPlan) -> ClientModel:
+        """The sub-model of the planned width, and where its tensors sit in the global ones."""
+        sub = extract(self.model, self.kept(round_, client, plan.fraction))
+        return sub.model, {"index": sub.index}
 
     def combine(self, round_: int, updates: list[ClientUpdate]) -> State:
         return width_average(self.model.state_dict(), [u.state for u in updates],

@@ -1,6 +1,6 @@
-"""Profiling: per-atom FLOPs (fvcore), parameters, activations, and the memory estimators."""
+"""Profiling: measures a real model (fvcore FLOPs, parameters, activations) into the cost model's
+records (edgefl.sim.records)."""
 
-from edgefl.profiling.atoms import AtomProfile, ModelProfile, profile_model
-from edgefl.profiling.memory import mem_req, optimizer_slots, paper_mem_req
+from edgefl.profiling.atoms import profile_model
 
-__all__ = ["AtomProfile", "ModelProfile", "mem_req", "optimizer_slots", "paper_mem_req", "profile_model"]
+__all__ = ["profile_model"]

@@ -1,9 +1,9 @@
 """Per-atom profile of a real model: forward FLOPs from fvcore, parameters, activation sizes.
 
-Each atom also lists its layers (`LayerProfile`): every call of a leaf module in one forward pass,
-and every tensor operator an atom runs outside its leaf modules (a residual block's `out + identity`),
-with the operators each launches, so a compute model can charge per layer kind
-(edgefl.sim.compute).
+This measures a real PyTorch model and fills the plain records the cost model reads
+(edgefl.sim.records: `ModelProfile`, `AtomProfile`, `LayerProfile`): per atom, and per layer
+(every call of a leaf module in one forward pass, and every tensor operator an atom runs outside
+its leaf modules, a residual block's `out + identity`), with the operators each launches.
 
 fvcore counts multiply-accumulates (MACs); a forward pass costs 2 x MACs FLOPs. Activations saved
 for backward are measured, not guessed: every tensor autograd saves during one forward pass of the
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -24,8 +24,8 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from edgefl.models.base import AtomModel
+from edgefl.sim.records import AtomProfile, LayerProfile, ModelProfile
 
-BYTES = 4  # fp32
 WEIGHTED = (nn.Conv2d, nn.Linear, nn.BatchNorm2d, nn.BatchNorm1d)
 KINDS: tuple[tuple[tuple[type[nn.Module], ...], str], ...] = (
     ((nn.Conv1d, nn.Conv2d, nn.Conv3d), "conv"),
@@ -36,67 +36,6 @@ KINDS: tuple[tuple[tuple[type[nn.Module], ...], str], ...] = (
     ((nn.Flatten, nn.Identity), "reshape"),
 )
 ELEMENTWISE = "elementwise"  # any other leaf (input normalisation, dropout) or functional operator
-
-
-@dataclass(frozen=True)
-class LayerProfile:
-    """One layer call in one forward pass, per sample: a leaf module (a module called twice gives
-    two layers, its parameters on the first) or a tensor operator outside any leaf."""
-
-    name: str
-    kind: str  # conv, linear, norm, activation, pool, reshape or elementwise
-    macs: float
-    params: int
-    in_elems: int
-    out_elems: int
-    saved_bytes: float  # bytes autograd saves for backward, first saver of a storage pays
-    ops: int = 1  # tensor operators one forward call launches
-    tensors: int = 0  # parameter tensors (the optimizer steps each one)
-
-
-@dataclass(frozen=True)
-class AtomProfile:
-    """One atom, per sample: MACs, parameters, input/output elements, bytes saved for backward."""
-
-    name: str
-    macs: float
-    params: int
-    in_elems: int
-    out_elems: int
-    saved_bytes: float
-    weighted_in_elems: int  # summed input sizes of its conv/BN/linear layers (release MemReq)
-    out_shape: tuple[int, ...] = ()  # one sample's output
-    # its layers in forward order; == and hash see them through `layers_key`, their hash taken once,
-    # so the cost model's caches keyed by workload stay cheap and still tell layer breakdowns apart
-    layers: tuple[LayerProfile, ...] = field(default=(), compare=False)
-    layers_key: int = field(init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "layers_key", hash(self.layers))
-
-    @property
-    def flops(self) -> float:
-        """Forward FLOPs per sample."""
-        return 2.0 * self.macs
-
-    @property
-    def param_bytes(self) -> int:
-        return BYTES * self.params
-
-
-@dataclass(frozen=True)
-class ModelProfile:
-    name: str
-    atoms: tuple[AtomProfile, ...]
-
-    @property
-    def params(self) -> int:
-        return sum(a.params for a in self.atoms)
-
-    @property
-    def input_bytes(self) -> int:
-        """Bytes of one input sample."""
-        return BYTES * self.atoms[0].in_elems
 
 
 def profile_model(model: AtomModel, name: str = "", batch: int = 2) -> ModelProfile:

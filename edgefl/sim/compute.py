@@ -26,7 +26,7 @@ import functools
 from dataclasses import dataclass
 
 from edgefl.devices.profile import KERNEL_KINDS as KINDS
-from edgefl.profiling.atoms import BYTES, AtomProfile, LayerProfile
+from edgefl.sim.records import BYTES, AtomProfile, LayerProfile
 from edgefl.sim.workload import Workload
 
 FORWARD, INPUT_GRAD, WEIGHT_GRAD = "forward", "input_grad", "weight_grad"

@@ -11,23 +11,26 @@ Two accountings share one interface:
   check the paper's published times: compute 2 x MACs x (1 + T) / perf per batch; when the release's
   MemReq exceeds memory, 4 x (2F + 4P + 2(s-2)P) bytes over the effective bandwidth plus
   0.17 s per storage access; no communication.
+
+The choice is made once, here: whoever needs a memory requirement, a module's MemReq, the round's
+batches or a budget check asks the scenario's cost model (`make_cost_model`), never the accounting.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from edgefl.config import CostConfig
 from edgefl.devices.classes import device_rooflines
 from edgefl.devices.pool import DeviceState
 from edgefl.devices.profile import DeviceProfile
-from edgefl.profiling.atoms import BYTES, AtomProfile
-from edgefl.profiling.memory import mem_req, paper_mem_req, paper_scale
 from edgefl.sim.compute import Rooflines, iteration_of, round_seconds
-from edgefl.sim.swap import Traffic, footprint, walk
+from edgefl.sim.records import BYTES, AtomProfile, mem_req, paper_mem_req, paper_scale
+from edgefl.sim.swap import Traffic, footprint, min_budget, walk
 from edgefl.sim.workload import Workload, train_pass_flops
 
 
@@ -52,20 +55,34 @@ class ClientCost:
 
 
 class CostModel(Protocol):
+    """An accounting: what a round costs, and the memory figures methods plan with."""
+
+    walks: bool  # the swap walk pages what does not fit (edgefl's accounting; False: the release's)
+
     def cost(self, w: Workload, state: DeviceState) -> ClientCost: ...
+
+    def memory_need(self, w: Workload) -> float:
+        """MemReq of a workload, in the estimator this accounting charges."""
+        ...
+
+    def module_need(self, atoms: Sequence[AtomProfile], head: AtomProfile | None, batch: int,
+                    slots: int, classes: int) -> float:
+        """MemReq of training a run of atoms with an optional auxiliary head (FedProphet, Alg. 1)."""
+        ...
+
+    def counted(self, w: Workload, samples: Callable[[], int]) -> Workload:
+        """The workload as this accounting prices it, given the client's training-set size."""
+        ...
+
+    def min_budget(self, w: Workload) -> tuple[float, str]:
+        """The smallest memory the workload runs in at all, and the piece that sets it."""
+        ...
 
 
 def network_seconds(w: Workload, state: DeviceState) -> tuple[float, float]:
     """(download, upload) seconds: bytes over the drawn bandwidth plus one latency each way."""
     return (w.download_bytes / state.down_bps + state.latency_s,
             w.upload_bytes / state.up_bps + state.latency_s)
-
-
-def mem_need(w: Workload, accounting: str) -> float:
-    """MemReq of a workload in the estimator the scenario's cost model charges."""
-    if accounting == "paper":
-        return paper_mem_req(w.atoms, w.batch, w.slots)
-    return mem_req(w.atoms, w.batch, w.slots, adversarial=w.attack_steps > 0)
 
 
 def walk_traffic(w: Workload, budget: float) -> tuple[Traffic, int, int]:
@@ -84,11 +101,29 @@ def _walk(w: Workload, budget: float) -> tuple[Traffic, int, int]:
 class WalkCost:
     """edgefl's default accounting."""
 
+    walks = True
+
     def __init__(self, cfg: CostConfig) -> None:
         self.communication = cfg.communication
 
+    def memory_need(self, w: Workload) -> float:
+        return mem_req(w.atoms, w.batch, w.slots, adversarial=w.attack_steps > 0)
+
+    def module_need(self, atoms: Sequence[AtomProfile], head: AtomProfile | None, batch: int,
+                    slots: int, classes: int) -> float:
+        return mem_req([*atoms, *([head] if head else [])], batch, slots)
+
+    def counted(self, w: Workload, samples: Callable[[], int]) -> Workload:
+        """As it is: every batch is full (fleets may outnumber the samples of a dry run's
+        shapes-only data, so the walk does not ask)."""
+        return w
+
+    def min_budget(self, w: Workload) -> tuple[float, str]:
+        """The largest step of the finest paging schedule (edgefl.sim.swap.min_budget)."""
+        return min_budget(w)
+
     def cost(self, w: Workload, state: DeviceState) -> ClientCost:
-        need = mem_req(w.atoms, w.batch, w.slots, adversarial=w.attack_steps > 0)
+        need = self.memory_need(w)
         traffic, evictions, micro = walk_traffic(w, state.memory_bytes)
         dev = state.device
         access = (traffic.read_bytes / (dev.storage_read_mbps * 1e6)
@@ -172,8 +207,28 @@ class PaperCost:
     batches over those samples.
     """
 
+    walks = False
+
     def __init__(self, cfg: CostConfig) -> None:
         self.access_s = cfg.paper_access_s
+
+    def memory_need(self, w: Workload) -> float:
+        return paper_mem_req(w.atoms, w.batch, w.slots)
+
+    def module_need(self, atoms: Sequence[AtomProfile], head: AtomProfile | None, batch: int,
+                    slots: int, classes: int) -> float:
+        """The release's MemReq of the atoms, plus the head's input, weights and logits."""
+        extra = 0.0 if head is None else BYTES * (
+            batch * (atoms[-1].out_elems + classes) + paper_scale(slots) * head.params)
+        return paper_mem_req(atoms, batch, slots) + extra
+
+    def counted(self, w: Workload, samples: Callable[[], int]) -> Workload:
+        """With the client's sample count: the release charges each epoch's short last batch."""
+        return replace(w, samples=samples())
+
+    def min_budget(self, w: Workload) -> tuple[float, str]:
+        """No minimum: the release's formulas swap any model in any budget."""
+        return 0.0, "no piece"
 
     def cost(self, w: Workload, state: DeviceState) -> ClientCost:
         run = PaperRun.of(w.atoms)

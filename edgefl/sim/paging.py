@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from edgefl.profiling.atoms import BYTES
+from edgefl.sim.records import BYTES
 from edgefl.sim.workload import Workload
 
 

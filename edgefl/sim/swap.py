@@ -22,8 +22,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from edgefl.errors import EdgeflError
-from edgefl.profiling.atoms import BYTES
 from edgefl.sim.paging import Part, Plan, candidates, pinned_bytes, smallest_step, whole_atoms
+from edgefl.sim.records import BYTES
 from edgefl.sim.workload import Workload
 
 Key = tuple[str, int]  # (param | opt | grad | act, piece index)

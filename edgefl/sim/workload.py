@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from edgefl.profiling.atoms import BYTES, AtomProfile
+from edgefl.sim.records import BYTES, AtomProfile
 
 
 @dataclass(frozen=True)

@@ -10,13 +10,14 @@ gives the same features the release caches once per stage switch.
 from __future__ import annotations
 
 import copy
+from typing import cast
 
 import torch
 from torch import nn
 
 from edgefl.attacks import Attack
 from edgefl.attacks.pgd_l2 import PGDL2
-from edgefl.execution.local import FP32, TrainSettings, device_batches
+from edgefl.execution.objectives import Objective
 
 
 class Exit(nn.Module):
@@ -48,28 +49,28 @@ def feature_attack(eps: float, steps: int, lower: float | None) -> PGDL2:
     return attack
 
 
-def train_cascade(
-    prefix: nn.Sequential, exit_: Exit, x: torch.Tensor, y: torch.Tensor,
-    optimizer: torch.optim.Optimizer, iters: int, batch: int, attack: Attack | None, mu: float,
-    gen: torch.Generator, settings: TrainSettings = FP32,
-) -> float:
-    """`iters` adversarial steps on modules m..M_k; returns the mean loss (read once, at the end)."""
-    settings.adopt(x, prefix, exit_)
-    prefix.eval()
-    exit_.train()
-    total = torch.zeros((), device=x.device)
-    for xb, yb in device_batches(x, y, batch, iters, gen, settings):
-        with settings.autocast(x.device):
-            with torch.no_grad():
-                z = prefix(xb)
-            if attack is not None:
-                z = attack(exit_, z, yb)
-            loss = cascade_loss(exit_, z, yb, mu)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        total += loss.detach()
-    return float(total) / iters
+class Cascade(Objective):
+    """Eq. 7 / 11 as a local objective for `train_local` on an Exit (modules m..M_k and the head
+    of M_k): the fixed prefix's features (no gradient, eval mode), attacked on the features when
+    the round has an attack, then `cascade_loss`."""
+
+    def __init__(self, prefix: nn.Sequential, mu: float) -> None:
+        super().__init__()
+        self.prefix, self.mu = prefix, mu
+
+    def fixed(self) -> tuple[nn.Module, ...]:
+        return (self.prefix,)
+
+    def loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, attack: Attack | None) -> torch.Tensor:
+        with torch.no_grad():
+            z = self.prefix(x)
+        if attack is not None:
+            z = attack(model, z, y)
+        return cascade_loss(cast(Exit, model), z, y, self.mu)
+
+    def adversarial_loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor,
+                         attack: Attack) -> torch.Tensor:
+        return self.loss(model, x, y, attack)
 
 
 def output_perturbation(prefix: nn.Sequential, module: nn.Sequential, x: torch.Tensor,

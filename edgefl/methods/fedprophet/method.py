@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -24,10 +25,11 @@ from edgefl.attacks import Attack, make_attack
 from edgefl.data.datasets import to_float
 from edgefl.devices.pool import DeviceState
 from edgefl.errors import EdgeflError
-from edgefl.execution.local import TrainSettings, evaluate, make_optimizer, seed_everything
+from edgefl.execution.local import evaluate
+from edgefl.execution.objectives import Objective
 from edgefl.methods.aggregate import State, bn_keys, keep_local, partial_average, state_bytes
-from edgefl.methods.base import METHODS, ClientUpdate, Context, Method
-from edgefl.methods.fedprophet.cascade import Exit, feature_attack, output_perturbation, train_cascade
+from edgefl.methods.base import METHODS, ClientModel, ClientPlan, ClientUpdate, Context, Method
+from edgefl.methods.fedprophet.cascade import Cascade, Exit, feature_attack, output_perturbation
 from edgefl.methods.fedprophet.coordinator import (
     StageControl,
     accuracy_ratio,
@@ -37,7 +39,7 @@ from edgefl.methods.fedprophet.coordinator import (
 )
 from edgefl.methods.fedprophet.knobs import FedProphetConfig
 from edgefl.methods.fedprophet.partition import aux_head, partition_model
-from edgefl.profiling import optimizer_slots
+from edgefl.sim.records import optimizer_slots
 from edgefl.sim.workload import Workload
 
 
@@ -53,7 +55,7 @@ class Backbone(nn.Module):
 @METHODS.register("fedprophet")
 class FedProphet(Method):
     state_attrs = ("net", "local_states", "m", "stage", "alpha", "eps", "d_star", "lower", "prev_ratio",
-                   "best", "val", "perf_min", "assignment", "final", "switch")
+                   "best", "val", "perf_min", "final", "switch")
     # cascade learning trains each module for `local_iters` PGD-AT steps, as the release does
     ignores = ("training.local_epochs", "training.objective")
 
@@ -63,7 +65,7 @@ class FedProphet(Method):
         self.cfg = s.knobs(FedProphetConfig)
         self.slots = optimizer_slots(s.training.optimizer, s.training.momentum)
         model = ctx.new_model().to(ctx.device)
-        self.need, self.modules = partition_model(ctx.profile, ctx.data.num_classes, s, ctx.where)
+        self.need, self.modules = partition_model(ctx.profile, ctx.data.num_classes, s, ctx.where, ctx.cost)
         self.net = Backbone(model, nn.ModuleDict({
             str(mod.index): aux_head(mod.out_shape, ctx.data.num_classes, self.cfg.head_side)
             for mod in self.modules if mod.head is not None}).to(ctx.device))
@@ -80,7 +82,7 @@ class FedProphet(Method):
         self.best: tuple[State, dict[int, State], float, float, float] | None = None
         self.val = (0.0, 0.0)
         self.perf_min = 0.0
-        self.assignment: dict[int, int] = {}  # client -> M_k this round
+        self.assignment: dict[int, int] = {}  # client -> M_k this round (`planned`, for round_info)
         self.final = False
         self.switch = False  # module m is fixed; the next round starts module m + 1
         self.dry = False  # a dry run: no data to measure d* on
@@ -90,7 +92,6 @@ class FedProphet(Method):
         if self.switch:
             self.next_module(round_)
         self.perf_min = min(s.flops for s in states.values())
-        self.assignment = {}
 
     def last_module(self, state: DeviceState) -> int:
         """DMA (Eq. 12-13) for one client."""
@@ -107,8 +108,9 @@ class FedProphet(Method):
         return assign_modules(m, len(mods), lambda n: self.need(*span(n)) <= state.memory_bytes,
                               flops, state.flops, self.perf_min or state.flops)
 
-    def plan(self, round_: int, client: int, state: DeviceState) -> Workload:
-        last = self.assignment[client] = self.last_module(state)
+    def plan(self, round_: int, client: int, state: DeviceState) -> ClientPlan:
+        """Modules m..M_k (DMA) with the head of M_k, against the module's attack, at its lr."""
+        last = self.last_module(state)
         first, end = self.modules[self.m], self.modules[last]
         head = [end.head] if end.head else []
         keys = self.trained_keys(last)
@@ -116,10 +118,15 @@ class FedProphet(Method):
         held = self.local_keys if client in self.local_states else set()
         attack = self.round_attack(round_)
         t = self.ctx.scenario.training
-        return Workload(
+        workload = Workload(
             atoms=(*self.ctx.profile.atoms[first.start:end.stop], *head), batch=t.batch_size,
             iterations=t.local_iters, attack_steps=attack.steps if attack else 0, slots=self.slots,
             download_bytes=state_bytes(s, keys - held), upload_bytes=state_bytes(s, keys))
+        return ClientPlan(workload, self.client_attack(round_), self.lr(round_), last=last)
+
+    def planned(self, round_: int, plans: Mapping[int, ClientPlan]) -> None:
+        """The round's M_k per client, for `round_info` (max_assigned)."""
+        self.assignment = {k: p.last for k, p in plans.items()}
 
     def trained_keys(self, last: int) -> set[str]:
         """State keys of modules m..last and the head of `last`."""
@@ -129,22 +136,24 @@ class FedProphet(Method):
                 or k.startswith(f"heads.{last}.")}
 
     # --- client training --------------------------------------------------------------------
-    def train(self, round_: int, client: int, workload: Workload) -> ClientUpdate:
-        gen = seed_everything(self.ctx.scenario.seed, round_, client)
-        last = self.assignment[client]
+    def client_model(self, round_: int, client: int, plan: ClientPlan) -> ClientModel:
+        """The backbone and heads, with the client's own BatchNorm under FedBN."""
         net = copy.deepcopy(self.net)
         if client in self.local_states:
             net.load_state_dict(keep_local(net.state_dict(), self.local_states[client], self.local_keys))
-        prefix, exit_ = self.split(net, self.m, last)
-        x, y = self.ctx.client_data(client)
-        t = self.ctx.scenario.training
-        opt = make_optimizer(list(exit_.parameters()), t, self.lr(round_))
-        loss = train_cascade(prefix, exit_, x, y, opt, workload.iterations, workload.batch,
-                             self.client_attack(round_), self.cfg.mu, gen, TrainSettings.of(t))
-        state = {k: v.detach().clone() for k, v in net.state_dict().items()}
-        keys = self.trained_keys(last)
-        return ClientUpdate(client, {k: state[k] for k in keys}, len(x), loss,
-                            {"local": {k: state[k] for k in self.local_keys}})
+        return net, {}
+
+    def local_objective(self, model: nn.Module, plan: ClientPlan) -> tuple[nn.Module, Objective]:
+        """Modules m..M_k with the head of M_k, by cascade learning on the fixed prefix's features."""
+        prefix, exit_ = self.split(cast(Backbone, model), self.m, plan.last)
+        return exit_, Cascade(prefix, self.cfg.mu)
+
+    def after_local(self, round_: int, client: int, model: nn.Module, update: ClientUpdate,
+                    plan: ClientPlan) -> None:
+        """Upload only what was trained; the client keeps its BatchNorm (FedBN)."""
+        state = update.state
+        update.state = {k: state[k] for k in self.trained_keys(plan.last)}
+        update.extra["local"] = {k: state[k] for k in self.local_keys}
 
     def lr(self, round_: int) -> float:
         """The release's schedule: lr0 x decay^(round - module start) x stage_lr_decay^m."""

@@ -20,10 +20,9 @@ from edgefl.config import Scenario
 from edgefl.errors import EdgeflError
 from edgefl.methods.fedprophet.knobs import FedProphetConfig
 from edgefl.models import AtomModel
-from edgefl.profiling import AtomProfile, ModelProfile, mem_req, optimizer_slots, paper_mem_req, profile_model
-from edgefl.profiling.atoms import BYTES
-from edgefl.profiling.memory import paper_scale
-from edgefl.sim.cost import HEAD
+from edgefl.profiling import profile_model
+from edgefl.sim.cost import HEAD, CostModel
+from edgefl.sim.records import AtomProfile, ModelProfile, optimizer_slots
 
 
 def head_side(channels: int, classes: int, min_side: int = 0) -> int:
@@ -49,19 +48,16 @@ def head_profile(out_shape: tuple[int, ...], classes: int, min_side: int = 0) ->
 
 @dataclass(frozen=True)
 class Estimator:
-    """MemReq of training a run of atoms with an optional head, in the scenario's accounting."""
+    """MemReq of training a run of atoms with an optional head, as the scenario's cost model counts
+    it (the `paper` accounting adds the head's input, weights and logits, as the release)."""
 
     batch: int
     slots: int
-    accounting: str  # walk | paper
     classes: int
+    cost: CostModel
 
     def __call__(self, atoms: Sequence[AtomProfile], head: AtomProfile | None) -> float:
-        if self.accounting == "paper":  # the release adds the head's input, weights and logits
-            extra = 0.0 if head is None else BYTES * (
-                self.batch * (atoms[-1].out_elems + self.classes) + paper_scale(self.slots) * head.params)
-            return paper_mem_req(atoms, self.batch, self.slots) + extra
-        return mem_req([*atoms, *([head] if head else [])], self.batch, self.slots)
+        return self.cost.module_need(atoms, head, self.batch, self.slots, self.classes)
 
 
 @dataclass(frozen=True)
@@ -107,11 +103,12 @@ def _module(n: int, a: int, b: int, atoms: Sequence[AtomProfile], heads: Sequenc
                   atoms[b - 1].out_shape, head)
 
 
-def partition_model(profile: ModelProfile, classes: int, s: Scenario,
-                    where: str) -> tuple[Estimator, list[Module]]:
-    """Partition a profiled model with the scenario's batch, optimizer, accounting, R_min and heads."""
+def partition_model(profile: ModelProfile, classes: int, s: Scenario, where: str,
+                    cost: CostModel) -> tuple[Estimator, list[Module]]:
+    """Partition a profiled model with the scenario's batch, optimizer, R_min and heads, in the
+    cost model's MemReq (its swap walk pages an atom that does not fit alone)."""
     need = Estimator(s.training.batch_size, optimizer_slots(s.training.optimizer, s.training.momentum),
-                     s.cost.accounting, classes)
+                     classes, cost)
     heads = [head_profile(a.out_shape, classes, s.knobs(FedProphetConfig).head_side) for a in profile.atoms]
     return need, partition(profile.atoms, heads, need, s.fleet.reserved_memory_mb * 1e6, where,
-                           paged=s.cost.accounting == "walk")
+                           paged=cost.walks)
