@@ -8,11 +8,10 @@ evaluate, and append a row to metrics.csv and the clients' rows to clients.csv.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import platform
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
@@ -49,8 +48,10 @@ from edgefl.runlog import (
     pending_path,
     read_rows,
 )
+from edgefl.sim.bulk import Pricer
 from edgefl.sim.cost import make_cost_model
-from edgefl.sim.engine import ClientRecord, Federation, RoundRecord, Span, round_spans
+from edgefl.sim.engine import Federation, Span
+from edgefl.sim.rounds import RoundTable, bulk_round, client_columns, each_round, event_columns, metrics_row
 from edgefl.sim.swap import min_budget
 from edgefl.sim.workload import Workload
 
@@ -60,7 +61,6 @@ CLIENTS = ["round", "client", "device", "app", "network", "flops", "mem_avail_by
            "swapped", "compute_s", "data_access_s", "download_s", "upload_s", "wait_s",
            "finish_s", "read_bytes", "write_bytes", "real_compute_s"]
 EVENTS = ["round", "client", "phase", "start_s", "end_s"]  # events.csv: the spans of trace.json
-CHUNK = 8192  # rows rendered and written at a time (a Parquet row group)
 
 
 @dataclass
@@ -71,6 +71,7 @@ class Experiment:
     pool: DevicePool
     method: Method
     dry_run: bool = False  # engine and cost model only: no data, no training, no accuracy
+    bulk: bool = True  # rounds drawn, planned and priced as arrays (False: client by client, the reference)
 
 
 def prepare(scenario: Scenario, where: str, dry_run: bool = False) -> Experiment:
@@ -196,7 +197,7 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
         rundir.write_marker(out, "run", fingerprint)
         write_file(out / "scenario.toml", text)
     evaluator = None if exp.dry_run else Evaluator(exp)
-    cost_model = make_cost_model(s.cost)
+    pricer = Pricer(make_cost_model(s.cost), exp.pool, lambda k, w: _counted(exp, k, w))
     fed, rows, first = Federation(), [], 0
     if saved:
         rows, first = saved.state["rows"], saved.state["next_round"]
@@ -217,19 +218,18 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
         for t in bar:
             if exp.method.finished():  # ended before its last round (FedProphet's last module)
                 break
-            record, loss, real = _round(exp, executor, fed, cost_model, t)
-            row = _metrics_row(record, loss, exp.method.round_info())
+            table, loss, real = _round(exp, executor, fed, pricer, t)
+            row = metrics_row(table, loss, exp.method.round_info())
             last = t + 1 == s.rounds or exp.method.finished()
             if evaluator and ((t + 1) % s.evaluation.every == 0 or last):
                 row.update(evaluator(exp.method.global_model()))
                 bar.set_postfix(clean=f"{row['clean_acc']:.3f}", adv=f"{row['adv_acc']:.3f}",
                                 sim_h=f"{fed.now / 3600:.2f}")
             metrics.write([row])
-            for part in _chunks(record.clients):
-                clients.write([_client_row(c, real.get(c.client, "")) for c in part])
-            for spans in _chunks(round_spans(record)):
-                events.write([_event_row(x) for x in spans])
-                sample.add(spans)  # nothing is kept across rounds but the trace's sample
+            clients.write_columns(client_columns(table, exp.pool, real))
+            spans = event_columns(table)
+            events.write_columns(spans)
+            sample.add_columns(spans)  # nothing is kept across rounds but the trace's sample
             rows.append(row)
             if not exp.dry_run and s.checkpoint_every and ((t + 1) % s.checkpoint_every == 0 or last):
                 checkpoint.save(out, {"next_round": t + 1, "method": exp.method.state(), "rows": rows,
@@ -353,24 +353,25 @@ def _counted(exp: Experiment, client: int, w: Workload) -> Workload:
     return replace(w, samples=len(exp.ctx.splits[client].train))
 
 
-def _round(exp: Experiment, executor: Executor, fed: Federation, cost_model: Any,
-           t: int) -> tuple[RoundRecord, float | str, dict[int, float]]:
-    """The round's record, its mean training loss and each client's measured training seconds."""
+def _round(exp: Experiment, executor: Executor, fed: Federation, pricer: Pricer,
+           t: int) -> tuple[RoundTable, float | str, np.ndarray]:
+    """The round's table, its mean training loss and each client's measured training seconds (NaN
+    where none was measured)."""
     s, m = exp.scenario, exp.method
-    states = {k: exp.pool.state(k, t) for k in exp.pool.sample_clients(t)}
-    m.begin_round(t, states)
-    plans = {k: m.plan(t, k, state) for k, state in states.items()}
-    jobs = [(k, state, cost_model.cost(_counted(exp, k, plans[k]), state)) for k, state in states.items()]
-    server_s = s.cost.server_s + m.server_flops(t) / (s.cost.server_gflops * 1e9)
-    record = fed.run_round(t, jobs, server_s)
+    def server_s() -> float:
+        return s.cost.server_s + m.server_flops(t) / (s.cost.server_gflops * 1e9)
+
+    table = (bulk_round if exp.bulk else each_round)(exp.pool, m, pricer, fed, t, server_s)
+    clients = table.states.clients.tolist()
     if exp.dry_run:
-        m.skip(t, list(states))
-        return record, "", {}
-    updates = executor.train(t, plans)
+        m.skip(t, clients)
+        return table, "", np.full(len(clients), np.nan)
+    updates = executor.train(t, {k: table.plan.workload(i) for i, k in enumerate(clients)})
     seed_everything(s.seed, t, -1)  # the server's stream: the same wherever the clients trained
     m.aggregate(t, updates)
-    return (record, round(sum(u.loss for u in updates) / len(updates), 5),
-            {u.client: u.real_compute_s for u in updates})
+    measured = {u.client: u.real_compute_s for u in updates}
+    return (table, round(sum(u.loss for u in updates) / len(updates), 5),
+            np.array([measured.get(k, np.nan) for k in clients]))
 
 
 def output_format(s: Scenario) -> str:
@@ -386,42 +387,10 @@ def _log(out: Path, name: str, columns: list[str], kept: dict[str, bytes]) -> Cs
     return CsvLog(out / name, columns, kept.get(name))
 
 
-def _chunks(items: Iterable[Any]) -> Iterator[list[Any]]:
-    """`items` CHUNK at a time."""
-    it = iter(items)
-    while part := list(itertools.islice(it, CHUNK)):
-        yield part
-
-
-def _event_row(x: Span) -> dict[str, Any]:
-    return {"round": x.round, "client": x.client, "phase": x.phase, "start_s": x.start_s, "end_s": x.end_s}
-
-
 def _span(row: dict[str, str]) -> Span:
     """A span back from events.csv (floats round-trip exactly through their repr)."""
     return Span(int(row["round"]), int(row["client"]), row["phase"], float(row["start_s"]),
                 float(row["end_s"]))
-
-
-def _metrics_row(r: RoundRecord, loss: float | str, info: dict[str, Any]) -> dict[str, Any]:
-    """The straggler's breakdown: compute + data access + comm + server = the round's time."""
-    c = r.straggler.cost
-    return {"round": r.round, "sim_time_s": r.end_s, "round_time_s": r.duration_s,
-            "compute_s": c.compute_s, "data_access_s": c.data_access_s, "comm_s": c.comm_s,
-            "wait_s": sum(x.wait_s for x in r.clients) / len(r.clients), "server_s": r.server_s,
-            "clients": len(r.clients), "swapped": sum(x.cost.swapped for x in r.clients),
-            "train_loss": loss, "clean_acc": "", "adv_acc": "", **info}
-
-
-def _client_row(c: ClientRecord, real_compute_s: float | str) -> dict[str, Any]:
-    st, co = c.state, c.cost
-    return {"round": c.round, "client": c.client, "device": st.device.name, "app": st.app,
-            "network": st.network, "flops": st.flops, "mem_avail_bytes": int(st.memory_bytes),
-            "mem_req_bytes": int(co.mem_req_bytes), "swapped": int(co.swapped),
-            "compute_s": co.compute_s, "data_access_s": co.data_access_s,
-            "download_s": co.download_s, "upload_s": co.upload_s, "wait_s": c.wait_s,
-            "finish_s": c.finish_s, "read_bytes": int(co.read_bytes),
-            "write_bytes": int(co.write_bytes), "real_compute_s": real_compute_s}
 
 
 def _summary(exp: Experiment, rows: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:

@@ -39,7 +39,7 @@ def test_the_streamed_events_are_the_per_client_engines_spans(tmp_path: Path) ->
     out = dry(tmp_path / "csv", "output.format=csv")
     s = load_scenario(QUICKSTART, ["rounds=3", "fleet.clients=40"])
     exp = prepare(s, str(QUICKSTART), dry_run=True)
-    fed, cost_model, expected, m = Federation(bulk=False), make_cost_model(s.cost), [], exp.method
+    fed, cost_model, expected, m = Federation(), make_cost_model(s.cost), [], exp.method
     for t in range(3):  # the experiment's round, with the reference engine
         states = {k: exp.pool.state(k, t) for k in exp.pool.sample_clients(t)}
         m.begin_round(t, states)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +17,7 @@ from edgefl.devices.pool import DeviceState
 from edgefl.models import AtomModel
 from edgefl.profiling import ModelProfile
 from edgefl.registry import Registry
+from edgefl.sim.bulk import RoundPlan
 from edgefl.sim.workload import Workload
 from edgefl.snapshot import plain, restore
 
@@ -88,12 +89,17 @@ class Method(ABC):
         for name in self.state_names():
             setattr(self, name, restore(getattr(self, name), state[name], self.ctx.device))
 
-    def begin_round(self, round_: int, states: dict[int, DeviceState]) -> None:  # noqa: B027
+    def begin_round(self, round_: int, states: Mapping[int, DeviceState]) -> None:  # noqa: B027
         """Called with every selected client's state before any `plan` of the round."""
 
     @abstractmethod
     def plan(self, round_: int, client: int, state: DeviceState) -> Workload:
         """What the client runs this round, for the cost model."""
+
+    def plan_round(self, round_: int, clients: np.ndarray, states: Mapping[int, DeviceState]) -> RoundPlan:
+        """Every selected client's workload: `plan` client by client (a method may plan in bulk,
+        equal to this)."""
+        return grouped([self.plan(round_, k, states[k]) for k in clients.tolist()])
 
     @abstractmethod
     def train(self, round_: int, client: int, workload: Workload) -> ClientUpdate:
@@ -122,6 +128,13 @@ class Method(ABC):
     def round_info(self) -> dict[str, Any]:
         """Per-method state recorded in metrics.csv (e.g. a module index)."""
         return {}
+
+
+def grouped(workloads: Sequence[Workload]) -> RoundPlan:
+    """Per-client workloads as a RoundPlan of the distinct ones."""
+    index: dict[Workload, int] = {}
+    which = np.array([index.setdefault(w, len(index)) for w in workloads], dtype=np.int64)
+    return RoundPlan(list(index), which)
 
 
 METHODS: Registry[Callable[[Context], Method]] = Registry("method")  # a class or a factory

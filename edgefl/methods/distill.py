@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import copy
 from abc import abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 import torch
@@ -176,7 +176,7 @@ class DistillAT(FedAvgAT):
         """What the server does after distilling (nothing here)."""
 
     # --- planning ---------------------------------------------------------------------------
-    def begin_round(self, round_: int, states: dict[int, DeviceState]) -> None:
+    def begin_round(self, round_: int, states: Mapping[int, DeviceState]) -> None:
         self.members = {}
 
     def plan(self, round_: int, client: int, state: DeviceState) -> Workload:

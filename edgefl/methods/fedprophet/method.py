@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -86,7 +87,7 @@ class FedProphet(Method):
         self.dry = False  # a dry run: no data to measure d* on
 
     # --- planning ---------------------------------------------------------------------------
-    def begin_round(self, round_: int, states: dict[int, DeviceState]) -> None:
+    def begin_round(self, round_: int, states: Mapping[int, DeviceState]) -> None:
         if self.switch:
             self.next_module(round_)
         self.perf_min = min(s.flops for s in states.values())
