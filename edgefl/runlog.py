@@ -44,7 +44,7 @@ EVENT_TYPES = {"round": pa.int64(), "client": pa.int64(), "phase": pa.string(), 
                "end_s": pa.float64()}
 LOGS = ("clients", "events")  # the per-client logs, whose format follows `output.format`
 ROW_GROUP = 8192  # rows per Parquet row group
-Columns = dict[str, np.ndarray]  # rows as columns: numbers, text as object arrays, NaN = not measured
+Columns = dict[str, np.ndarray | pa.Array]  # rows as columns: numbers (NaN: not measured), text in Arrow
 
 
 def log_format(fmt: str, parquet_above: int, client_rounds: int) -> str:
@@ -105,7 +105,7 @@ class CsvLog:
 
     def write_columns(self, columns: Columns) -> None:
         """Append rows given as columns."""
-        self._append(self._render(zip(*(_cells(columns[c]) for c in self.columns), strict=True)))
+        self._append(self._render(zip(*(cells(columns[c]) for c in self.columns), strict=True)))
 
     def _append(self, payload: bytes) -> None:
         self.file.append(payload)
@@ -169,7 +169,8 @@ class ParquetLog:
         if self.writer is None:
             self._open()
         assert self.writer is not None
-        arrays = [pa.array(columns[f.name], type=f.type, from_pandas=True) for f in self.schema]
+        arrays = [c if isinstance(c := columns[f.name], pa.Array) else pa.array(c, f.type, from_pandas=True)
+                  for f in self.schema]
         try:
             self.writer.write_table(pa.Table.from_arrays(arrays, schema=self.schema), ROW_GROUP)
         except OSError as exc:
@@ -219,12 +220,15 @@ def pending_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.sealed.tmp")
 
 
-def _cells(column: np.ndarray) -> list[Any]:
-    """A column's CSV cells: Python numbers and text, NaN (not measured) empty."""
-    cells = column.tolist()
-    if column.dtype.kind == "f" and np.isnan(column).any():
-        return ["" if v != v else v for v in cells]
-    return cells
+def cells(column: np.ndarray | pa.Array, rows: np.ndarray | None = None) -> list[Any]:
+    """A column's cells (those at `rows`, or all) as Python numbers and text, NaN (not measured) empty."""
+    if isinstance(column, pa.Array):
+        return (column if rows is None else column.take(rows)).to_pylist()
+    picked = column if rows is None else column[rows]
+    values = picked.tolist()
+    if picked.dtype.kind == "f" and np.isnan(picked).any():
+        return ["" if v != v else v for v in values]
+    return values
 
 
 def _hash(path: Path) -> tuple[str, int]:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from edgefl.devices.pool import TRACE, rng
-from edgefl.runlog import Columns
+from edgefl.runlog import Columns, cells
 from edgefl.sim.engine import Span
 
 
@@ -54,7 +54,7 @@ class TraceSample:
     def add_columns(self, events: Columns) -> None:
         """The sample's spans among a round's events, given as columns."""
         rows = np.flatnonzero(np.isin(events["client"], self.clients))
-        picked = [events[c][rows].tolist() for c in ("round", "client", "phase", "start_s", "end_s")]
+        picked = [cells(events[c], rows) for c in ("round", "client", "phase", "start_s", "end_s")]
         self.spans.extend(Span(*x) for x in zip(*picked, strict=True))
 
     def trace(self, devices: Sequence[str]) -> dict[str, Any]:

@@ -199,6 +199,8 @@ class Pricer:
 
     def _compute(self, w: Workload, kind: np.ndarray, micro: np.ndarray) -> np.ndarray:
         """Full-speed compute seconds per client, one roofline sum per (device kind, micro)."""
-        pairs, inverse = np.unique(np.stack([kind, micro]), axis=1, return_inverse=True)
-        full = [_full_speed_seconds(w, _rooflines(self.pool.kinds[k]), int(m)) for k, m in pairs.T]
-        return np.array(full)[inverse.reshape(-1)]
+        base = w.batch + 1  # micro-batches divide the batch
+        pairs, inverse = np.unique(kind * base + micro, return_inverse=True)
+        full = [_full_speed_seconds(w, _rooflines(self.pool.kinds[k]), int(m))
+                for k, m in zip(*divmod(pairs, base), strict=True)]
+        return np.array(full)[inverse]

@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from edgefl.devices.pool import DevicePool, StateMap, States
 from edgefl.methods.base import Method, grouped
+from edgefl.runlog import Columns
 from edgefl.sim.bulk import Costs, Pricer, RoundPlan
 from edgefl.sim.engine import PHASES, Federation
-
-Columns = dict[str, np.ndarray]  # a log's rows as columns (text columns as object arrays)
 
 
 @dataclass
@@ -78,9 +78,10 @@ def each_round(pool: DevicePool, method: Method, pricer: Pricer, fed: Federation
                       np.array([c.wait_s for c in r.clients]))
 
 
-def names(codes: np.ndarray, table: list[str]) -> np.ndarray:
-    """Text from codes into `table`, as an object array."""
-    return np.array(table, dtype=object)[codes]
+def names(codes: np.ndarray, table: list[str]) -> pa.Array:
+    """Text from codes into `table` (an Arrow string array)."""
+    return pa.DictionaryArray.from_arrays(pa.array(codes, pa.int32()), pa.array(table, pa.string())).cast(
+        pa.string())
 
 
 def client_columns(r: RoundTable, pool: DevicePool, real_compute_s: np.ndarray) -> Columns:
@@ -110,8 +111,8 @@ def event_columns(r: RoundTable) -> Columns:
     last = np.full(len(waiting), r.finish_s[r.straggler])
     return {"round": np.full(4 * n + len(waiting), r.round),
             "client": np.concatenate([np.repeat(r.states.clients, 4), r.states.clients[waiting]]),
-            "phase": np.concatenate([np.tile(np.array(PHASES, dtype=object), n),
-                                     np.full(len(waiting), "wait", dtype=object)]),
+            "phase": names(np.concatenate([np.tile(np.arange(4), n), np.full(len(waiting), 4)]),
+                           [*PHASES, "wait"]),
             "start_s": np.concatenate([np.stack(starts, axis=1).reshape(-1), r.finish_s[waiting]]),
             "end_s": np.concatenate([np.stack(ends, axis=1).reshape(-1), last])}
 
