@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import itertools
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -15,10 +16,26 @@ from edgefl.devices.pool import DeviceState
 from edgefl.devices.profile import DeviceProfile
 from edgefl.experiment import prepare, run
 from edgefl.sim.cost import ClientCost, make_cost_model
-from edgefl.sim.engine import PHASES, Federation, round_spans
+from edgefl.sim.engine import PHASES, Federation, RoundRecord, Span
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "scenarios" / "quickstart.toml"
+
+def round_spans(record: RoundRecord) -> Iterator[Span]:
+    """The per-client path's spans, as events.csv lays them out (edgefl.sim.rounds.event_columns):
+    each client's phases back to back from the round's start (clients in order), then each waiting
+    client's wait until the straggler's upload ends."""
+    for r in record.clients:
+        c, start = r.cost, record.start_s
+        for phase, seconds in zip(PHASES, (c.download_s, c.data_access_s, c.compute_s, c.upload_s),
+                                  strict=True):
+            yield Span(r.round, r.client, phase, start, start + seconds)
+            start += seconds
+    last = max(r.finish_s for r in record.clients)
+    for r in record.clients:
+        if r.wait_s > 0:
+            yield Span(r.round, r.client, "wait", r.finish_s, last)
+
 
 DEV = DeviceProfile(name="toy", description="", source="hand", memory_mb=1.0, compute_gflops=1.0,
                     storage_read_mbps=1.0, storage_write_mbps=1.0, storage_latency_ms=0.0)
@@ -94,7 +111,7 @@ def test_play_and_the_per_client_processes_give_the_same_times_to_the_bit(server
     cost_model = make_cost_model(scenario.cost)
     bulk, each = Federation(1234.5678), Federation(1234.5678)
     for t in range(3):
-        states = {k: exp.pool.state(k, t) for k in exp.pool.sample_clients(t)}
+        states = {k: exp.pool.state(k, t) for k in exp.pool.sampled(t).tolist()}
         jobs = [(k, st, cost_model.cost(exp.method.plan(t, k, st), st)) for k, st in states.items()]
         phases = [np.array([getattr(c, f) for _, _, c in jobs])
                   for f in ("download_s", "data_access_s", "compute_s", "upload_s")]

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 from test_cli import one_error_line
+from test_engine import round_spans
 from test_safety import QUICKSTART, SMALL, full_disk, nth, sets
 
 from edgefl import rundir
@@ -25,7 +26,7 @@ from edgefl.report.compare import load_run
 from edgefl.report.trace import trace_sample
 from edgefl.runlog import log_format, read_rows
 from edgefl.sim.cost import make_cost_model
-from edgefl.sim.engine import Federation, round_spans
+from edgefl.sim.engine import Federation
 
 
 def dry(out: Path, *overrides: str) -> Path:
@@ -41,7 +42,7 @@ def test_the_streamed_events_are_the_per_client_engines_spans(tmp_path: Path) ->
     exp = prepare(s, str(QUICKSTART), dry_run=True)
     fed, cost_model, expected, m = Federation(), make_cost_model(s.cost), [], exp.method
     for t in range(3):  # the experiment's round, with the reference engine
-        states = {k: exp.pool.state(k, t) for k in exp.pool.sample_clients(t)}
+        states = {k: exp.pool.state(k, t) for k in exp.pool.sampled(t).tolist()}
         m.begin_round(t, states)
         jobs = [(k, st, cost_model.cost(m.plan(t, k, st), st)) for k, st in states.items()]
         expected += [{"round": str(x.round), "client": str(x.client), "phase": x.phase,

@@ -140,12 +140,8 @@ class DevicePool:
         devices = sorted({d.name: d for d in self.devices}.values(), key=lambda d: d.name)
         return used_files(self.catalog, devices, self.apps)
 
-    def sample_clients(self, round_: int) -> list[int]:
-        """The clients selected in a round (a fraction of the population, at least one)."""
-        return self.sampled(round_).tolist()
-
     def sampled(self, round_: int) -> np.ndarray:
-        """The clients selected in a round, ascending, as an array."""
+        """The clients selected in a round (a fraction of the population, at least one), ascending."""
         n = selected_per_round(self.fleet)
         return np.sort(rng(self.seed, SAMPLE, round_).choice(self.fleet.clients, size=n, replace=False))
 

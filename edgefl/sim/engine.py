@@ -8,13 +8,12 @@ Two paths play a round with the same times, to the bit. `play` (the bulk path) t
 costs as arrays, computes every client's finish time in one pass, exactly as SimPy's clock adds it,
 and waits once for the straggler: a fleet's round costs one event, not one process per client.
 `run_round` (the per-client path) runs one SimPy process per client; it is the reference the bulk
-path is tested against. A round's spans (one per phase, and a wait) are made on demand by
-`round_spans`, so a round keeps no list of them.
+path is tested against.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -117,18 +116,3 @@ def busy_end(start: Any, *phases: Any) -> Any:
     for seconds in phases:
         start = start + seconds
     return start
-
-
-def round_spans(record: RoundRecord) -> Iterator[Span]:
-    """The round's spans: each client's phases back to back from the round's start (clients in order),
-    then each waiting client's wait until the straggler's upload ends."""
-    for r in record.clients:
-        c, start = r.cost, record.start_s
-        for phase, seconds in zip(PHASES, (c.download_s, c.data_access_s, c.compute_s, c.upload_s),
-                                  strict=True):
-            yield Span(r.round, r.client, phase, start, start + seconds)
-            start += seconds
-    last = max(r.finish_s for r in record.clients)
-    for r in record.clients:
-        if r.wait_s > 0:
-            yield Span(r.round, r.client, "wait", r.finish_s, last)
