@@ -124,7 +124,9 @@ def test_the_fedavg_family_plans_in_bulk_as_client_by_client(overrides: list[str
 
 @pytest.mark.parametrize(("scenario", "overrides"), [
     (QUICKSTART, ["output.format=csv"]), (QUICKSTART, ["output.format=parquet"]),
-    (FEDPROPHET, []), (QUICKSTART, ["cost.accounting=paper", "training.local_epochs=1"])])
+    (FEDPROPHET, []), (QUICKSTART, ["cost.accounting=paper", "training.local_epochs=1"]),
+    *((ROOT / "scenarios" / f"{name}-digits.toml", []) for name in ("gma", "heterofl", "feddf")),
+    (ROOT / "scenarios" / "feddynat-digits.toml", ["fleet.clients=12"])])  # its skewed split: few clients
 def test_bulk_and_per_client_runs_write_the_same_files(tmp_path: Path, scenario: Path,
                                                       overrides: list[str]) -> None:
     outs = []
