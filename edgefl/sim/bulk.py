@@ -173,11 +173,8 @@ class Pricer:
         """WalkCost.cost of workload `w` for the clients at `rows`, as columns."""
         key = walk_key(w)
         index = self.walks.setdefault(key, WalkIndex(key))
-        budgets = s.memory_bytes[rows]
-        fits = footprint(w) <= budgets  # as walk_traffic: the whole footprint walks as at infinity
-        ids = np.empty(len(rows), dtype=np.int64)
-        ids[fits] = index.walk(math.inf)
-        ids[~fits] = index.lookup(budgets[~fits])
+        budgets = s.memory_bytes[rows]  # as walk_traffic: the whole footprint walks as at infinity
+        ids = index.lookup(np.where(footprint(w) <= budgets, math.inf, budgets))
         results = index.results
         read = np.array([r[0].read_bytes for r in results])[ids]
         write = np.array([r[0].write_bytes for r in results])[ids]
