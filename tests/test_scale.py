@@ -85,8 +85,8 @@ def test_the_trace_sample_is_bounded_and_seeded(tmp_path: Path) -> None:
 
 def test_a_fleet_too_large_for_memory_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     fleet = FleetConfig(clients=10_000_000, sample_fraction=0.5)
-    # need 1e7 x 160 + 5e6 x 4000 = 21.6e9 bytes; at most 1e9 / (160 + 0.5 x 4000) = 462,962 clients
-    with pytest.raises(EdgeflError, match=r"about 21\.6 GB .* use at most 462,962 clients"):
+    # need 1e7 x 160 + 5e6 x 1500 = 9.1e9 bytes; at most 1e9 / (160 + 0.5 x 1500) = 1,098,901 clients
+    with pytest.raises(EdgeflError, match=r"about 9\.1 GB .* use at most 1,098,901 clients"):
         check_fleet_memory(fleet, "here", available=1e9)
     check_fleet_memory(FleetConfig(clients=400_000, sample_fraction=0.5), "here", available=1e9)
     assert main(["run", str(QUICKSTART), "--dry-run", "--set", "fleet.clients=1000000000"]) == 2
