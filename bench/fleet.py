@@ -13,9 +13,9 @@ and the peak memory.
 On this 2-core machine, quickstart, sample fraction 0.5 (one case per command, on a quiet machine):
 
       clients rounds  client-rounds  prepare s    run s  total s  c-r/s run  c-r/s total  peak MB  written MB
-        10000     10          50000       0.04     1.22     1.25      41109        39941      636        23.5
-       100000    100        5000000       0.03    12.04    12.07     415280       414317      785       715.7
-      1000000     10        5000000       0.10    11.46    11.56     436182       432488     1270       726.0
+        10000     10          50000       0.02     1.01     1.03      49665        48660      635        23.5
+       100000    100        5000000       0.03    11.64    11.66     429679       428720      784       715.7
+      1000000     10        5000000       0.10    11.53    11.63     433547       429802     1254       726.0
 
 (10k x 10 writes CSV, below `output.parquet_above`; the others Parquet.) Before the bulk engine
 (commit 17fa3ce: every client drew from its own NumPy generator and was priced by its own swap walk),
