@@ -22,10 +22,11 @@ import hashlib
 import io
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -42,6 +43,8 @@ CLIENT_TYPES = {"round": pa.int64(), "client": pa.int64(), "device": pa.string()
 EVENT_TYPES = {"round": pa.int64(), "client": pa.int64(), "phase": pa.string(), "start_s": pa.float64(),
                "end_s": pa.float64()}
 LOGS = ("clients", "events")  # the per-client logs, whose format follows `output.format`
+ROW_GROUP = 8192  # rows per Parquet row group
+Columns = dict[str, np.ndarray | pa.Array]  # rows as columns: numbers (NaN: not measured), text in Arrow
 
 
 def log_format(fmt: str, parquet_above: int, client_rounds: int) -> str:
@@ -59,7 +62,7 @@ def log_names(fmt: str) -> dict[str, str]:
 class Log(Protocol):
     path: Path
 
-    def write(self, rows: list[dict[str, Any]]) -> None: ...
+    def write_columns(self, columns: Columns) -> None: ...
 
     def seal(self) -> list[Any]: ...
 
@@ -88,16 +91,23 @@ class CsvLog:
         """The rows this log started from."""
         return csv.DictReader(io.StringIO(self.data.decode(), newline=""))
 
-    def _render(self, rows: list[dict[str, Any]], header: bool = False) -> bytes:
+    def _render(self, rows: Iterable[Iterable[Any]], header: bool = False) -> bytes:
         text = io.StringIO(newline="")
-        writer = csv.DictWriter(text, self.columns)
+        writer = csv.writer(text)
         if header:
-            writer.writeheader()
+            writer.writerow(self.columns)
         writer.writerows(rows)
         return text.getvalue().encode()
 
     def write(self, rows: list[dict[str, Any]]) -> None:
-        payload = self._render(rows)
+        """Append rows given as dicts (every column)."""
+        self._append(self._render([r[c] for c in self.columns] for r in rows))
+
+    def write_columns(self, columns: Columns) -> None:
+        """Append rows given as columns."""
+        self._append(self._render(zip(*(cells(columns[c]) for c in self.columns), strict=True)))
+
+    def _append(self, payload: bytes) -> None:
         self.file.append(payload)
         self.digest.update(payload)
         self.length += len(payload)
@@ -154,12 +164,15 @@ class ParquetLog:
         except OSError as exc:
             raise WriteFailed(self.path, exc) from None
 
-    def write(self, rows: list[dict[str, Any]]) -> None:
+    def write_columns(self, columns: Columns) -> None:
+        """Append rows given as columns (NaN is null), in row groups of ROW_GROUP rows."""
         if self.writer is None:
             self._open()
         assert self.writer is not None
+        arrays = [c if isinstance(c := columns[f.name], pa.Array) else pa.array(c, f.type, from_pandas=True)
+                  for f in self.schema]
         try:
-            self.writer.write_table(pa.Table.from_pylist(_nulls(rows), schema=self.schema))
+            self.writer.write_table(pa.Table.from_arrays(arrays, schema=self.schema), ROW_GROUP)
         except OSError as exc:
             raise WriteFailed(self.path, exc) from None
 
@@ -207,9 +220,15 @@ def pending_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.sealed.tmp")
 
 
-def _nulls(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Empty cells (a dry run's unmeasured time) as Parquet nulls."""
-    return [{k: (None if v == "" else v) for k, v in r.items()} for r in rows]
+def cells(column: np.ndarray | pa.Array, rows: np.ndarray | None = None) -> list[Any]:
+    """A column's cells (those at `rows`, or all) as Python numbers and text, NaN (not measured) empty."""
+    if isinstance(column, pa.Array):
+        return (column if rows is None else column.take(rows)).to_pylist()
+    picked = column if rows is None else column[rows]
+    values = picked.tolist()
+    if picked.dtype.kind == "f" and np.isnan(picked).any():
+        return ["" if v != v else v for v in values]
+    return values
 
 
 def _hash(path: Path) -> tuple[str, int]:

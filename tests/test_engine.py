@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import csv
 import itertools
+from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 from test_fidelity import simulated_rows
 
@@ -14,10 +16,26 @@ from edgefl.devices.profile import DeviceProfile
 from edgefl.experiment import prepare, run
 from edgefl.scenario import load_scenario
 from edgefl.sim.cost import ClientCost, make_cost_model
-from edgefl.sim.engine import PHASES, Federation, round_spans
+from edgefl.sim.engine import PHASES, Federation, RoundRecord, Span
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "scenarios" / "quickstart.toml"
+
+def round_spans(record: RoundRecord) -> Iterator[Span]:
+    """The per-client path's spans, as events.csv lays them out (edgefl.experiment.rounds.event_columns):
+    each client's phases back to back from the round's start (clients in order), then each waiting
+    client's wait until the straggler's upload ends."""
+    for r in record.clients:
+        c, start = r.cost, record.start_s
+        for phase, seconds in zip(PHASES, (c.download_s, c.data_access_s, c.compute_s, c.upload_s),
+                                  strict=True):
+            yield Span(r.round, r.client, phase, start, start + seconds)
+            start += seconds
+    last = max(r.finish_s for r in record.clients)
+    for r in record.clients:
+        if r.wait_s > 0:
+            yield Span(r.round, r.client, "wait", r.finish_s, last)
+
 
 DEV = DeviceProfile(name="toy", description="", source="hand", memory_mb=1.0, compute_gflops=1.0,
                     storage_read_mbps=1.0, storage_write_mbps=1.0, storage_latency_ms=0.0)
@@ -86,21 +104,23 @@ def test_spans_cover_each_client_contiguously():
 
 
 @pytest.mark.parametrize("server_s", [0.0, 5.0])
-def test_bulk_and_per_client_paths_give_the_same_times_to_the_bit(server_s):
+def test_play_and_the_per_client_processes_give_the_same_times_to_the_bit(server_s):
     """The quickstart's fleet priced for 3 rounds: both paths give the same floats (not approx)."""
     scenario = load_scenario(QUICKSTART, ["fleet.clients=200", "fleet.sample_fraction=0.5"])
     exp = prepare(scenario, str(QUICKSTART), dry_run=True)
     cost_model = make_cost_model(scenario.cost)
-    feds = [Federation(1234.5678), Federation(1234.5678, bulk=False)]
+    bulk, each = Federation(1234.5678), Federation(1234.5678)
     for t in range(3):
-        states = {k: exp.pool.state(k, t) for k in exp.pool.sample_clients(t)}
+        states = {k: exp.pool.state(k, t) for k in exp.pool.sampled(t).tolist()}
         jobs = [(k, st, cost_model.cost(exp.method.plan(t, k, st).workload, st)) for k, st in states.items()]
-        bulk, each = (fed.run_round(t, jobs, server_s) for fed in feds)
-        assert (bulk.start_s, bulk.end_s) == (each.start_s, each.end_s)
-        times = [[(c.finish_s, c.wait_s) for c in r.clients] for r in (bulk, each)]
-        assert times[0] == times[1]
-        assert list(round_spans(bulk)) == list(round_spans(each))
-        assert len({c.finish_s for c in bulk.clients}) > 1  # clients really differ
+        phases = [np.array([getattr(c, f) for _, _, c in jobs])
+                  for f in ("download_s", "data_access_s", "compute_s", "upload_s")]
+        start, finish, last = bulk.play(*phases, server_s)
+        record = each.run_round(t, jobs, server_s)
+        assert (start, bulk.now) == (record.start_s, record.end_s)
+        assert finish.tolist() == [c.finish_s for c in record.clients]
+        assert (last - finish).tolist() == [c.wait_s for c in record.clients]
+        assert len(set(finish.tolist())) > 1  # clients really differ
 
 
 def _run(out: Path) -> tuple[list[dict[str, str]], list[dict[str, str]]]:

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 from test_cli import one_error_line
+from test_engine import round_spans
 from test_safety import QUICKSTART, SMALL, full_disk, nth, sets
 
 from edgefl import rundir
@@ -26,7 +27,7 @@ from edgefl.report.trace import trace_sample
 from edgefl.runlog import log_format, read_rows
 from edgefl.scenario import load_scenario
 from edgefl.sim.cost import make_cost_model
-from edgefl.sim.engine import Federation, round_spans
+from edgefl.sim.engine import Federation
 
 
 def dry(out: Path, *overrides: str) -> Path:
@@ -40,9 +41,9 @@ def test_the_streamed_events_are_the_per_client_engines_spans(tmp_path: Path) ->
     out = dry(tmp_path / "csv", "output.format=csv")
     s = load_scenario(QUICKSTART, ["rounds=3", "fleet.clients=40"])
     exp = prepare(s, str(QUICKSTART), dry_run=True)
-    fed, cost_model, expected, m = Federation(bulk=False), make_cost_model(s.cost), [], exp.method
+    fed, cost_model, expected, m = Federation(), make_cost_model(s.cost), [], exp.method
     for t in range(3):  # the experiment's round, with the reference engine
-        states = {k: exp.pool.state(k, t) for k in exp.pool.sample_clients(t)}
+        states = {k: exp.pool.state(k, t) for k in exp.pool.sampled(t).tolist()}
         m.begin_round(t, states)
         plans = {k: m.plan(t, k, st) for k, st in states.items()}
         m.planned(t, plans)
@@ -87,8 +88,8 @@ def test_the_trace_sample_is_bounded_and_seeded(tmp_path: Path) -> None:
 
 def test_a_fleet_too_large_for_memory_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     fleet = FleetConfig(clients=10_000_000, sample_fraction=0.5)
-    # need 1e7 x 160 + 5e6 x 4000 = 21.6e9 bytes; at most 1e9 / (160 + 0.5 x 4000) = 462,962 clients
-    with pytest.raises(EdgeflError, match=r"about 21\.6 GB .* use at most 462,962 clients"):
+    # need 1e7 x 160 + 5e6 x 1500 = 9.1e9 bytes; at most 1e9 / (160 + 0.5 x 1500) = 1,098,901 clients
+    with pytest.raises(EdgeflError, match=r"about 9\.1 GB .* use at most 1,098,901 clients"):
         check_fleet_memory(fleet, "here", available=1e9)
     check_fleet_memory(FleetConfig(clients=400_000, sample_fraction=0.5), "here", available=1e9)
     assert main(["run", str(QUICKSTART), "--dry-run", "--set", "fleet.clients=1000000000"]) == 2

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from tqdm import tqdm
 
@@ -23,15 +24,20 @@ from edgefl.execution.local import evaluate, seed_everything
 from edgefl.execution.ray import RayExecutor
 from edgefl.experiment.prepare import Experiment, Rebuild
 from edgefl.experiment.resume import resume_state
+from edgefl.experiment.rounds import (
+    RoundTable,
+    bulk_round,
+    by_client,
+    client_columns,
+    each_round,
+    event_columns,
+    metrics_row,
+)
 from edgefl.experiment.rows import (
     CLIENTS,
     EVENTS,
     METRICS,
-    chunks,
-    client_row,
     emulates_host,
-    event_row,
-    metrics_row,
     open_log,
     output_format,
     prediction_error,
@@ -42,7 +48,8 @@ from edgefl.report.trace import TraceSample
 from edgefl.rundir import WriteFailed, write_file
 from edgefl.runlog import CsvLog, Log, log_names
 from edgefl.scenario import to_toml
-from edgefl.sim.engine import Federation, RoundRecord, round_spans
+from edgefl.sim.bulk import Pricer
+from edgefl.sim.engine import Federation
 from edgefl.sim.workload import Workload
 
 
@@ -69,7 +76,7 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
         rundir.write_marker(out, "run", fingerprint)
         write_file(out / "scenario.toml", text)
     evaluator = None if exp.dry_run else Evaluator(exp)
-    cost_model = exp.ctx.cost
+    pricer = Pricer(exp.ctx.cost, exp.pool, lambda k, w: _counted(exp, k, w))
     fed, rows, first = Federation(), [], 0
     if saved:
         rows, first = saved.state["rows"], saved.state["next_round"]
@@ -90,19 +97,18 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
         for t in bar:
             if exp.method.finished():  # ended before its last round (FedProphet's last module)
                 break
-            record, loss, real = _round(exp, executor, fed, cost_model, t)
-            row = metrics_row(record, loss, exp.method.round_info())
+            table, loss, real = _round(exp, executor, fed, pricer, t)
+            row = metrics_row(table, loss, exp.method.round_info())
             last = t + 1 == s.rounds or exp.method.finished()
             if evaluator and ((t + 1) % s.evaluation.every == 0 or last):
                 row.update(evaluator(exp.method.global_model()))
                 bar.set_postfix(clean=f"{row['clean_acc']:.3f}", adv=f"{row['adv_acc']:.3f}",
                                 sim_h=f"{fed.now / 3600:.2f}")
             metrics.write([row])
-            for part in chunks(record.clients):
-                clients.write([client_row(c, real.get(c.client, "")) for c in part])
-            for spans in chunks(round_spans(record)):
-                events.write([event_row(x) for x in spans])
-                sample.add(spans)  # nothing is kept across rounds but the trace's sample
+            clients.write_columns(client_columns(table, exp.pool, real))
+            spans = event_columns(table)
+            events.write_columns(spans)
+            sample.add_columns(spans)  # nothing is kept across rounds but the trace's sample
             rows.append(row)
             if not exp.dry_run and s.checkpoint_every and ((t + 1) % s.checkpoint_every == 0 or last):
                 checkpoint.save(out, {"next_round": t + 1, "method": exp.method.state(), "rows": rows,
@@ -154,26 +160,26 @@ def _counted(exp: Experiment, client: int, w: Workload) -> Workload:
     return exp.ctx.cost.counted(w, lambda: len(exp.ctx.splits[client].train))
 
 
-def _round(exp: Experiment, executor: Executor, fed: Federation, cost_model: Any,
-           t: int) -> tuple[RoundRecord, float | str, dict[int, float]]:
-    """The round's record, its mean training loss and each client's measured training seconds."""
+def _round(exp: Experiment, executor: Executor, fed: Federation, pricer: Pricer,
+           t: int) -> tuple[RoundTable, float | str, np.ndarray]:
+    """The round's table, its mean training loss and each client's measured training seconds (NaN
+    where none was measured)."""
     s, m = exp.scenario, exp.method
-    states = {k: exp.pool.state(k, t) for k in exp.pool.sample_clients(t)}
-    m.begin_round(t, states)
-    plans = {k: m.plan(t, k, state) for k, state in states.items()}
-    m.planned(t, plans)
-    jobs = [(k, state, cost_model.cost(_counted(exp, k, plans[k].workload), state))
-            for k, state in states.items()]
-    server_s = s.cost.server_s + m.server_flops(t) / (s.cost.server_gflops * 1e9)
-    record = fed.run_round(t, jobs, server_s)
+
+    def server_s() -> float:
+        return s.cost.server_s + m.server_flops(t) / (s.cost.server_gflops * 1e9)
+
+    table = (bulk_round if exp.bulk else each_round)(exp.pool, m, pricer, fed, t, server_s)
+    clients = table.states.clients.tolist()
     if exp.dry_run:
-        m.skip(t, list(states))
-        return record, "", {}
-    updates = executor.train(t, plans)
+        m.skip(t, clients)
+        return table, "", np.full(len(clients), np.nan)
+    updates = executor.train(t, by_client(table.plan, table.states.clients))
     seed_everything(s.seed, t, -1)  # the server's stream: the same wherever the clients trained
     m.aggregate(t, updates)
-    return (record, round(sum(u.loss for u in updates) / len(updates), 5),
-            {u.client: u.real_compute_s for u in updates})
+    measured = {u.client: u.real_compute_s for u in updates}
+    return (table, round(sum(u.loss for u in updates) / len(updates), 5),
+            np.array([measured.get(k, np.nan) for k in clients]))
 
 
 def prepare_out(out: Path, overwrite: bool) -> None:

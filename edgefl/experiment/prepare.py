@@ -40,6 +40,7 @@ class Experiment:
     pool: DevicePool
     method: Method
     dry_run: bool = False  # engine and cost model only: no data, no training, no accuracy
+    bulk: bool = True  # rounds drawn, planned and priced as arrays (False: client by client, the reference)
 
 
 def prepare(scenario: Scenario, where: str, dry_run: bool = False) -> Experiment:

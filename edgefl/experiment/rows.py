@@ -3,9 +3,7 @@ the logs they go to, the summary, and the check of simulated against measured co
 
 from __future__ import annotations
 
-import itertools
 import platform
-from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +13,7 @@ from edgefl.config import Scenario
 from edgefl.devices.pool import selected_per_round
 from edgefl.experiment.prepare import Experiment
 from edgefl.runlog import CLIENT_TYPES, EVENT_TYPES, CsvLog, ParquetLog, log_format, read_rows
-from edgefl.sim.engine import ClientRecord, RoundRecord, Span
+from edgefl.sim.engine import Span
 
 METRICS = ["round", "sim_time_s", "round_time_s", "compute_s", "data_access_s", "comm_s",
            "wait_s", "server_s", "clients", "swapped", "train_loss", "clean_acc", "adv_acc"]
@@ -23,7 +21,6 @@ CLIENTS = ["round", "client", "device", "app", "network", "flops", "mem_avail_by
            "swapped", "compute_s", "data_access_s", "download_s", "upload_s", "wait_s",
            "finish_s", "read_bytes", "write_bytes", "real_compute_s"]
 EVENTS = ["round", "client", "phase", "start_s", "end_s"]  # events.csv: the spans of trace.json
-CHUNK = 8192  # rows rendered and written at a time (a Parquet row group)
 
 
 def output_format(s: Scenario) -> str:
@@ -39,42 +36,10 @@ def open_log(out: Path, name: str, columns: list[str], kept: dict[str, bytes]) -
     return CsvLog(out / name, columns, kept.get(name))
 
 
-def chunks(items: Iterable[Any]) -> Iterator[list[Any]]:
-    """`items` CHUNK at a time."""
-    it = iter(items)
-    while part := list(itertools.islice(it, CHUNK)):
-        yield part
-
-
-def event_row(x: Span) -> dict[str, Any]:
-    return {"round": x.round, "client": x.client, "phase": x.phase, "start_s": x.start_s, "end_s": x.end_s}
-
-
 def span(row: dict[str, str]) -> Span:
     """A span back from events.csv (floats round-trip exactly through their repr)."""
     return Span(int(row["round"]), int(row["client"]), row["phase"], float(row["start_s"]),
                 float(row["end_s"]))
-
-
-def metrics_row(r: RoundRecord, loss: float | str, info: dict[str, Any]) -> dict[str, Any]:
-    """The straggler's breakdown: compute + data access + comm + server = the round's time."""
-    c = r.straggler.cost
-    return {"round": r.round, "sim_time_s": r.end_s, "round_time_s": r.duration_s,
-            "compute_s": c.compute_s, "data_access_s": c.data_access_s, "comm_s": c.comm_s,
-            "wait_s": sum(x.wait_s for x in r.clients) / len(r.clients), "server_s": r.server_s,
-            "clients": len(r.clients), "swapped": sum(x.cost.swapped for x in r.clients),
-            "train_loss": loss, "clean_acc": "", "adv_acc": "", **info}
-
-
-def client_row(c: ClientRecord, real_compute_s: float | str) -> dict[str, Any]:
-    st, co = c.state, c.cost
-    return {"round": c.round, "client": c.client, "device": st.device.name, "app": st.app,
-            "network": st.network, "flops": st.flops, "mem_avail_bytes": int(st.memory_bytes),
-            "mem_req_bytes": int(co.mem_req_bytes), "swapped": int(co.swapped),
-            "compute_s": co.compute_s, "data_access_s": co.data_access_s,
-            "download_s": co.download_s, "upload_s": co.upload_s, "wait_s": c.wait_s,
-            "finish_s": c.finish_s, "read_bytes": int(co.read_bytes),
-            "write_bytes": int(co.write_bytes), "real_compute_s": real_compute_s}
 
 
 def run_summary(exp: Experiment, rows: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:

@@ -10,7 +10,7 @@ differ (`client_model`, `local_objective`, `optimizer`, `hooks`, `after_local`).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +25,7 @@ from edgefl.execution.local import Hooks, TrainSettings, make_optimizer, seed_ev
 from edgefl.execution.objectives import Objective
 from edgefl.models import AtomModel
 from edgefl.registry import Registry
+from edgefl.sim.bulk import RoundPlan
 from edgefl.sim.cost import CostModel, make_cost_model
 from edgefl.sim.records import ModelProfile
 from edgefl.sim.workload import Workload
@@ -120,7 +121,7 @@ class Method(ABC):
         for name in self.state_names():
             setattr(self, name, restore(getattr(self, name), state[name], self.ctx.device))
 
-    def begin_round(self, round_: int, states: dict[int, DeviceState]) -> None:  # noqa: B027
+    def begin_round(self, round_: int, states: Mapping[int, DeviceState]) -> None:  # noqa: B027
         """Called with every selected client's state before any `plan` of the round."""
 
     @abstractmethod
@@ -147,6 +148,12 @@ class Method(ABC):
         update = ClientUpdate(client, state, len(x), loss, extra)
         self.after_local(round_, client, model, update, plan)
         return update
+
+    def plan_round(self, round_: int, clients: np.ndarray,
+                   states: Mapping[int, DeviceState]) -> RoundPlan[ClientPlan]:
+        """Every selected client's plan: `plan` client by client (a method may plan in bulk, equal
+        to this)."""
+        return grouped([self.plan(round_, k, states[k]) for k in clients.tolist()])
 
     @abstractmethod
     def client_model(self, round_: int, client: int, plan: ClientPlan) -> ClientModel:
@@ -194,6 +201,13 @@ class Method(ABC):
     def round_info(self) -> dict[str, Any]:
         """Per-method state recorded in metrics.csv (e.g. a module index)."""
         return {}
+
+
+def grouped(plans: Sequence[ClientPlan]) -> RoundPlan[ClientPlan]:
+    """Per-client plans as a RoundPlan of the distinct ones."""
+    index: dict[ClientPlan, int] = {}
+    which = np.array([index.setdefault(p, len(index)) for p in plans], dtype=np.int64)
+    return RoundPlan(list(index), which)
 
 
 METHODS: Registry[Callable[[Context], Method]] = Registry("method")  # a class or a factory

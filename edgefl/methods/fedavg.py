@@ -27,13 +27,16 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Mapping
 
+import numpy as np
 import torch
 
 from edgefl.devices.pool import DeviceState
 from edgefl.execution.objectives import OBJECTIVES, Objective
 from edgefl.methods.aggregate import State, bn_keys, fedavg, keep_local, state_bytes
 from edgefl.methods.base import METHODS, ClientModel, ClientPlan, ClientUpdate, Context, Method
+from edgefl.sim.bulk import RoundPlan
 from edgefl.sim.records import optimizer_slots
 from edgefl.sim.workload import Workload
 
@@ -87,6 +90,21 @@ class FedAvgAT(Method):
             upload_bytes=self.model_bytes + up, train_pairs=pairs, extra_forwards=forwards,
             extra_flops=self.extra_flops(client)), attack, self.ctx.lr(round_))
 
+    def plan_round(self, round_: int, clients: np.ndarray,
+                   states: Mapping[int, DeviceState]) -> RoundPlan[ClientPlan]:
+        """In bulk, unless a subclass plans per client otherwise: clients differ only in their local
+        iterations and whether they hold their own BatchNorm (FedBN), so one `plan` per distinct pair
+        serves every client that has it."""
+        if any(getattr(type(self), hook) is not getattr(FedAvgAT, hook) for hook in PLAN_HOOKS):
+            return super().plan_round(round_, clients, states)
+        ks, n, t = clients.tolist(), len(clients), self.ctx.scenario.training
+        iters = (np.fromiter((self.iterations(round_, k) for k in ks), np.int64, n) if t.local_epochs
+                 else np.zeros(n, dtype=np.int64))
+        held = np.fromiter((k in self.local_states for k in ks), np.int64, n) if self.fedbn else 0
+        _, first, which = np.unique(2 * iters + held, return_index=True, return_inverse=True)
+        plans = [self.plan(round_, ks[i], states[ks[i]]) for i in first]
+        return RoundPlan(plans, which.reshape(-1).astype(np.int64))
+
     def kept_bytes(self, client: int) -> float:
         """What the client already holds locally (FedBN), so it does not download it."""
         return self.local_bytes if client in self.local_states else 0.0
@@ -114,6 +132,9 @@ class FedAvgAT(Method):
 
     def global_model(self) -> torch.nn.Module:
         return self.model
+
+
+PLAN_HOOKS = ("plan", "iterations", "extra_bytes", "extra_flops", "kept_bytes")  # what shapes a workload
 
 
 @METHODS.register("jfat")

@@ -13,7 +13,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import numpy as np
+
 from edgefl.devices.pool import TRACE, rng
+from edgefl.runlog import Columns, cells
 from edgefl.sim.engine import Span
 
 
@@ -48,6 +51,11 @@ class TraceSample:
     def add(self, spans: Iterable[Span]) -> None:
         self.spans.extend(s for s in spans if s.client in self.kept)
 
+    def add_columns(self, events: Columns) -> None:
+        """The sample's spans among a round's events, given as columns."""
+        rows = np.flatnonzero(np.isin(events["client"], self.clients))
+        picked = [cells(events[c], rows) for c in ("round", "client", "phase", "start_s", "end_s")]
+        self.spans.extend(Span(*x) for x in zip(*picked, strict=True))
+
     def trace(self, devices: Sequence[str]) -> dict[str, Any]:
         return chrome_trace(self.spans, devices, self.clients)
-

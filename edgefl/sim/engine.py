@@ -4,20 +4,20 @@ Each client downloads, reads/swaps, computes and uploads, back to back, since no
 it; the round waits for all of them (the straggler decides the round time), then spends the server's
 time. Waiting is what a client idles until the round ends.
 
-Two paths play a round with the same times, to the bit. The bulk path (the default) computes every
-client's finish time in one pass, exactly as SimPy's clock would add it, and lets the round process
-wait once for the straggler: a fleet's round costs one event, not one process per client. The
-per-client path (`bulk=False`) runs one SimPy process per client; it is the reference the bulk path
-is tested against. A round's spans (one per phase, and a wait) are made on demand by `round_spans`,
-so a round keeps no list of them.
+Two paths play a round with the same times, to the bit. `play` (the bulk path) takes the round's
+costs as arrays, computes every client's finish time in one pass, exactly as SimPy's clock adds it,
+and waits once for the straggler: a fleet's round costs one event, not one process per client.
+`run_round` (the per-client path) runs one SimPy process per client; it is the reference the bulk
+path is tested against.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import simpy
 
 from edgefl.devices.pool import DeviceState
@@ -66,9 +66,8 @@ class RoundRecord:
 class Federation:
     """Keeps the simulated clock across rounds; `run_round` advances it by one round."""
 
-    def __init__(self, start_s: float = 0.0, bulk: bool = True) -> None:
+    def __init__(self, start_s: float = 0.0) -> None:
         self.env = simpy.Environment(initial_time=start_s)
-        self.bulk = bulk
 
     @property
     def now(self) -> float:
@@ -81,18 +80,23 @@ class Federation:
         assert isinstance(process.value, RoundRecord)
         return process.value
 
+    def play(self, down: np.ndarray, access: np.ndarray, compute: np.ndarray, up: np.ndarray,
+             server_s: float = 0.0) -> tuple[float, np.ndarray, float]:
+        """Play one round in bulk from its clients' phase seconds: (start, finish times, the
+        straggler's end); the server then spends `server_s`."""
+        start = self.now
+        delays = busy_end(start, down, access, compute, up) - start
+        self.env.run(until=self.env.timeout(float(delays.max())))
+        last = self.now
+        self.env.run(until=self.env.timeout(server_s))
+        return start, start + delays, last  # as SimPy's clock adds a client's timeout
+
     def _round(
         self, round_: int, jobs: list[Job], server_s: float
     ) -> Generator[simpy.Event, Any, RoundRecord]:
         start = self.now
         records = [ClientRecord(round_, k, state, cost) for k, state, cost in jobs]
-        if self.bulk:
-            delays = [_busy_end(start, r.cost) - start for r in records]
-            for r, delay in zip(records, delays, strict=True):
-                r.finish_s = start + delay  # as SimPy's clock adds a timeout
-            yield self.env.timeout(max(delays))
-        else:
-            yield simpy.AllOf(self.env, [self.env.process(self._client(r)) for r in records])
+        yield simpy.AllOf(self.env, [self.env.process(self._client(r)) for r in records])
         last = self.now
         for r in records:
             r.wait_s = last - r.finish_s
@@ -101,27 +105,14 @@ class Federation:
 
     def _client(self, r: ClientRecord) -> Generator[simpy.Event, Any, None]:
         """The phases run back to back on the client alone, so one timeout covers them all."""
-        yield self.env.timeout(_busy_end(self.now, r.cost) - self.now)
+        c = r.cost
+        yield self.env.timeout(busy_end(self.now, c.download_s, c.data_access_s, c.compute_s,
+                                        c.upload_s) - self.now)
         r.finish_s = self.now
 
 
-def _busy_end(start: float, c: ClientCost) -> float:
-    """When a client starting at `start` ends its last phase, summed phase by phase."""
-    for seconds in (c.download_s, c.data_access_s, c.compute_s, c.upload_s):
-        start += seconds
+def busy_end(start: Any, *phases: Any) -> Any:
+    """When a client starting at `start` ends its phases, summed phase by phase (floats or arrays)."""
+    for seconds in phases:
+        start = start + seconds
     return start
-
-
-def round_spans(record: RoundRecord) -> Iterator[Span]:
-    """The round's spans: each client's phases back to back from the round's start (clients in order),
-    then each waiting client's wait until the straggler's upload ends."""
-    for r in record.clients:
-        c, start = r.cost, record.start_s
-        for phase, seconds in zip(PHASES, (c.download_s, c.data_access_s, c.compute_s, c.upload_s),
-                                  strict=True):
-            yield Span(r.round, r.client, phase, start, start + seconds)
-            start += seconds
-    last = max(r.finish_s for r in record.clients)
-    for r in record.clients:
-        if r.wait_s > 0:
-            yield Span(r.round, r.client, "wait", r.finish_s, last)

@@ -12,6 +12,11 @@ accumulating the gradient (kept, or paged, between micro-batches) and updating o
 the FLOPs are the same, the parameters are walked once per micro-batch and each micro-batch is one
 batch read. Iterations repeat until the resident state stops changing; the rest cost the same as
 the last.
+
+Every decision the walk takes on its budget (which plans fit, how much each step evicts) is a
+comparison that a larger budget can only pass more easily, so the budgets whose walks take the same
+path (`traced_walk`'s trail: the plans tried and each step's evictions) form an interval, and the
+walk's result is the same throughout it (edgefl.sim.bulk looks a round's budgets up that way).
 """
 
 from __future__ import annotations
@@ -112,6 +117,7 @@ class SwapWalk:
         parts = self.plan.parts
         self.on_storage: set[Key] = {("param", i) for i in range(len(parts))}
         self.evictions = 0
+        self.trail: list[int] = []  # evictions of each step, in order
         self.sizes = {(kind, i): _size(w, p, kind, self.batch)
                       for kind in ("param", "opt", "grad", "act") for i, p in enumerate(parts)}
         self.workspaces = [BYTES * self.batch * (p.in_elems + p.out_elems) for p in parts]
@@ -161,9 +167,10 @@ class SwapWalk:
 
     def _make_room(self, limit: float, keep: set[Key]) -> float:
         """Evict least-recently-used items outside `keep` until residents fit `limit`."""
-        written = 0.0
+        written, before = 0.0, self.evictions
         used = self.used - sum(self.size(k) for k in keep if k in self.resident)
         if used <= limit:
+            self.trail.append(0)
             return written
         for key in [k for k in self.resident if k not in keep]:
             if used <= limit:
@@ -175,27 +182,40 @@ class SwapWalk:
             if dirty:
                 written += self.size(key)
                 self.on_storage.add(key)
+        self.trail.append(self.evictions - before)
         return written
 
     def _signature(self) -> tuple[tuple[tuple[Key, bool], ...], frozenset[Key]]:
         return tuple(self.resident.items()), frozenset(self.on_storage)
 
 
+Trail = tuple[tuple[Plan, tuple[int, ...]], ...]  # per plan tried: the evictions of each step
+
+
 def walk(w: Workload, budget: float) -> tuple[Traffic, int, Plan]:
     """(traffic, evictions, plan) of the cheapest plan that fits `budget`: whole atoms when they
     fit, else the fewer bytes moved (then fewer operations) of paging by layers and micro-batching.
     A budget no plan fits raises ImpossibleBudget at the smallest step."""
+    traffic, evictions, plan, _ = traced_walk(w, budget)
+    return traffic, evictions, plan
+
+
+def traced_walk(w: Workload, budget: float) -> tuple[Traffic, int, Plan, Trail]:
+    """`walk`, and its trail: two budgets with the same trail walk alike, and so does every budget
+    between them."""
     best: tuple[float, int, Traffic, int, Plan] | None = None
+    trail: list[tuple[Plan, tuple[int, ...]]] = []
     for plan in candidates(w, budget):
         walker = SwapWalk(w, budget, plan)
         t = walker.run()
+        trail.append((plan, tuple(walker.trail)))
         key = (t.read_bytes + t.write_bytes, t.read_ops + t.write_ops)
         if best is None or key < best[:2]:
             best = (*key, t, walker.evictions, plan)
     if best is None:
         need, part = smallest_step(w)
         raise ImpossibleBudget(part, need, budget)
-    return best[2], best[3], best[4]
+    return best[2], best[3], best[4], tuple(trail)
 
 
 def min_budget(w: Workload) -> tuple[float, str]:

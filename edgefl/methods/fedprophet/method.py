@@ -70,6 +70,7 @@ class FedProphet(Method):
             str(mod.index): aux_head(mod.out_shape, ctx.data.num_classes, self.cfg.head_side)
             for mod in self.modules if mod.head is not None}).to(ctx.device))
         self.local_keys = bn_keys(self.net) if s.training.fedbn else set()
+        self.sent: dict[tuple[int, int, bool], tuple[int, int]] = {}  # sent_bytes, once per case
         self.local_states: dict[int, State] = {}
         self.m = 0  # the module being trained
         self.stage = stage_control(s.rounds, len(self.modules), self.cfg)
@@ -88,7 +89,7 @@ class FedProphet(Method):
         self.dry = False  # a dry run: no data to measure d* on
 
     # --- planning ---------------------------------------------------------------------------
-    def begin_round(self, round_: int, states: dict[int, DeviceState]) -> None:
+    def begin_round(self, round_: int, states: Mapping[int, DeviceState]) -> None:
         if self.switch:
             self.next_module(round_)
         self.perf_min = min(s.flops for s in states.values())
@@ -113,20 +114,28 @@ class FedProphet(Method):
         last = self.last_module(state)
         first, end = self.modules[self.m], self.modules[last]
         head = [end.head] if end.head else []
-        keys = self.trained_keys(last)
-        s = self.net.state_dict()
-        held = self.local_keys if client in self.local_states else set()
+        down, up = self.sent_bytes(last, client in self.local_states)
         attack = self.round_attack(round_)
         t = self.ctx.scenario.training
         workload = Workload(
             atoms=(*self.ctx.profile.atoms[first.start:end.stop], *head), batch=t.batch_size,
             iterations=t.local_iters, attack_steps=attack.steps if attack else 0, slots=self.slots,
-            download_bytes=state_bytes(s, keys - held), upload_bytes=state_bytes(s, keys))
+            download_bytes=down, upload_bytes=up)
         return ClientPlan(workload, self.client_attack(round_), self.lr(round_), last=last)
 
     def planned(self, round_: int, plans: Mapping[int, ClientPlan]) -> None:
         """The round's M_k per client, for `round_info` (max_assigned)."""
         self.assignment = {k: p.last for k, p in plans.items()}
+
+    def sent_bytes(self, last: int, holds: bool) -> tuple[int, int]:
+        """(download, upload) bytes of a client training modules m..last (one holding its own BatchNorm
+        does not download it); tensor shapes never change, so each case is counted once."""
+        key = (self.m, last, holds)
+        if key not in self.sent:
+            s, keys = self.net.state_dict(), self.trained_keys(last)
+            held = self.local_keys if holds else set()
+            self.sent[key] = (state_bytes(s, keys - held), state_bytes(s, keys))
+        return self.sent[key]
 
     def trained_keys(self, last: int) -> set[str]:
         """State keys of modules m..last and the head of `last`."""
