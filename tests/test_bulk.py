@@ -77,7 +77,7 @@ def quickstart(*overrides: str, scenario: Path = QUICKSTART):  # type: ignore[no
 def test_the_walk_index_gives_every_budgets_walk() -> None:
     """Budgets from R_min to the footprint, densely: looked up, each equals its own walk."""
     s, exp = quickstart()
-    w = walk_key(exp.method.plan(0, 0, exp.pool.state(0, 0)))
+    w = walk_key(exp.method.plan(0, 0, exp.pool.state(0, 0)).workload)
     budgets = np.linspace(s.fleet.reserved_memory_mb * 1e6, footprint(w), 600)
     index = WalkIndex(w)
     for part in np.array_split(np.random.default_rng(0).permutation(budgets), 3):  # three rounds
