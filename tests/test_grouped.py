@@ -1,0 +1,109 @@
+"""Grouped training (edgefl.execution.grouped) repeats one-by-one training.
+
+G clients of one small CNN (conv + BatchNorm + ReLU + max-pool + linear head), each from its own
+start state (weights and BN running statistics differ) on its own data (sizes differ), trained
+together must end where `train_local` ends each of them one by one: same states (weights, BN
+running statistics, batch counters) and same mean losses. In float64 the only differences are
+summation order, so the tolerance on states is 1e-9 (a different batch, random start or BN
+statistic would show as 1e-2 or more); losses are summed in float32 by both, so theirs is a relative
+1e-6.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from edgefl.attacks import make_attack
+from edgefl.config import TrainingConfig
+from edgefl.execution.grouped import ClientJob, ClientStreams, GroupedNet, groupable, train_group
+from edgefl.execution.local import client_seed, make_optimizer, seed_everything, train_local
+from edgefl.execution.objectives import OBJECTIVES
+from edgefl.models.base import plain_cnn
+
+TOL = 1e-9
+LOSS_TOL = 1e-6
+ITERS, BATCH = 3, 8
+
+
+def new_model() -> nn.Module:
+    return plain_cnn([4, 6], [False, True], 3, (1, 6, 6), [0.4], [0.3]).double()
+
+
+def clients(n: int) -> list[tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]]:
+    """n (start state, images, labels): each client's weights and BN statistics perturbed apart."""
+    torch.manual_seed(5)
+    out = []
+    for k in range(n):
+        model = new_model()
+        with torch.no_grad():
+            for t in model.state_dict().values():
+                if t.is_floating_point():
+                    t.add_(0.05 * torch.randn_like(t))
+                    if t.dim() == 1:  # BN variances stay positive
+                        t.abs_()
+        model.get_submodule("conv1.1").num_batches_tracked.fill_(3 * k)
+        size = 12 + 7 * k
+        out.append((model.state_dict(), torch.rand(size, 1, 6, 6, dtype=torch.float64),
+                    torch.randint(3, (size,))))
+    return out
+
+
+def one_by_one(jobs, cfg: TrainingConfig, attack, objective):  # type: ignore[no-untyped-def]
+    states, losses = [], []
+    for k, (state, x, y) in enumerate(jobs):
+        model = new_model()
+        model.load_state_dict(state)
+        gen = seed_everything(0, 7, k)  # after building the model: its init draws from torch's RNG
+        losses.append(train_local(model, x, y, make_optimizer(list(model.parameters()), cfg, 0.1),
+                                  ITERS, BATCH, attack, gen, objective))
+        states.append(copy.deepcopy(model.state_dict()))
+    return states, losses
+
+
+@pytest.mark.parametrize(("objective", "optimizer", "attack"), [
+    ("pgd_at", "sgd", "pgd"), ("trades", "sgd", "pgd"), ("mart", "adam", "pgd"), ("pgd_at", "sgd", None)])
+def test_grouped_training_repeats_one_by_one(objective: str, optimizer: str, attack: str | None) -> None:
+    cfg = TrainingConfig(optimizer=optimizer, momentum=0.9, weight_decay=1e-3)
+    atk = make_attack(attack, 0.1, 0.03, 3) if attack else None
+    obj = OBJECTIVES.get(objective)(2.0)
+    data = clients(3)
+    want_states, want_losses = one_by_one(data, cfg, atk, obj)
+    jobs = [ClientJob(s, x, y, client_seed(0, 7, k)) for k, (s, x, y) in enumerate(data)]
+    states, losses = train_group(new_model, jobs, cfg, 0.1, ITERS, BATCH, atk, obj)
+    assert losses == pytest.approx(want_losses, abs=0, rel=LOSS_TOL)
+    for got, want, (start, _, _) in zip(states, want_states, data, strict=True):
+        assert list(got) == list(want)
+        for key, value in want.items():
+            assert not torch.equal(value, start[key]) or "num_batches" in key or "norm" in key
+            torch.testing.assert_close(got[key], value, atol=TOL, rtol=0, msg=key)
+
+
+def test_batch_counters_stay_per_client() -> None:
+    data = clients(2)
+    jobs = [ClientJob(s, x, y, client_seed(0, 7, k)) for k, (s, x, y) in enumerate(data)]
+    states, _ = train_group(new_model, jobs, TrainingConfig(), 0.1, ITERS, BATCH, None,
+                            OBJECTIVES.get("pgd_at")())
+    assert [int(s["conv1.1.num_batches_tracked"]) for s in states] == [ITERS, 3 + ITERS]
+
+
+def test_models_with_other_layers_are_not_grouped() -> None:
+    assert groupable(new_model())
+    odd = nn.Sequential(nn.Conv2d(1, 2, 3), nn.Dropout(0.5))
+    assert not groupable(odd)
+    with pytest.raises(ValueError, match="grouped form"):
+        GroupedNet([odd, odd])
+
+
+def test_random_draws_follow_each_client_stream() -> None:
+    gens = [torch.Generator().manual_seed(s) for s in (1, 2)]
+    with ClientStreams(gens):
+        x = torch.empty(4, 3).uniform_(-1, 1)
+        with pytest.raises(RuntimeError, match="rand"):
+            torch.rand(2)
+    for rows, seed in zip(x.chunk(2), (1, 2), strict=True):
+        torch.manual_seed(seed)
+        assert torch.equal(rows, torch.empty(2, 3).uniform_(-1, 1))
