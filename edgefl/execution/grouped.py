@@ -23,6 +23,7 @@ pooling, Flatten, Identity and edgefl's Normalize; `groupable` says whether a mo
 from __future__ import annotations
 
 import copy
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -60,6 +61,19 @@ class GroupedConv2d(nn.Conv2d):
 
     def part(self, g: int, groups: int) -> State:
         return {k: v.chunk(groups)[g] for k, v in self.state_dict().items()}
+
+
+    def folded(self, x: torch.Tensor, bn: GroupedBatchNorm2d) -> torch.Tensor:
+        """bn(conv(x)) with bn in eval mode, as one convolution: weights scaled by
+        gamma / sqrt(var + eps), bias beta - mean x that scale (the same affine map, one pass)."""
+        assert bn.running_mean is not None and bn.running_var is not None
+        scale = torch.rsqrt(bn.running_var + bn.eps)
+        shift = -bn.running_mean * scale
+        if bn.affine:
+            scale, shift = scale * bn.weight, shift * bn.weight + bn.bias
+        if self.bias is not None:
+            shift = shift + self.bias * scale
+        return self._conv_forward(x, self.weight * scale.view(-1, 1, 1, 1), shift)
 
 
 class GroupedBatchNorm2d(nn.BatchNorm2d):
@@ -146,13 +160,28 @@ def groupable(model: nn.Module) -> bool:
     return True
 
 
+class GroupedSequential(nn.Sequential):
+    """A grouped Sequential that, in eval mode (attack passes), runs a convolution followed by a
+    BatchNorm with running statistics as one folded convolution."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        layers = list(self)
+        i = 0
+        while i < len(layers):
+            layer, after = layers[i], layers[i + 1] if i + 1 < len(layers) else None
+            if (not self.training and isinstance(layer, GroupedConv2d)
+                    and isinstance(after, GroupedBatchNorm2d) and after.running_mean is not None):
+                x, i = layer.folded(x, after), i + 2
+            else:
+                x, i = layer(x), i + 1
+        return x
+
+
 def group_layer(layers: Sequence[nn.Module]) -> nn.Module:
     first = layers[0]
     if isinstance(first, nn.Sequential):
-        out = copy.copy(first)
-        out._modules = {name: group_layer([m._modules[name] for m in layers])  # type: ignore[misc]
-                        for name in first._modules}
-        return out
+        return GroupedSequential(OrderedDict((name, group_layer([m.get_submodule(name) for m in layers]))
+                                             for name in first._modules))
     if type(first) in GROUPED:
         return GROUPED[type(first)].of(layers)
     return copy.deepcopy(first)
@@ -161,19 +190,22 @@ def group_layer(layers: Sequence[nn.Module]) -> nn.Module:
 class GroupedNet(nn.Module):
     """G models of one architecture as one; inputs and outputs stacked client-major (G*B rows)."""
 
-    def __init__(self, models: Sequence[nn.Module], settings: TrainSettings = FP32) -> None:
+    def __init__(self, models: Sequence[nn.Module]) -> None:
         super().__init__()
         if not all(groupable(m) for m in models):
             raise ValueError("a model has a layer with no grouped form")
         self.groups = len(models)
-        self.body = group_layer(models)
-        self.settings = settings
+        self.body = group_layer(models).to(memory_format=torch.channels_last)
         self.keys = list(models[0].state_dict())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         g, b = self.groups, len(x) // self.groups
-        z = x.view(g, b, *x.shape[1:]).transpose(0, 1).reshape(b, g * x.shape[1], *x.shape[2:])
-        out = self.body(self.settings.layout(z))
+        if x.dim() == 4:  # (G*B, C, H, W) -> (B, G*C, H, W) in channels_last order, one copy
+            _, c, h, w = x.shape
+            x = x.view(g, b, c, h, w).permute(1, 3, 4, 0, 2).reshape(b, h, w, g * c).permute(0, 3, 1, 2)
+        else:
+            x = x.view(g, b, *x.shape[1:]).transpose(0, 1).reshape(b, -1)
+        out = self.body(x)
         return out.view(b, g, -1).transpose(0, 1).reshape(g * b, -1)
 
     def states(self) -> list[State]:
@@ -217,8 +249,8 @@ class ClientJob:
     seed: int
 
 
-def stacked_batches(jobs: Sequence[ClientJob], batch: int, iters: int,
-                    settings: TrainSettings) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+def stacked_batches(jobs: Sequence[ClientJob], batch: int,
+                    iters: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Per iteration, every client's batch (as `device_batches` draws it) stacked client-major."""
     xs, ys = [], []
     for job in jobs:
@@ -228,7 +260,7 @@ def stacked_batches(jobs: Sequence[ClientJob], batch: int, iters: int,
         ys.append(job.y[rows])
     x, y = torch.stack(xs, 1), torch.stack(ys, 1)  # (iters, G, B, ...)
     for xb, yb in zip(x, y, strict=True):
-        yield settings.layout(to_float(xb.flatten(0, 1))), yb.flatten()
+        yield to_float(xb.flatten(0, 1)), yb.flatten()
 
 
 def train_group(
@@ -246,8 +278,7 @@ def train_group(
         m = new_model()
         m.load_state_dict(job.state)
         models.append(m.to(job.x.device))
-    net = GroupedNet(models, settings)
-    settings.adopt(jobs[0].x, net)
+    net = GroupedNet(models)
     optimizer = make_optimizer(list(net.parameters()), cfg, lr)
     per_client = objective.per_client(len(jobs))
     device = jobs[0].x.device
@@ -255,7 +286,7 @@ def train_group(
     net.train()
     total = torch.zeros(len(jobs), device=device)
     with ClientStreams(gens):
-        for xb, yb in stacked_batches(jobs, sizes.pop(), iters, settings):
+        for xb, yb in stacked_batches(jobs, sizes.pop(), iters):
             with settings.autocast(device):
                 losses = per_client.loss(net, xb, yb, attack)
             optimizer.zero_grad(set_to_none=True)
