@@ -173,7 +173,7 @@ def round_sides(clients: int) -> tuple[dict[str, Callable[[], object]], str]:
     def grouped() -> object:
         jobs = [ClientJob(method.model.state_dict(), *ctx.client_data(k), client_seed(scenario.seed, 0, k))
                 for k in ks]
-        return train_group(ctx.new_model, jobs, t, ctx.lr(0), t.local_iters, t.batch_size, attack,
+        return train_group(method.model, jobs, t, ctx.lr(0), t.local_iters, t.batch_size, attack,
                            method.objective, TrainSettings.of(t))
 
     what = (f"{scenario.method}, {scenario.model.name}, {clients} clients x {t.local_iters} iterations "

@@ -73,7 +73,7 @@ def test_grouped_training_repeats_one_by_one(objective: str, optimizer: str, att
     data = clients(3)
     want_states, want_losses = one_by_one(data, cfg, atk, obj)
     jobs = [ClientJob(s, x, y, client_seed(0, 7, k)) for k, (s, x, y) in enumerate(data)]
-    states, losses = train_group(new_model, jobs, cfg, 0.1, ITERS, BATCH, atk, obj)
+    states, losses = train_group(new_model(), jobs, cfg, 0.1, ITERS, BATCH, atk, obj)
     assert losses == pytest.approx(want_losses, abs=0, rel=LOSS_TOL)
     for got, want, (start, _, _) in zip(states, want_states, data, strict=True):
         assert list(got) == list(want)
@@ -85,7 +85,7 @@ def test_grouped_training_repeats_one_by_one(objective: str, optimizer: str, att
 def test_batch_counters_stay_per_client() -> None:
     data = clients(2)
     jobs = [ClientJob(s, x, y, client_seed(0, 7, k)) for k, (s, x, y) in enumerate(data)]
-    states, _ = train_group(new_model, jobs, TrainingConfig(), 0.1, ITERS, BATCH, None,
+    states, _ = train_group(new_model(), jobs, TrainingConfig(), 0.1, ITERS, BATCH, None,
                             OBJECTIVES.get("pgd_at")())
     assert [int(s["conv1.1.num_batches_tracked"]) for s in states] == [ITERS, 3 + ITERS]
 

@@ -264,20 +264,21 @@ def stacked_batches(jobs: Sequence[ClientJob], batch: int,
 
 
 def train_group(
-    new_model: Any, jobs: Sequence[ClientJob], cfg: TrainingConfig, lr: float, iters: int, batch: int,
+    template: nn.Module, jobs: Sequence[ClientJob], cfg: TrainingConfig, lr: float, iters: int, batch: int,
     attack: Attack | None, objective: Objective, settings: TrainSettings = FP32,
 ) -> tuple[list[State], list[float]]:
-    """Train the clients of `jobs` together, each from its own state on its own data; returns each
-    one's final state and mean training loss, as `train_local` would have one by one. All clients
+    """Train the clients of `jobs` together, each from its own state on its own data (copies of
+    `template`, a model of their architecture on their device); returns each one's final state and
+    mean training loss, as `train_local` would have one by one. All clients
     use `min(batch, len(x))` samples per step, which must be the same for every client."""
     sizes = {min(batch, len(j.x)) for j in jobs}
     if len(sizes) != 1:
         raise ValueError("clients of one group must share their batch size")
     models = []
     for job in jobs:
-        m = new_model()
+        m = copy.deepcopy(template)
         m.load_state_dict(job.state)
-        models.append(m.to(job.x.device))
+        models.append(m)
     net = GroupedNet(models)
     optimizer = make_optimizer(list(net.parameters()), cfg, lr)
     per_client = objective.per_client(len(jobs))

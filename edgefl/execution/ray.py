@@ -1,4 +1,5 @@
-"""The Ray executor: each selected client's local training runs as a Ray task.
+"""The Ray executor: each selected client's local training (each group's, edgefl.execution.executor
+`groups`) runs as a Ray task.
 
 Every round the driver puts one snapshot of the method's state (edgefl.snapshot) in Ray's object
 store; a task rebuilds the experiment once per worker process from the resolved scenario (so the
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from edgefl.config import to_toml
 from edgefl.errors import EdgeflError
-from edgefl.execution.executor import train_timed
+from edgefl.execution.executor import groups, in_order, train_timed_group
 from edgefl.methods import ClientUpdate
 from edgefl.sim.workload import Workload
 from edgefl.snapshot import plain, restore
@@ -48,19 +49,22 @@ class RayExecutor:
         self.ray, self.exp = ray, exp
         self.text = to_toml(exp.scenario)
         gpus = 1 if exp.ctx.device.type == "cuda" else 0  # Ray hides GPUs from tasks that ask for none
-        self.task = ray.remote(num_cpus=1, num_gpus=gpus, max_retries=cfg.max_retries)(_train_client)
+        self.task = ray.remote(num_cpus=1, num_gpus=gpus, max_retries=cfg.max_retries)(_train_group)
 
     def train(self, round_: int, plans: dict[int, Workload]) -> list[ClientUpdate]:
         snapshot = self.ray.put(self.exp.method.state())
-        refs = [self.task.remote(self.text, self.exp.where, snapshot, round_, k, w) for k, w in plans.items()]
+        refs = [self.task.remote(self.text, self.exp.where, snapshot, round_, group)
+                for group in groups(self.exp.method, round_, plans)]
         device = self.exp.ctx.device
-        return [ClientUpdate(u.client, restore(None, u.state, device), u.num_samples, u.loss,
-                             restore(None, u.extra, device), u.real_compute_s) for u in self.ray.get(refs)]
+        updates = [ClientUpdate(u.client, restore(None, u.state, device), u.num_samples, u.loss,
+                                restore(None, u.extra, device), u.real_compute_s)
+                   for us in self.ray.get(refs) for u in us]
+        return in_order(updates, plans)
 
 
-def _train_client(text: str, where: str, snapshot: dict[str, Any], round_: int, client: int,
-                  workload: Workload) -> ClientUpdate:
-    """Runs on a Ray worker."""
+def _train_group(text: str, where: str, snapshot: dict[str, Any], round_: int,
+                 plans: dict[int, Workload]) -> list[ClientUpdate]:
+    """Runs on a Ray worker: one client, or a group trained together."""
     fault = os.environ.get("EDGEFL_FAULT_ONCE")
     if fault:
         try:
@@ -71,8 +75,8 @@ def _train_client(text: str, where: str, snapshot: dict[str, Any], round_: int, 
             os._exit(1)
     exp = _worker_experiment(text, where)
     exp.method.load_state(snapshot)
-    u = train_timed(exp.method, round_, client, workload)
-    return ClientUpdate(u.client, plain(u.state), u.num_samples, u.loss, plain(u.extra), u.real_compute_s)
+    return [ClientUpdate(u.client, plain(u.state), u.num_samples, u.loss, plain(u.extra), u.real_compute_s)
+            for u in train_timed_group(exp.method, round_, plans)]
 
 
 def _worker_experiment(text: str, where: str) -> Experiment:

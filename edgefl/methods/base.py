@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,6 +98,16 @@ class Method(ABC):
     @abstractmethod
     def train(self, round_: int, client: int, workload: Workload) -> ClientUpdate:
         """Real local training."""
+
+    def group_key(self, round_: int, client: int, workload: Workload) -> Hashable | None:
+        """Clients of a round with the same key may be trained together by `train_group`
+        (edgefl.execution.grouped); None (the default): this client trains alone, by `train`."""
+        return None
+
+    def train_group(self, round_: int, plans: dict[int, Workload]) -> list[ClientUpdate]:
+        """Real local training of clients that share a `group_key`, all at once: the updates
+        `train` would give one by one, up to floating-point summation order."""
+        raise NotImplementedError(f"{type(self).__name__} trains its clients one by one")
 
     @abstractmethod
     def aggregate(self, round_: int, updates: list[ClientUpdate]) -> None:

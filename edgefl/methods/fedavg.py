@@ -25,16 +25,27 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Hashable
 
 import torch
 
 from edgefl.devices.pool import DeviceState
-from edgefl.execution.local import Hooks, TrainSettings, make_optimizer, seed_everything, train_local
+from edgefl.execution.grouped import ClientJob, groupable, train_group
+from edgefl.execution.local import (
+    Hooks,
+    TrainSettings,
+    client_seed,
+    make_optimizer,
+    seed_everything,
+    train_local,
+)
 from edgefl.execution.objectives import OBJECTIVES
 from edgefl.methods.aggregate import State, bn_keys, fedavg, keep_local, state_bytes
 from edgefl.methods.base import METHODS, ClientUpdate, Context, Method
 from edgefl.profiling import optimizer_slots
 from edgefl.sim.workload import Workload
+
+PLAIN = ("train", "hooks", "after_local", "optimizer")  # what grouped training does as FedAvgAT does
 
 
 @METHODS.register("fedavg_at")
@@ -52,6 +63,7 @@ class FedAvgAT(Method):
         self.local_bytes = state_bytes(self.model.state_dict(), self.local_keys)
         self.slots = optimizer_slots(t.optimizer, t.momentum)
         self.objective = OBJECTIVES.get(t.objective)(t.beta)
+        self.groupable = groupable(self.model)
 
     # --- hooks ------------------------------------------------------------------------------
     def iterations(self, round_: int, client: int) -> int:
@@ -101,11 +113,18 @@ class FedAvgAT(Method):
         """What the client already holds locally (FedBN), so it does not download it."""
         return self.local_bytes if client in self.local_states else 0.0
 
+    def start_state(self, client: int) -> State:
+        """The model the client starts its round from (with its own BN under FedBN)."""
+        state = self.model.state_dict()
+        if client in self.local_states:
+            return keep_local(state, self.local_states[client], self.local_keys)
+        return state
+
     def train(self, round_: int, client: int, workload: Workload) -> ClientUpdate:
         gen = seed_everything(self.ctx.scenario.seed, round_, client)
         model = copy.deepcopy(self.model)
         if client in self.local_states:
-            model.load_state_dict(keep_local(model.state_dict(), self.local_states[client], self.local_keys))
+            model.load_state_dict(self.start_state(client))
         start = {k: v.detach().clone() for k, v in model.state_dict().items()}
         x, y = self.ctx.client_data(client)
         loss = train_local(model, x, y, self.optimizer(model, round_), workload.iterations, workload.batch,
@@ -115,6 +134,24 @@ class FedAvgAT(Method):
         update = ClientUpdate(client, state, len(x), loss)
         self.after_local(round_, client, model, update)
         return update
+
+    def group_key(self, round_: int, client: int, workload: Workload) -> Hashable | None:
+        """Plain local training (no hooks, nothing after it, the scenario's optimizer) of a model
+        with a grouped form groups clients by their iterations and batch size."""
+        cls = type(self)
+        if any(getattr(cls, name) is not getattr(FedAvgAT, name) for name in PLAIN) or not self.groupable:
+            return None
+        return workload.iterations, min(workload.batch, len(self.ctx.splits[client].train))
+
+    def train_group(self, round_: int, plans: dict[int, Workload]) -> list[ClientUpdate]:
+        seed, t = self.ctx.scenario.seed, self.ctx.scenario.training
+        jobs = [ClientJob(self.start_state(k), *self.ctx.client_data(k), client_seed(seed, round_, k))
+                for k in plans]
+        work = next(iter(plans.values()))
+        states, losses = train_group(self.model, jobs, t, self.ctx.lr(round_), work.iterations, work.batch,
+                                     self.ctx.attack_for(round_), self.objective, TrainSettings.of(t))
+        return [ClientUpdate(k, state, len(job.x), loss)
+                for k, job, state, loss in zip(plans, jobs, states, losses, strict=True)]
 
     def aggregate(self, round_: int, updates: list[ClientUpdate]) -> None:
         if self.fedbn:
