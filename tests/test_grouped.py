@@ -12,6 +12,7 @@ statistic would show as 1e-2 or more); losses are summed in float32 by both, so 
 from __future__ import annotations
 
 import copy
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -19,10 +20,17 @@ from torch import nn
 
 from edgefl.attacks import make_attack
 from edgefl.config import TrainingConfig
+from edgefl.execution.executor import LocalExecutor, train_timed_group
 from edgefl.execution.grouped import ClientJob, ClientStreams, GroupedNet, groupable, train_group
 from edgefl.execution.local import client_seed, make_optimizer, seed_everything, train_local
 from edgefl.execution.objectives import OBJECTIVES
+from edgefl.methods import ClientUpdate
+from edgefl.methods.fedavg import PLAIN, FedAvgAT
+from edgefl.methods.fedprox import FedProxAT
+from edgefl.methods.scaffold import ScaffoldAT
 from edgefl.models.base import plain_cnn
+from edgefl.profiling.atoms import AtomProfile
+from edgefl.sim.workload import Workload
 
 TOL = 1e-9
 LOSS_TOL = 1e-6
@@ -107,3 +115,52 @@ def test_random_draws_follow_each_client_stream() -> None:
     for rows, seed in zip(x.chunk(2), (1, 2), strict=True):
         torch.manual_seed(seed)
         assert torch.equal(rows, torch.empty(2, 3).uniform_(-1, 1))
+
+
+def work(flops: float) -> Workload:
+    """One iteration of batch 1 through one weightless atom: 2 MACs x forward = `flops`."""
+    atom = AtomProfile("a", flops / 2, 0, 1, 1, 0.0, 1)
+    return Workload((atom,), 1, 1, 0, 1, 0.0, 0.0)
+
+
+class Keyed:
+    """A method stand-in: clients 1, 3 and 4 share a key, 2 has another alone, 5 trains alone."""
+
+    def __init__(self, group_clients: bool) -> None:
+        self.ctx = SimpleNamespace(device=torch.device("cpu"),
+                                   scenario=SimpleNamespace(training=TrainingConfig(group_clients=group_clients)))
+        self.trained: list[list[int]] = []
+
+    def group_key(self, round_: int, client: int, workload: Workload) -> str | None:
+        return {1: "a", 3: "a", 4: "a", 2: "b"}.get(client)
+
+    def train(self, round_: int, client: int, workload: Workload) -> ClientUpdate:
+        self.trained.append([client])
+        return ClientUpdate(client, {}, 1, 0.0)
+
+    def train_group(self, round_: int, plans: dict[int, Workload]) -> list[ClientUpdate]:
+        self.trained.append(list(plans))
+        return [ClientUpdate(k, {}, 1, 0.0) for k in plans]
+
+
+def test_clients_with_one_key_train_together_in_plan_order() -> None:
+    plans = {k: work(1.0) for k in (1, 2, 3, 5, 4)}
+    method = Keyed(group_clients=True)
+    updates = LocalExecutor(method).train(0, plans)  # type: ignore[arg-type]
+    assert [u.client for u in updates] == [1, 2, 3, 5, 4]
+    assert method.trained == [[1, 3, 4], [2], [5]]
+    off = Keyed(group_clients=False)
+    LocalExecutor(off).train(0, plans)  # type: ignore[arg-type]
+    assert off.trained == [[1], [2], [3], [5], [4]]
+
+
+def test_a_group_time_is_shared_by_flops() -> None:
+    ticks = iter([10.0, 16.0])  # the group trains for 6 s
+    updates = train_timed_group(Keyed(True), 0, {1: work(1.0), 3: work(2.0), 4: work(3.0)},  # type: ignore[arg-type]
+                                clock=lambda: next(ticks))
+    assert [u.real_compute_s for u in updates] == pytest.approx([1.0, 2.0, 3.0])
+
+
+def test_methods_with_local_hooks_train_one_by_one() -> None:
+    assert all(name in PLAIN for name in ("hooks", "after_local", "optimizer", "train"))
+    assert FedProxAT.hooks is not FedAvgAT.hooks and ScaffoldAT.after_local is not FedAvgAT.after_local
