@@ -21,8 +21,8 @@ and after each timed stretch. Printed per case: samples/s of each side and edgef
 
 Grouped vs one-by-one (issue 16): the quickstart's first round (scenarios/quickstart.toml: jFAT,
 digits_cnn on 8x8 digits, its first 10 clients at batch 32, its local iterations and PGD-10) trained
-one client after another exactly as `FedAvgAT.train` does today, and all together by
-`edgefl.execution.grouped.train_group`. The two alternate in one process, `--repeats` times per
+one client after another by `FedAvgAT.train` (`training.group_clients = false`), and all together
+by `FedAvgAT.train_group` (edgefl.execution.grouped). The two alternate in one process, `--repeats` times per
 thread count (1 and 2 by default, `--group-threads`); printed per thread count: the median seconds
 per round of each and the median of the per-repeat ratios one-by-one / grouped. While
 /tmp/edgefl-quiet exists (another timing on this machine) the bench waits before each timing.
@@ -54,8 +54,7 @@ from torch import nn
 
 from edgefl.attacks import make_attack
 from edgefl.config import TrainingConfig, load_scenario
-from edgefl.execution.grouped import ClientJob, train_group
-from edgefl.execution.local import TrainSettings, client_seed, make_optimizer, resolve_device, train_local
+from edgefl.execution.local import TrainSettings, make_optimizer, resolve_device, train_local
 from edgefl.execution.objectives import PGDAT
 from edgefl.experiment import prepare
 from edgefl.methods.fedavg import FedAvgAT
@@ -168,22 +167,16 @@ def round_sides(clients: int) -> tuple[dict[str, Callable[[], object]], str]:
     assert isinstance(method, FedAvgAT)
     attack = ctx.attack_for(0)
     w = Workload(ctx.profile.atoms, t.batch_size, t.local_iters, attack.steps if attack else 0, 1, 0, 0)
-    ks = range(clients)
-
-    def grouped() -> object:
-        jobs = [ClientJob(method.model.state_dict(), *ctx.client_data(k), client_seed(scenario.seed, 0, k))
-                for k in ks]
-        return train_group(method.model, jobs, t, ctx.lr(0), t.local_iters, t.batch_size, attack,
-                           method.objective, TrainSettings.of(t))
-
+    plans = dict.fromkeys(range(clients), w)
     what = (f"{scenario.method}, {scenario.model.name}, {clients} clients x {t.local_iters} iterations "
-            f"of batch {t.batch_size}, PGD-{attack.steps if attack else 0}")
-    return {"one-by-one": lambda: [method.train(0, k, w) for k in ks], "grouped": grouped}, what
+            f"of batch {t.batch_size}, PGD-{attack.steps if attack else 0}, on {ctx.device}")
+    return {"one-by-one": lambda: [method.train(0, k, w) for k in plans],
+            "grouped": lambda: method.train_group(0, plans)}, what
 
 
 def bench_grouped(threads: list[int], repeats: int, clients: int) -> None:
     runs, what = round_sides(clients)
-    print(f"grouped vs one-by-one, one quickstart round on the CPU ({what}); median of {repeats}")
+    print(f"grouped vs one-by-one, one quickstart round ({what}); median of {repeats}")
     print(f"{'threads':>7} {'one-by-one s':>12} {'grouped s':>10} {'speed-up':>8}")
     for n in threads:
         torch.set_num_threads(n)
