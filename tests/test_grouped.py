@@ -12,6 +12,8 @@ statistic would show as 1e-2 or more); losses are summed in float32 by both, so 
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -19,11 +21,12 @@ import torch
 from torch import nn
 
 from edgefl.attacks import make_attack
-from edgefl.config import TrainingConfig
+from edgefl.config import TrainingConfig, load_scenario
 from edgefl.execution.executor import LocalExecutor, train_timed_group
 from edgefl.execution.grouped import ClientJob, ClientStreams, GroupedNet, groupable, train_group
 from edgefl.execution.local import client_seed, make_optimizer, seed_everything, train_local
 from edgefl.execution.objectives import OBJECTIVES
+from edgefl.experiment import prepare
 from edgefl.methods import ClientUpdate
 from edgefl.methods.fedavg import PLAIN, FedAvgAT
 from edgefl.methods.fedprox import FedProxAT
@@ -33,6 +36,7 @@ from edgefl.profiling.atoms import AtomProfile
 from edgefl.sim.workload import Workload
 
 TOL = 1e-9
+QUICKSTART = Path(__file__).resolve().parents[1] / "scenarios" / "quickstart.toml"
 LOSS_TOL = 1e-6
 ITERS, BATCH = 3, 8
 
@@ -164,3 +168,23 @@ def test_a_group_time_is_shared_by_flops() -> None:
 def test_methods_with_local_hooks_train_one_by_one() -> None:
     assert all(name in PLAIN for name in ("hooks", "after_local", "optimizer", "train"))
     assert FedProxAT.hooks is not FedAvgAT.hooks and ScaffoldAT.after_local is not FedAvgAT.after_local
+
+
+def test_jfat_trains_a_round_in_groups_as_one_by_one() -> None:
+    """The wired path: jFAT's `train_group` against its `train`, on the quickstart's digits in
+    float64, in a round where FedBN hands some clients their own BatchNorm."""
+    exp = prepare(load_scenario(QUICKSTART, ["training.local_iters=3", "attack.steps=3", "threads=1",
+                                             "device=cpu"]), str(QUICKSTART))
+    exp.ctx.data = replace(exp.ctx.data, train_x=exp.ctx.data.train_x.double())
+    method = exp.method
+    assert isinstance(method, FedAvgAT) and method.fedbn
+    method.model.double()
+    w = Workload(exp.ctx.profile.atoms, 32, 3, 3, 1, 0.0, 0.0)
+    method.aggregate(0, [method.train(0, k, w) for k in (0, 1)])  # clients 0 and 1 keep their BN
+    plans = dict.fromkeys((2, 0, 1), w)
+    assert method.group_key(1, 0, w) == method.group_key(1, 2, w) is not None
+    for got, want in zip(method.train_group(1, plans), [method.train(1, k, w) for k in plans], strict=True):
+        assert (got.client, got.num_samples) == (want.client, want.num_samples)
+        assert got.loss == pytest.approx(want.loss, rel=LOSS_TOL)
+        for key, value in want.state.items():
+            torch.testing.assert_close(got.state[key], value, atol=TOL, rtol=0, msg=key)
