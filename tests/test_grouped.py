@@ -27,11 +27,12 @@ from edgefl.execution.grouped import ClientJob, ClientStreams, GroupedNet, group
 from edgefl.execution.local import client_seed, make_optimizer, seed_everything, train_local
 from edgefl.execution.objectives import OBJECTIVES
 from edgefl.experiment import prepare
-from edgefl.methods import ClientUpdate
+from edgefl.methods import ClientUpdate, fedavg
 from edgefl.methods.fedavg import PLAIN, FedAvgAT
 from edgefl.methods.fedprox import FedProxAT
 from edgefl.methods.scaffold import ScaffoldAT
 from edgefl.models.base import plain_cnn
+from edgefl.profiling import mem_req
 from edgefl.profiling.atoms import AtomProfile
 from edgefl.sim.workload import Workload
 
@@ -170,9 +171,11 @@ def test_methods_with_local_hooks_train_one_by_one() -> None:
     assert FedProxAT.hooks is not FedAvgAT.hooks and ScaffoldAT.after_local is not FedAvgAT.after_local
 
 
-def test_jfat_trains_a_round_in_groups_as_one_by_one() -> None:
+@pytest.mark.parametrize("per_group", [3, 2])
+def test_jfat_trains_a_round_in_groups_as_one_by_one(per_group: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """The wired path: jFAT's `train_group` against its `train`, on the quickstart's digits in
-    float64, in a round where FedBN hands some clients their own BatchNorm."""
+    float64, in a round where FedBN hands some clients their own BatchNorm; with room for 3 clients
+    per group, then for 2 (groups of 2 and 1)."""
     exp = prepare(load_scenario(QUICKSTART, ["training.local_iters=3", "attack.steps=3", "threads=1",
                                              "device=cpu"]), str(QUICKSTART))
     exp.ctx.data = replace(exp.ctx.data, train_x=exp.ctx.data.train_x.double())
@@ -180,11 +183,20 @@ def test_jfat_trains_a_round_in_groups_as_one_by_one() -> None:
     assert isinstance(method, FedAvgAT) and method.fedbn
     method.model.double()
     w = Workload(exp.ctx.profile.atoms, 32, 3, 3, 1, 0.0, 0.0)
+    monkeypatch.setattr(fedavg, "GROUP_BYTES", per_group * mem_req(w.atoms, w.batch, w.slots))
     method.aggregate(0, [method.train(0, k, w) for k in (0, 1)])  # clients 0 and 1 keep their BN
     plans = dict.fromkeys((2, 0, 1), w)
     assert method.group_key(1, 0, w) == method.group_key(1, 2, w) is not None
+    trained: list[int] = []  # each group's size
+
+    def counted(template: nn.Module, jobs: list[ClientJob], *args: object, **kw: object) -> object:
+        trained.append(len(jobs))
+        return train_group(template, jobs, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(fedavg, "train_group", counted)
     for got, want in zip(method.train_group(1, plans), [method.train(1, k, w) for k in plans], strict=True):
         assert (got.client, got.num_samples) == (want.client, want.num_samples)
         assert got.loss == pytest.approx(want.loss, rel=LOSS_TOL)
         for key, value in want.state.items():
             torch.testing.assert_close(got.state[key], value, atol=TOL, rtol=0, msg=key)
+    assert trained == ([3] if per_group == 3 else [2, 1])

@@ -42,10 +42,11 @@ from edgefl.execution.local import (
 from edgefl.execution.objectives import OBJECTIVES
 from edgefl.methods.aggregate import State, bn_keys, fedavg, keep_local, state_bytes
 from edgefl.methods.base import METHODS, ClientUpdate, Context, Method
-from edgefl.profiling import optimizer_slots
+from edgefl.profiling import mem_req, optimizer_slots
 from edgefl.sim.workload import Workload
 
 PLAIN = ("train", "hooks", "after_local", "optimizer")  # what grouped training does as FedAvgAT does
+GROUP_BYTES = 4 * 2**30  # the most training memory (mem_req) one group of clients may take at once
 
 
 @METHODS.register("fedavg_at")
@@ -144,14 +145,21 @@ class FedAvgAT(Method):
         return workload.iterations, min(workload.batch, len(self.ctx.splits[client].train))
 
     def train_group(self, round_: int, plans: dict[int, Workload]) -> list[ClientUpdate]:
+        """The clients together, as many at once as fit GROUP_BYTES of training memory."""
+        work = next(iter(plans.values()))
+        size = max(1, int(GROUP_BYTES // mem_req(work.atoms, work.batch, work.slots)))
+        clients = list(plans)
+        return [u for i in range(0, len(clients), size)
+                for u in self.train_together(round_, clients[i:i + size], work)]
+
+    def train_together(self, round_: int, clients: list[int], work: Workload) -> list[ClientUpdate]:
         seed, t = self.ctx.scenario.seed, self.ctx.scenario.training
         jobs = [ClientJob(self.start_state(k), *self.ctx.client_data(k), client_seed(seed, round_, k))
-                for k in plans]
-        work = next(iter(plans.values()))
+                for k in clients]
         states, losses = train_group(self.model, jobs, t, self.ctx.lr(round_), work.iterations, work.batch,
                                      self.ctx.attack_for(round_), self.objective, TrainSettings.of(t))
         return [ClientUpdate(k, state, len(job.x), loss)
-                for k, job, state, loss in zip(plans, jobs, states, losses, strict=True)]
+                for k, job, state, loss in zip(clients, jobs, states, losses, strict=True)]
 
     def aggregate(self, round_: int, updates: list[ClientUpdate]) -> None:
         if self.fedbn:
