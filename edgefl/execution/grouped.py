@@ -161,8 +161,10 @@ def groupable(model: nn.Module) -> bool:
 
 
 class GroupedSequential(nn.Sequential):
-    """A grouped Sequential that, in eval mode (attack passes), runs a convolution followed by a
-    BatchNorm with running statistics as one folded convolution."""
+    """A grouped Sequential that runs two pairs of layers faster, with the same values and gradients:
+    in eval mode (attack passes) a convolution followed by a BatchNorm with running statistics as
+    one folded convolution; and ReLU then max-pooling as max-pooling then ReLU (ReLU is monotone,
+    so the maxima and the element each window's gradient goes to are the same, on 4x fewer values)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         layers = list(self)
@@ -172,6 +174,8 @@ class GroupedSequential(nn.Sequential):
             if (not self.training and isinstance(layer, GroupedConv2d)
                     and isinstance(after, GroupedBatchNorm2d) and after.running_mean is not None):
                 x, i = layer.folded(x, after), i + 2
+            elif type(layer) is nn.ReLU and type(after) is nn.MaxPool2d:
+                x, i = layer(after(x)), i + 2
             else:
                 x, i = layer(x), i + 1
         return x
