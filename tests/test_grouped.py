@@ -28,9 +28,7 @@ from edgefl.execution.local import client_seed, make_optimizer, seed_everything,
 from edgefl.execution.objectives import OBJECTIVES
 from edgefl.experiment import prepare
 from edgefl.methods import ClientUpdate, fedavg
-from edgefl.methods.fedavg import PLAIN, FedAvgAT
-from edgefl.methods.fedprox import FedProxAT
-from edgefl.methods.scaffold import ScaffoldAT
+from edgefl.methods.fedavg import FedAvgAT
 from edgefl.models.base import plain_cnn
 from edgefl.profiling import mem_req
 from edgefl.profiling.atoms import AtomProfile
@@ -166,9 +164,16 @@ def test_a_group_time_is_shared_by_flops() -> None:
     assert [u.real_compute_s for u in updates] == pytest.approx([1.0, 2.0, 3.0])
 
 
-def test_methods_with_local_hooks_train_one_by_one() -> None:
-    assert all(name in PLAIN for name in ("hooks", "after_local", "optimizer", "train"))
-    assert FedProxAT.hooks is not FedAvgAT.hooks and ScaffoldAT.after_local is not FedAvgAT.after_local
+@pytest.mark.parametrize(("method", "grouped"), [
+    ("jfat", True), ("fedavg_at", True), ("sfat", True), ("gma", True), ("fedavg_dynat", True),
+    ("fedprox_at", False), ("scaffold_at", False), ("fedcurv_at", False), ("heterofl_at", False),
+    ("feddf_at", False), ("fedprophet", False)])
+def test_which_methods_train_in_groups(method: str, grouped: bool) -> None:
+    """Methods that add to local training (hooks, work after it, their own optimizer or loop)
+    train one by one."""
+    exp = prepare(load_scenario(QUICKSTART, [f'method="{method}"']), str(QUICKSTART), dry_run=True)
+    w = Workload(exp.ctx.profile.atoms, 32, 3, 3, 1, 0.0, 0.0)
+    assert (exp.method.group_key(0, 0, w) is not None) is grouped
 
 
 @pytest.mark.parametrize("per_group", [3, 2])
