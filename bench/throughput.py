@@ -34,7 +34,8 @@ Run:
 
 On the CPU the defaults are small (one vgg11 iteration per repeat, 1 torch thread by default,
 `--threads 0` keeps torch's default) and take about 40 s of CPU time (a minute and a half on a
-busy 2-core machine). Figures only: nothing is asserted.
+busy 2-core machine), plus about 40 s for grouped vs one-by-one (`--part` picks one). Figures
+only: nothing is asserted.
 """
 
 from __future__ import annotations
