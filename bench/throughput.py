@@ -19,6 +19,14 @@ counts (other work on the machine only ever slows a repeat down). CUDA is synchr
 and after each timed stretch. Printed per case: samples/s of each side and edgefl / bare
 (1.00 = no loss against the bare loop).
 
+Grouped vs one-by-one (issue 16): the quickstart's first round (scenarios/quickstart.toml: jFAT,
+digits_cnn on 8x8 digits, its first 10 clients at batch 32, its local iterations and PGD-10) trained
+one client after another by `FedAvgAT.train` (`training.group_clients = false`), and all together
+by `FedAvgAT.train_group` (edgefl.execution.grouped). The two alternate in one process, `--repeats` times per
+thread count (1 and 2 by default, `--group-threads`); printed per thread count: the median seconds
+per round of each and the median of the per-repeat ratios one-by-one / grouped. While
+/tmp/edgefl-quiet exists (another timing on this machine) the bench waits before each timing.
+
 Run:
     .venv/bin/python bench/throughput.py                        # both cases, auto device
     .venv/bin/python bench/throughput.py --device cuda --precision bf16 --channels-last
@@ -26,7 +34,8 @@ Run:
 
 On the CPU the defaults are small (one vgg11 iteration per repeat, 1 torch thread by default,
 `--threads 0` keeps torch's default) and take about 40 s of CPU time (a minute and a half on a
-busy 2-core machine). Figures only: nothing is asserted.
+busy 2-core machine), plus about 40 s for grouped vs one-by-one (`--part` picks one). Figures
+only: nothing is asserted.
 """
 
 from __future__ import annotations
@@ -34,19 +43,24 @@ from __future__ import annotations
 import argparse
 import copy
 import platform
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from edgefl.attacks import make_attack
-from edgefl.config import TrainingConfig
+from edgefl.config import TrainingConfig, load_scenario
 from edgefl.execution.local import TrainSettings, make_optimizer, resolve_device, train_local
 from edgefl.execution.objectives import PGDAT
+from edgefl.experiment import prepare
+from edgefl.methods.fedavg import FedAvgAT
 from edgefl.models import build_model
+from edgefl.sim.workload import Workload
 
 EPS, STEP, STEPS, CLASSES = 8 / 255, 2 / 255, 10, 10
 
@@ -136,6 +150,51 @@ def device_name(device: torch.device) -> str:
     return f"{platform.processor() or platform.machine()} CPU, {torch.get_num_threads()} thread(s)"
 
 
+QUIET = Path("/tmp/edgefl-quiet")
+QUICKSTART = Path(__file__).resolve().parents[1] / "scenarios" / "quickstart.toml"
+
+
+def wait_quiet() -> None:
+    """Wait while another timing on this machine holds /tmp/edgefl-quiet."""
+    while QUIET.exists():
+        time.sleep(5)
+
+
+def round_sides(clients: int) -> tuple[dict[str, Callable[[], object]], str]:
+    """one-by-one and grouped training of the quickstart's first round (its first `clients`)."""
+    scenario = load_scenario(QUICKSTART, ["threads=0"])
+    exp = prepare(scenario, str(QUICKSTART))
+    method, ctx, t = exp.method, exp.ctx, scenario.training
+    assert isinstance(method, FedAvgAT)
+    attack = ctx.attack_for(0)
+    w = Workload(ctx.profile.atoms, t.batch_size, t.local_iters, attack.steps if attack else 0, 1, 0, 0)
+    plans = dict.fromkeys(range(clients), w)
+    what = (f"{scenario.method}, {scenario.model.name}, {clients} clients x {t.local_iters} iterations "
+            f"of batch {t.batch_size}, PGD-{attack.steps if attack else 0}, on {ctx.device}")
+    return {"one-by-one": lambda: [method.train(0, k, w) for k in plans],
+            "grouped": lambda: method.train_group(0, plans)}, what
+
+
+def bench_grouped(threads: list[int], repeats: int, clients: int) -> None:
+    runs, what = round_sides(clients)
+    print(f"grouped vs one-by-one, one quickstart round ({what}); median of {repeats}")
+    print(f"{'threads':>7} {'one-by-one s':>12} {'grouped s':>10} {'speed-up':>8}")
+    for n in threads:
+        torch.set_num_threads(n)
+        for run in runs.values():
+            run()  # warm-up
+        secs: dict[str, list[float]] = {side: [] for side in runs}
+        for _ in range(repeats):
+            for side, run in runs.items():
+                wait_quiet()
+                start = time.perf_counter()
+                run()
+                secs[side].append(time.perf_counter() - start)
+        ratio = statistics.median(a / b for a, b in zip(secs["one-by-one"], secs["grouped"], strict=True))
+        one, grouped = (statistics.median(secs[side]) for side in ("one-by-one", "grouped"))
+        print(f"{n:>7} {one:>12.3f} {grouped:>10.3f} {ratio:>7.2f}x")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", default="auto", help="auto (CUDA when available) | cpu | cuda | cuda:N")
@@ -146,7 +205,17 @@ def main() -> None:
     ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     ap.add_argument("--channels-last", action="store_true")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (0 = torch's default)")
+    ap.add_argument("--part", choices=["bare", "grouped", "both"], default="both",
+                    help="edgefl vs the bare loop, grouped vs one-by-one, or both")
+    ap.add_argument("--group-threads", type=int, nargs="+", default=[1, 2],
+                    help="torch CPU threads for grouped vs one-by-one")
+    ap.add_argument("--group-repeats", type=int, default=5)
+    ap.add_argument("--clients", type=int, default=10, help="clients in the grouped round")
     args = ap.parse_args()
+    if args.part != "bare":
+        bench_grouped(args.group_threads, args.group_repeats, args.clients)
+    if args.part == "grouped":
+        return
     if args.threads:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)

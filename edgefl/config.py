@@ -66,6 +66,8 @@ class TrainingConfig:
     warmup_rounds: int = 0  # clean (non-adversarial) rounds first
     precision: str = "fp32"  # fp32 | bf16 (autocast on the training device)
     channels_last: bool = False  # NHWC memory format for conv models (faster on recent GPUs)
+    group_clients: bool = True  # train a round's clients of one architecture together (issue 16);
+    #   false: one by one, as the time-prediction check needs (edgefl.execution.grouped)
 
 
 @dataclass

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 
 from edgefl.config import FleetConfig
-from edgefl.scenario import load_scenario
 from edgefl.devices import draws
 from edgefl.devices.catalog import load_catalog
 from edgefl.devices.pool import DevicePool, StateMap
 from edgefl.experiment import prepare, run
 from edgefl.methods.base import grouped
+from edgefl.scenario import load_scenario
 from edgefl.sim.bulk import Pricer, WalkIndex, walk_key
 from edgefl.sim.cost import make_cost_model
 from edgefl.sim.swap import footprint, min_budget, walk

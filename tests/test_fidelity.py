@@ -57,11 +57,18 @@ def test_real_compute_is_measured_and_no_error_off_host(tmp_path: Path) -> None:
 
 def test_prediction_error_on_the_calibrated_host(tmp_path: Path, host: str,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    summary, rows = run(tmp_path / "h", [f'fleet.devices=["{host}"]', 'fleet.apps=["idle"]'])
+    summary, rows = run(tmp_path / "h", [f'fleet.devices=["{host}"]', 'fleet.apps=["idle"]',
+                                         "training.group_clients=false"])
     simulated = sum(float(r["compute_s"]) for r in rows)
     real = sum(float(r["real_compute_s"]) for r in rows)
     assert summary["time_prediction_error"] == pytest.approx(simulated / real - 1, abs=1e-4)
     assert "vs measured on this host" in capsys.readouterr().out
+
+
+def test_no_error_when_clients_train_in_groups(tmp_path: Path, host: str) -> None:
+    summary, rows = run(tmp_path / "g", [f'fleet.devices=["{host}"]', 'fleet.apps=["idle"]'])
+    assert rows and all(float(r["real_compute_s"]) > 0 for r in rows)
+    assert "time_prediction_error" not in summary  # a group's time is shared out, not measured
 
 
 def test_no_error_when_an_app_slows_the_host(tmp_path: Path, host: str) -> None:

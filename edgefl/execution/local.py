@@ -35,9 +35,14 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def client_seed(*keys: int) -> int:
+    """The seed of a (seed, round, client) key."""
+    return hash(keys) % 2**63
+
+
 def seed_everything(*keys: int) -> torch.Generator:
     """Seed torch's global RNG (attack random starts) and return a batch-order generator."""
-    seed = hash(keys) % 2**63
+    seed = client_seed(*keys)
     torch.manual_seed(seed)
     return torch.Generator().manual_seed(seed)
 

@@ -7,10 +7,14 @@
   beta KL(f(x) || f(x')) (1 - p_y(x)), x' crafted with CE.
 
 Without an attack (clean warm-up rounds) every objective is plain cross-entropy.
+
+`per_client(G)` is the same objective on G clients' batches stacked client-major (edgefl.execution.
+grouped): every mean is taken per client, and the loss is the vector of the G clients' losses.
 """
 
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
 
 import torch
@@ -25,6 +29,7 @@ from edgefl.registry import Registry
 class Objective(ABC):
     train_pairs = 1  # (forward, training backward) pairs per step, for the cost model
     extra_forwards = 0  # forward-only passes per step
+    groups = 1  # clients stacked in one batch: the loss is then one value per client
 
     def __init__(self, beta: float = 6.0) -> None:
         self.beta = beta
@@ -32,10 +37,25 @@ class Objective(ABC):
     def fixed(self) -> tuple[nn.Module, ...]:
         """Modules the loss runs that training leaves alone (run in eval mode; none here)."""
         return ()
+    def per_client(self, groups: int) -> Objective:
+        """This objective on `groups` clients' batches stacked client-major."""
+        out = copy.copy(self)
+        out.groups = groups
+        return out
+
+    def mean(self, rows: torch.Tensor) -> torch.Tensor:
+        """The mean over the batch, per client when clients are stacked."""
+        return rows.mean() if self.groups == 1 else rows.view(self.groups, -1).mean(1)
+
+    def ce(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Cross-entropy, averaged per client when clients are stacked."""
+        if self.groups == 1:
+            return F.cross_entropy(logits, y)
+        return self.mean(F.cross_entropy(logits, y, reduction="none"))
 
     def loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, attack: Attack | None) -> torch.Tensor:
         if attack is None:
-            return F.cross_entropy(model(x), y)
+            return self.ce(model(x), y)
         return self.adversarial_loss(model, x, y, attack)
 
     @abstractmethod
@@ -56,7 +76,7 @@ def kl_rows(clean_logits: torch.Tensor, adv_logits: torch.Tensor) -> torch.Tenso
 class PGDAT(Objective):
     def adversarial_loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor,
                          attack: Attack) -> torch.Tensor:
-        return F.cross_entropy(model(attack(model, x, y)), y)
+        return self.ce(model(attack(model, x, y)), y)
 
 
 @OBJECTIVES.register("trades")
@@ -69,10 +89,10 @@ class TRADES(Objective):
             target = model.eval()(x)
             model.train(was)
         kl_attack = PGD(attack.eps, attack.step_size, attack.steps,
-                        loss=lambda out, t: kl_rows(t, out).mean())
+                        loss=lambda out, t: self.mean(kl_rows(t, out)).sum())
         x_adv = kl_attack(model, x, target)
         clean = model(x)
-        return F.cross_entropy(clean, y) + self.beta * kl_rows(clean, model(x_adv)).mean()
+        return self.ce(clean, y) + self.beta * self.mean(kl_rows(clean, model(x_adv)))
 
 
 @OBJECTIVES.register("mart")
@@ -84,6 +104,6 @@ class MART(Objective):
         clean, adv = model(x), model(x_adv)
         p_adv = F.softmax(adv, dim=1)
         others = p_adv.scatter(1, y[:, None], 0.0).max(1).values
-        bce = F.cross_entropy(adv, y) - torch.log(1.0001 - others).mean()
+        bce = self.ce(adv, y) - self.mean(torch.log(1.0001 - others))
         p_true = F.softmax(clean, dim=1).gather(1, y[:, None]).squeeze(1)
-        return bce + self.beta * (kl_rows(clean, adv) * (1 - p_true)).mean()
+        return bce + self.beta * self.mean(kl_rows(clean, adv) * (1 - p_true))

@@ -1,4 +1,5 @@
-"""The Ray executor: each selected client's local training runs as a Ray task.
+"""The Ray executor: each selected client's local training (each group's, edgefl.execution.executor
+`groups`) runs as a Ray task.
 
 Every round the driver puts one snapshot of the method's state (edgefl.snapshot) in Ray's object
 store; a task remakes the method once per worker process from the recipe the experiment gives (the
@@ -24,7 +25,7 @@ from typing import Any
 
 from edgefl.config import RayConfig
 from edgefl.errors import EdgeflError
-from edgefl.execution.executor import train_timed
+from edgefl.execution.executor import groups, in_order, train_timed_group
 from edgefl.methods import ClientPlan, ClientUpdate, Method
 from edgefl.snapshot import plain, restore
 
@@ -44,19 +45,22 @@ class RayExecutor:
                      log_to_driver=False, configure_logging=False)
         self.ray, self.method, self.rebuild = ray, method, rebuild
         gpus = 1 if method.ctx.device.type == "cuda" else 0  # Ray hides GPUs from tasks that ask for none
-        self.task = ray.remote(num_cpus=1, num_gpus=gpus, max_retries=cfg.max_retries)(_train_client)
+        self.task = ray.remote(num_cpus=1, num_gpus=gpus, max_retries=cfg.max_retries)(_train_group)
 
     def train(self, round_: int, plans: dict[int, ClientPlan]) -> list[ClientUpdate]:
         snapshot = self.ray.put(self.method.state())
-        refs = [self.task.remote(self.rebuild, snapshot, round_, k, p) for k, p in plans.items()]
+        refs = [self.task.remote(self.rebuild, snapshot, round_, group)
+                for group in groups(self.method, round_, plans)]
         device = self.method.ctx.device
-        return [ClientUpdate(u.client, restore(None, u.state, device), u.num_samples, u.loss,
-                             restore(None, u.extra, device), u.real_compute_s) for u in self.ray.get(refs)]
+        updates = [ClientUpdate(u.client, restore(None, u.state, device), u.num_samples, u.loss,
+                                restore(None, u.extra, device), u.real_compute_s)
+                   for us in self.ray.get(refs) for u in us]
+        return in_order(updates, plans)
 
 
-def _train_client(rebuild: Callable[[], Method], snapshot: dict[str, Any], round_: int, client: int,
-                  plan: ClientPlan) -> ClientUpdate:
-    """Runs on a Ray worker."""
+def _train_group(rebuild: Callable[[], Method], snapshot: dict[str, Any], round_: int,
+                 plans: dict[int, ClientPlan]) -> list[ClientUpdate]:
+    """Runs on a Ray worker: one client, or a group trained together."""
     fault = os.environ.get("EDGEFL_FAULT_ONCE")
     if fault:
         try:
@@ -67,8 +71,8 @@ def _train_client(rebuild: Callable[[], Method], snapshot: dict[str, Any], round
             os._exit(1)
     method = _worker_method(rebuild)
     method.load_state(snapshot)
-    u = train_timed(method, round_, client, plan)
-    return ClientUpdate(u.client, plain(u.state), u.num_samples, u.loss, plain(u.extra), u.real_compute_s)
+    return [ClientUpdate(u.client, plain(u.state), u.num_samples, u.loss, plain(u.extra), u.real_compute_s)
+            for u in train_timed_group(method, round_, plans)]
 
 
 def _worker_method(rebuild: Callable[[], Method]) -> Method:

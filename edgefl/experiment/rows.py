@@ -62,13 +62,15 @@ def run_summary(exp: Experiment, rows: list[dict[str, Any]], wall_s: float) -> d
 
 def emulates_host(exp: Experiment) -> bool:
     """Whether the emulated devices are the machine that trains: every client has a profile
-    calibrated on this host with the threads in use, training runs on its CPU, no co-running app
-    slows it, and the walk accounting charges compute."""
+    calibrated on this host with the threads in use, training runs on its CPU one client at a time
+    (`training.group_clients` off), no co-running app slows it, and the walk accounting charges
+    compute."""
     node = platform.node()
     return (not exp.dry_run and exp.ctx.device.type == "cpu" and exp.ctx.cost.walks
             and all(d.calibrated_host == node and d.calibrated_threads == torch.get_num_threads()
                     for d in exp.pool.devices)
-            and all(a.perf_left == 1 for a in exp.pool.apps))
+            and all(a.perf_left == 1 for a in exp.pool.apps)
+            and not exp.scenario.training.group_clients)
 
 
 def prediction_error(out: Path) -> float | None:

@@ -10,7 +10,7 @@ differ (`client_model`, `local_objective`, `optimizer`, `hooks`, `after_local`).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -177,6 +177,16 @@ class Method(ABC):
                     plan: ClientPlan) -> None:
         """What the client computes after training and how its upload changes (control variates,
         a Fisher, only the part it trained)."""
+
+    def group_key(self, round_: int, client: int, plan: ClientPlan) -> Hashable | None:
+        """Clients of a round with the same key may be trained together by `train_group`
+        (edgefl.execution.grouped); None (the default): this client trains alone, by `train`."""
+        return None
+
+    def train_group(self, round_: int, plans: dict[int, ClientPlan]) -> list[ClientUpdate]:
+        """Real local training of clients that share a `group_key`, all at once: the updates
+        `train` would give one by one, up to floating-point summation order."""
+        raise NotImplementedError(f"{type(self).__name__} trains its clients one by one")
 
     @abstractmethod
     def aggregate(self, round_: int, updates: list[ClientUpdate]) -> None:

@@ -27,18 +27,24 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 
 import numpy as np
 import torch
 
 from edgefl.devices.pool import DeviceState
+from edgefl.execution.grouped import ClientJob, groupable, train_group
+from edgefl.execution.local import TrainSettings, client_seed
 from edgefl.execution.objectives import OBJECTIVES, Objective
 from edgefl.methods.aggregate import State, bn_keys, fedavg, keep_local, state_bytes
 from edgefl.methods.base import METHODS, ClientModel, ClientPlan, ClientUpdate, Context, Method
 from edgefl.sim.bulk import RoundPlan
-from edgefl.sim.records import optimizer_slots
+from edgefl.sim.records import mem_req, optimizer_slots
 from edgefl.sim.workload import Workload
+
+# the training steps grouped training does as FedAvgAT does: a subclass overriding one trains one by one
+PLAIN = ("train", "client_model", "local_objective", "hooks", "after_local", "optimizer")
+GROUP_BYTES = 4 * 2**30  # the most training memory (mem_req) one group of clients may take at once
 
 
 @METHODS.register("fedavg_at")
@@ -56,6 +62,7 @@ class FedAvgAT(Method):
         self.local_bytes = state_bytes(self.model.state_dict(), self.local_keys)
         self.slots = optimizer_slots(t.optimizer, t.momentum)
         self.objective = OBJECTIVES.get(t.objective)(t.beta)
+        self.groupable = groupable(self.model)
 
     # --- hooks ------------------------------------------------------------------------------
     def iterations(self, round_: int, client: int) -> int:
@@ -109,16 +116,50 @@ class FedAvgAT(Method):
         """What the client already holds locally (FedBN), so it does not download it."""
         return self.local_bytes if client in self.local_states else 0.0
 
+    def start_state(self, client: int) -> State:
+        """The model the client starts its round from (with its own BN under FedBN)."""
+        state = self.model.state_dict()
+        if client in self.local_states:
+            return keep_local(state, self.local_states[client], self.local_keys)
+        return state
+
     def client_model(self, round_: int, client: int, plan: ClientPlan) -> ClientModel:
         """The global model, with the client's own BatchNorm under FedBN."""
         model = copy.deepcopy(self.model)
         if client in self.local_states:
-            model.load_state_dict(keep_local(model.state_dict(), self.local_states[client], self.local_keys))
+            model.load_state_dict(self.start_state(client))
         return model, {}
 
     def local_objective(self, model: torch.nn.Module, plan: ClientPlan) -> tuple[torch.nn.Module, Objective]:
         """The whole model, on `training.objective`."""
         return model, self.objective
+
+    def group_key(self, round_: int, client: int, plan: ClientPlan) -> Hashable | None:
+        """Plain local training (no hooks, nothing after it, the scenario's optimizer) of a model
+        with a grouped form groups clients by their iterations and batch size."""
+        cls = type(self)
+        if any(getattr(cls, name) is not getattr(FedAvgAT, name) for name in PLAIN) or not self.groupable:
+            return None
+        w = plan.workload
+        return w.iterations, min(w.batch, len(self.ctx.splits[client].train))
+
+    def train_group(self, round_: int, plans: dict[int, ClientPlan]) -> list[ClientUpdate]:
+        """The clients together, as many at once as fit GROUP_BYTES of training memory."""
+        plan = next(iter(plans.values()))
+        work = plan.workload
+        size = max(1, int(GROUP_BYTES // mem_req(work.atoms, work.batch, work.slots)))
+        clients = list(plans)
+        return [u for i in range(0, len(clients), size)
+                for u in self.train_together(round_, clients[i:i + size], plan)]
+
+    def train_together(self, round_: int, clients: list[int], plan: ClientPlan) -> list[ClientUpdate]:
+        seed, t, work = self.ctx.scenario.seed, self.ctx.scenario.training, plan.workload
+        jobs = [ClientJob(self.start_state(k), *self.ctx.client_data(k), client_seed(seed, round_, k))
+                for k in clients]
+        states, losses = train_group(self.model, jobs, t, plan.lr, work.iterations, work.batch,
+                                     plan.attack, self.objective, TrainSettings.of(t))
+        return [ClientUpdate(k, state, len(job.x), loss)
+                for k, job, state, loss in zip(clients, jobs, states, losses, strict=True)]
 
     def aggregate(self, round_: int, updates: list[ClientUpdate]) -> None:
         if self.fedbn:

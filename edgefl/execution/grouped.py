@@ -1,0 +1,301 @@
+"""Many clients' local adversarial training at once (issue 16): G copies of one architecture
+become one grouped network whose layers hold every client's weights side by side.
+
+Client g's channels are the g-th block of G: a convolution becomes one grouped convolution
+(`groups` x G), BatchNorm one BatchNorm over G x C channels (so every client's batch statistics
+and running statistics stay its own: BN is per channel), a linear layer one batched matmul, and
+ReLU, pooling and flattening work channel by channel as they are. One forward of the grouped
+network is G clients' forwards; the clients' losses are summed, so one backward gives each client
+exactly its own gradients, and SGD (momentum, weight decay) and Adam act element by element, so
+one optimizer over the grouped parameters is G clients' optimizers.
+
+Inputs and outputs are stacked client-major: client g's batch is rows g*B .. (g+1)*B of a
+(G*B, C, H, W) tensor, so attacks and objectives run on the grouped network unchanged. The
+objective reduces per client (`Objective.per_client`), and random draws (attack random starts)
+come from each client's own generator, seeded as one-by-one training seeds it, so grouped training
+repeats one-by-one training (Madry et al.'s PGD-AT loop in edgefl.execution.local) up to
+floating-point summation order.
+
+Grouping covers models built from Sequential containers of Conv2d, BatchNorm2d, Linear, ReLU,
+pooling, Flatten, Identity and edgefl's Normalize; `groupable` says whether a model is one.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
+
+from edgefl.attacks import Attack
+from edgefl.config import TrainingConfig
+from edgefl.data.datasets import to_float
+from edgefl.execution.local import FP32, TrainSettings, batch_indices, make_optimizer
+from edgefl.execution.objectives import Objective
+from edgefl.models.base import Normalize
+
+State = dict[str, torch.Tensor]
+AS_IS = (nn.ReLU, nn.MaxPool2d, nn.AvgPool2d, nn.AdaptiveAvgPool2d, nn.Identity)  # per channel
+RANDOM = {torch.rand, torch.rand_like, torch.randn, torch.randn_like, torch.randint, torch.randint_like,
+          torch.randperm, torch.bernoulli, torch.normal, torch.multinomial, torch.nn.functional.dropout,
+          torch.Tensor.bernoulli_, torch.Tensor.random_, torch.Tensor.exponential_}
+
+
+class GroupedConv2d(nn.Conv2d):
+    """G convolutions as one, `groups` x G."""
+
+    @classmethod
+    def of(cls, convs: Sequence[nn.Conv2d]) -> GroupedConv2d:
+        c, g = convs[0], len(convs)
+        shape: dict[str, Any] = {"kernel_size": c.kernel_size, "stride": c.stride, "padding": c.padding,
+                                 "dilation": c.dilation, "padding_mode": c.padding_mode}
+        out = cls(c.in_channels * g, c.out_channels * g, groups=c.groups * g, bias=c.bias is not None,
+                  device=c.weight.device, dtype=c.weight.dtype, **shape)
+        copy_into(out, convs, lambda t: torch.cat(t))
+        return out
+
+    def part(self, g: int, groups: int) -> State:
+        return {k: v.chunk(groups)[g] for k, v in self.state_dict().items()}
+
+
+    def folded(self, x: torch.Tensor, bn: GroupedBatchNorm2d) -> torch.Tensor:
+        """bn(conv(x)) with bn in eval mode, as one convolution: weights scaled by
+        gamma / sqrt(var + eps), bias beta - mean x that scale (the same affine map, one pass)."""
+        assert bn.running_mean is not None and bn.running_var is not None
+        scale = torch.rsqrt(bn.running_var + bn.eps)
+        shift = -bn.running_mean * scale
+        if bn.affine:
+            scale, shift = scale * bn.weight, shift * bn.weight + bn.bias
+        if self.bias is not None:
+            shift = shift + self.bias * scale
+        return self._conv_forward(x, self.weight * scale.view(-1, 1, 1, 1), shift)
+
+
+class GroupedBatchNorm2d(nn.BatchNorm2d):
+    """G BatchNorms as one over G x C channels; `start` keeps each client's batch counter."""
+
+    start: tuple[torch.Tensor, ...] = ()  # each client's num_batches_tracked before the group trains
+
+    @classmethod
+    def of(cls, bns: Sequence[nn.BatchNorm2d]) -> GroupedBatchNorm2d:
+        b = bns[0]
+        like = next(iter(b.state_dict().values()))
+        out = cls(b.num_features * len(bns), b.eps, b.momentum, b.affine, b.track_running_stats,
+                  device=like.device, dtype=like.dtype if like.is_floating_point() else None)
+        copy_into(out, bns, lambda t: torch.cat(t) if t[0].dim() else torch.zeros_like(t[0]))
+        if b.track_running_stats:
+            out.start = tuple(m.state_dict()["num_batches_tracked"].clone() for m in bns)
+        return out
+
+    def part(self, g: int, groups: int) -> State:
+        state = {k: v.chunk(groups)[g] for k, v in self.state_dict().items() if v.dim()}
+        counter = self.num_batches_tracked
+        if self.start and counter is not None:
+            state["num_batches_tracked"] = self.start[g] + counter
+        return state
+
+
+class GroupedLinear(nn.Module):
+    """G linear layers as one batched matmul on (B, G x F) inputs (client-major features)."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(weight)  # (G, out, in)
+        self.bias = nn.Parameter(bias) if bias is not None else None  # (G, out)
+
+    @classmethod
+    def of(cls, linears: Sequence[nn.Linear]) -> GroupedLinear:
+        biased = linears[0].bias is not None
+        return cls(torch.stack([m.weight.detach() for m in linears]).clone(),
+                   torch.stack([m.bias.detach() for m in linears]).clone() if biased else None)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        g, out, feats = self.weight.shape
+        xg = x.view(len(x), g, feats).transpose(0, 1)  # (G, B, in)
+        y = torch.bmm(xg, self.weight.transpose(1, 2))
+        if self.bias is not None:
+            y = y + self.bias[:, None]
+        return y.transpose(0, 1).reshape(len(x), g * out)
+
+    def part(self, g: int, groups: int) -> State:
+        return {k: v[g] for k, v in self.state_dict().items()}
+
+
+class GroupedNormalize(Normalize):
+    """G input normalisations as one over G x C channels."""
+
+    @classmethod
+    def of(cls, norms: Sequence[Normalize]) -> GroupedNormalize:
+        out = cls([0.0], [1.0])
+        out.mean, out.std = (torch.cat([getattr(m, k) for m in norms], 1) for k in ("mean", "std"))
+        return out
+
+    def part(self, g: int, groups: int) -> State:
+        return {k: v.chunk(groups, 1)[g] for k, v in self.state_dict().items()}
+
+
+def copy_into(out: nn.Module, parts: Sequence[nn.Module], join: Any) -> None:
+    """out's parameters and buffers := join([each part's tensor of that name])."""
+    with torch.no_grad():
+        for name, t in out.state_dict().items():
+            t.copy_(join([m.state_dict()[name] for m in parts]))
+
+
+GROUPED: dict[type[nn.Module], Any] = {nn.Conv2d: GroupedConv2d, nn.BatchNorm2d: GroupedBatchNorm2d,
+                                       nn.Linear: GroupedLinear, Normalize: GroupedNormalize}
+
+
+def groupable(model: nn.Module) -> bool:
+    """True when every layer of `model` has a grouped form (see the module docstring)."""
+    for m in model.modules():
+        if isinstance(m, nn.Sequential) or type(m) in GROUPED or isinstance(m, AS_IS):
+            continue
+        if not (type(m) is nn.Flatten and m.start_dim == 1 and m.end_dim == -1):
+            return False
+    return True
+
+
+class GroupedSequential(nn.Sequential):
+    """A grouped Sequential that runs two pairs of layers faster, with the same values and gradients:
+    in eval mode (attack passes) a convolution followed by a BatchNorm with running statistics as
+    one folded convolution; and ReLU then max-pooling as max-pooling then ReLU (ReLU is monotone,
+    so the maxima and the element each window's gradient goes to are the same, on 4x fewer values)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        layers = list(self)
+        i = 0
+        while i < len(layers):
+            layer, after = layers[i], layers[i + 1] if i + 1 < len(layers) else None
+            if (not self.training and isinstance(layer, GroupedConv2d)
+                    and isinstance(after, GroupedBatchNorm2d) and after.running_mean is not None):
+                x, i = layer.folded(x, after), i + 2
+            elif type(layer) is nn.ReLU and type(after) is nn.MaxPool2d:
+                x, i = layer(after(x)), i + 2
+            else:
+                x, i = layer(x), i + 1
+        return x
+
+
+def group_layer(layers: Sequence[nn.Module]) -> nn.Module:
+    first = layers[0]
+    if isinstance(first, nn.Sequential):
+        return GroupedSequential(OrderedDict((name, group_layer([m.get_submodule(name) for m in layers]))
+                                             for name in first._modules))
+    if type(first) in GROUPED:
+        return GROUPED[type(first)].of(layers)
+    return copy.deepcopy(first)
+
+
+class GroupedNet(nn.Module):
+    """G models of one architecture as one; inputs and outputs stacked client-major (G*B rows)."""
+
+    def __init__(self, models: Sequence[nn.Module]) -> None:
+        super().__init__()
+        if not all(groupable(m) for m in models):
+            raise ValueError("a model has a layer with no grouped form")
+        self.groups = len(models)
+        self.body = group_layer(models).to(memory_format=torch.channels_last)
+        self.keys = list(models[0].state_dict())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        g, b = self.groups, len(x) // self.groups
+        if x.dim() == 4:  # (G*B, C, H, W) -> (B, G*C, H, W) in channels_last order, one copy
+            _, c, h, w = x.shape
+            x = x.view(g, b, c, h, w).permute(1, 3, 4, 0, 2).reshape(b, h, w, g * c).permute(0, 3, 1, 2)
+        else:
+            x = x.view(g, b, *x.shape[1:]).transpose(0, 1).reshape(b, -1)
+        out = self.body(x)
+        return out.view(b, g, -1).transpose(0, 1).reshape(g * b, -1)
+
+    def states(self) -> list[State]:
+        """Each client's state dict, keyed as its own model's."""
+        parts: list[State] = [{} for _ in range(self.groups)]
+        for name, m in self.body.named_modules():
+            if hasattr(m, "part"):
+                for g, part in enumerate(parts):
+                    part.update({f"{name}.{k}": v.detach().clone()
+                                 for k, v in m.part(g, self.groups).items()})
+        return [{k: p[k] for k in self.keys} for p in parts]
+
+
+class ClientStreams(TorchFunctionMode):
+    """Random draws on a client-major tensor fill client g's rows from `gens[g]`: so an attack's
+    random start on G stacked batches is what each client's own generator would have drawn.
+    Other draws from the global generator are refused (they would mix the clients' streams)."""
+
+    def __init__(self, gens: Sequence[torch.Generator]) -> None:
+        super().__init__()
+        self.gens = gens
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func in (torch.Tensor.uniform_, torch.Tensor.normal_):
+            for rows, gen in zip(args[0].chunk(len(self.gens)), self.gens, strict=True):
+                func(rows, *args[1:], generator=gen, **kwargs)
+            return args[0]
+        if func in RANDOM and kwargs.get("generator") is None:
+            raise RuntimeError(f"grouped training cannot split the random draws of {func.__name__}")
+        return func(*args, **kwargs)
+
+
+@dataclass
+class ClientJob:
+    """One client's part of a group: its start state, data and seed (as `seed_everything` makes it)."""
+
+    state: State
+    x: torch.Tensor
+    y: torch.Tensor
+    seed: int
+
+
+def stacked_batches(jobs: Sequence[ClientJob], batch: int,
+                    iters: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Per iteration, every client's batch (as `device_batches` draws it) stacked client-major."""
+    xs, ys = [], []
+    for job in jobs:
+        gen = torch.Generator().manual_seed(job.seed)
+        rows = torch.stack(batch_indices(len(job.x), batch, iters, gen)).to(job.x.device)
+        xs.append(job.x[rows])  # (iters, B, ...)
+        ys.append(job.y[rows])
+    x, y = torch.stack(xs, 1), torch.stack(ys, 1)  # (iters, G, B, ...)
+    for xb, yb in zip(x, y, strict=True):
+        yield to_float(xb.flatten(0, 1)), yb.flatten()
+
+
+def train_group(
+    template: nn.Module, jobs: Sequence[ClientJob], cfg: TrainingConfig, lr: float, iters: int, batch: int,
+    attack: Attack | None, objective: Objective, settings: TrainSettings = FP32,
+) -> tuple[list[State], list[float]]:
+    """Train the clients of `jobs` together, each from its own state on its own data (copies of
+    `template`, a model of their architecture on their device); returns each one's final state and
+    mean training loss, as `train_local` would have one by one. All clients
+    use `min(batch, len(x))` samples per step, which must be the same for every client."""
+    sizes = {min(batch, len(j.x)) for j in jobs}
+    if len(sizes) != 1:
+        raise ValueError("clients of one group must share their batch size")
+    models = []
+    for job in jobs:
+        m = copy.deepcopy(template)
+        m.load_state_dict(job.state)
+        models.append(m)
+    net = GroupedNet(models)
+    optimizer = make_optimizer(list(net.parameters()), cfg, lr)
+    per_client = objective.per_client(len(jobs))
+    device = jobs[0].x.device
+    gens = [torch.Generator(device).manual_seed(j.seed) for j in jobs]
+    net.train()
+    total = torch.zeros(len(jobs), device=device)
+    with ClientStreams(gens):
+        for xb, yb in stacked_batches(jobs, sizes.pop(), iters):
+            with settings.autocast(device):
+                losses = per_client.loss(net, xb, yb, attack)
+            optimizer.zero_grad(set_to_none=True)
+            losses.sum().backward()
+            optimizer.step()
+            total += losses.detach()
+    return net.states(), [float(t) / iters for t in total]

@@ -1,0 +1,207 @@
+"""Grouped training (edgefl.execution.grouped) repeats one-by-one training.
+
+G clients of one small CNN (conv + BatchNorm + ReLU + max-pool + linear head), each from its own
+start state (weights and BN running statistics differ) on its own data (sizes differ), trained
+together must end where `train_local` ends each of them one by one: same states (weights, BN
+running statistics, batch counters) and same mean losses. In float64 the only differences are
+summation order, so the tolerance on states is 1e-9 (a different batch, random start or BN
+statistic would show as 1e-2 or more); losses are summed in float32 by both, so theirs is a relative
+1e-6.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch import nn
+
+from edgefl.attacks import make_attack
+from edgefl.config import TrainingConfig, load_scenario
+from edgefl.execution.executor import LocalExecutor, train_timed_group
+from edgefl.execution.grouped import ClientJob, ClientStreams, GroupedNet, groupable, train_group
+from edgefl.execution.local import client_seed, make_optimizer, seed_everything, train_local
+from edgefl.execution.objectives import OBJECTIVES
+from edgefl.experiment import prepare
+from edgefl.methods import ClientUpdate, fedavg
+from edgefl.methods.fedavg import FedAvgAT
+from edgefl.models.base import plain_cnn
+from edgefl.profiling import mem_req
+from edgefl.profiling.atoms import AtomProfile
+from edgefl.sim.workload import Workload
+
+TOL = 1e-9
+QUICKSTART = Path(__file__).resolve().parents[1] / "scenarios" / "quickstart.toml"
+LOSS_TOL = 1e-6
+ITERS, BATCH = 3, 8
+
+
+def new_model() -> nn.Module:
+    return plain_cnn([4, 6], [False, True], 3, (1, 6, 6), [0.4], [0.3]).double()
+
+
+def clients(n: int) -> list[tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]]:
+    """n (start state, images, labels): each client's weights and BN statistics perturbed apart."""
+    torch.manual_seed(5)
+    out = []
+    for k in range(n):
+        model = new_model()
+        with torch.no_grad():
+            for t in model.state_dict().values():
+                if t.is_floating_point():
+                    t.add_(0.05 * torch.randn_like(t))
+                    if t.dim() == 1:  # BN variances stay positive
+                        t.abs_()
+        model.get_submodule("conv1.1").num_batches_tracked.fill_(3 * k)
+        size = 12 + 7 * k
+        out.append((model.state_dict(), torch.rand(size, 1, 6, 6, dtype=torch.float64),
+                    torch.randint(3, (size,))))
+    return out
+
+
+def one_by_one(jobs, cfg: TrainingConfig, attack, objective):  # type: ignore[no-untyped-def]
+    states, losses = [], []
+    for k, (state, x, y) in enumerate(jobs):
+        model = new_model()
+        model.load_state_dict(state)
+        gen = seed_everything(0, 7, k)  # after building the model: its init draws from torch's RNG
+        losses.append(train_local(model, x, y, make_optimizer(list(model.parameters()), cfg, 0.1),
+                                  ITERS, BATCH, attack, gen, objective))
+        states.append(copy.deepcopy(model.state_dict()))
+    return states, losses
+
+
+@pytest.mark.parametrize(("objective", "optimizer", "attack"), [
+    ("pgd_at", "sgd", "pgd"), ("trades", "sgd", "pgd"), ("mart", "adam", "pgd"), ("pgd_at", "sgd", None)])
+def test_grouped_training_repeats_one_by_one(objective: str, optimizer: str, attack: str | None) -> None:
+    cfg = TrainingConfig(optimizer=optimizer, momentum=0.9, weight_decay=1e-3)
+    atk = make_attack(attack, 0.1, 0.03, 3) if attack else None
+    obj = OBJECTIVES.get(objective)(2.0)
+    data = clients(3)
+    want_states, want_losses = one_by_one(data, cfg, atk, obj)
+    jobs = [ClientJob(s, x, y, client_seed(0, 7, k)) for k, (s, x, y) in enumerate(data)]
+    states, losses = train_group(new_model(), jobs, cfg, 0.1, ITERS, BATCH, atk, obj)
+    assert losses == pytest.approx(want_losses, abs=0, rel=LOSS_TOL)
+    for got, want, (start, _, _) in zip(states, want_states, data, strict=True):
+        assert list(got) == list(want)
+        for key, value in want.items():
+            assert not torch.equal(value, start[key]) or "num_batches" in key or "norm" in key
+            torch.testing.assert_close(got[key], value, atol=TOL, rtol=0, msg=key)
+
+
+def test_batch_counters_stay_per_client() -> None:
+    data = clients(2)
+    jobs = [ClientJob(s, x, y, client_seed(0, 7, k)) for k, (s, x, y) in enumerate(data)]
+    states, _ = train_group(new_model(), jobs, TrainingConfig(), 0.1, ITERS, BATCH, None,
+                            OBJECTIVES.get("pgd_at")())
+    assert [int(s["conv1.1.num_batches_tracked"]) for s in states] == [ITERS, 3 + ITERS]
+
+
+def test_models_with_other_layers_are_not_grouped() -> None:
+    assert groupable(new_model())
+    odd = nn.Sequential(nn.Conv2d(1, 2, 3), nn.Dropout(0.5))
+    assert not groupable(odd)
+    with pytest.raises(ValueError, match="grouped form"):
+        GroupedNet([odd, odd])
+
+
+def test_random_draws_follow_each_client_stream() -> None:
+    gens = [torch.Generator().manual_seed(s) for s in (1, 2)]
+    with ClientStreams(gens):
+        x = torch.empty(4, 3).uniform_(-1, 1)
+        with pytest.raises(RuntimeError, match="rand"):
+            torch.rand(2)
+    for rows, seed in zip(x.chunk(2), (1, 2), strict=True):
+        torch.manual_seed(seed)
+        assert torch.equal(rows, torch.empty(2, 3).uniform_(-1, 1))
+
+
+def work(flops: float) -> Workload:
+    """One iteration of batch 1 through one weightless atom: 2 MACs x forward = `flops`."""
+    atom = AtomProfile("a", flops / 2, 0, 1, 1, 0.0, 1)
+    return Workload((atom,), 1, 1, 0, 1, 0.0, 0.0)
+
+
+class Keyed:
+    """A method stand-in: clients 1, 3 and 4 share a key, 2 has another alone, 5 trains alone."""
+
+    def __init__(self, group_clients: bool) -> None:
+        self.ctx = SimpleNamespace(device=torch.device("cpu"),
+                                   scenario=SimpleNamespace(training=TrainingConfig(group_clients=group_clients)))
+        self.trained: list[list[int]] = []
+
+    def group_key(self, round_: int, client: int, workload: Workload) -> str | None:
+        return {1: "a", 3: "a", 4: "a", 2: "b"}.get(client)
+
+    def train(self, round_: int, client: int, workload: Workload) -> ClientUpdate:
+        self.trained.append([client])
+        return ClientUpdate(client, {}, 1, 0.0)
+
+    def train_group(self, round_: int, plans: dict[int, Workload]) -> list[ClientUpdate]:
+        self.trained.append(list(plans))
+        return [ClientUpdate(k, {}, 1, 0.0) for k in plans]
+
+
+def test_clients_with_one_key_train_together_in_plan_order() -> None:
+    plans = {k: work(1.0) for k in (1, 2, 3, 5, 4)}
+    method = Keyed(group_clients=True)
+    updates = LocalExecutor(method).train(0, plans)  # type: ignore[arg-type]
+    assert [u.client for u in updates] == [1, 2, 3, 5, 4]
+    assert method.trained == [[1, 3, 4], [2], [5]]
+    off = Keyed(group_clients=False)
+    LocalExecutor(off).train(0, plans)  # type: ignore[arg-type]
+    assert off.trained == [[1], [2], [3], [5], [4]]
+
+
+def test_a_group_time_is_shared_by_flops() -> None:
+    ticks = iter([10.0, 16.0])  # the group trains for 6 s
+    updates = train_timed_group(Keyed(True), 0, {1: work(1.0), 3: work(2.0), 4: work(3.0)},  # type: ignore[arg-type]
+                                clock=lambda: next(ticks))
+    assert [u.real_compute_s for u in updates] == pytest.approx([1.0, 2.0, 3.0])
+
+
+@pytest.mark.parametrize(("method", "grouped"), [
+    ("jfat", True), ("fedavg_at", True), ("sfat", True), ("gma", True), ("fedavg_dynat", True),
+    ("fedprox_at", False), ("scaffold_at", False), ("fedcurv_at", False), ("heterofl_at", False),
+    ("feddf_at", False), ("fedprophet", False)])
+def test_which_methods_train_in_groups(method: str, grouped: bool) -> None:
+    """Methods that add to local training (hooks, work after it, their own optimizer or loop)
+    train one by one."""
+    exp = prepare(load_scenario(QUICKSTART, [f'method="{method}"']), str(QUICKSTART), dry_run=True)
+    w = Workload(exp.ctx.profile.atoms, 32, 3, 3, 1, 0.0, 0.0)
+    assert (exp.method.group_key(0, 0, w) is not None) is grouped
+
+
+@pytest.mark.parametrize("per_group", [3, 2])
+def test_jfat_trains_a_round_in_groups_as_one_by_one(per_group: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The wired path: jFAT's `train_group` against its `train`, on the quickstart's digits in
+    float64, in a round where FedBN hands some clients their own BatchNorm; with room for 3 clients
+    per group, then for 2 (groups of 2 and 1)."""
+    exp = prepare(load_scenario(QUICKSTART, ["training.local_iters=3", "attack.steps=3", "threads=1",
+                                             "device=cpu"]), str(QUICKSTART))
+    exp.ctx.data = replace(exp.ctx.data, train_x=exp.ctx.data.train_x.double())
+    method = exp.method
+    assert isinstance(method, FedAvgAT) and method.fedbn
+    method.model.double()
+    w = Workload(exp.ctx.profile.atoms, 32, 3, 3, 1, 0.0, 0.0)
+    monkeypatch.setattr(fedavg, "GROUP_BYTES", per_group * mem_req(w.atoms, w.batch, w.slots))
+    method.aggregate(0, [method.train(0, k, w) for k in (0, 1)])  # clients 0 and 1 keep their BN
+    plans = dict.fromkeys((2, 0, 1), w)
+    assert method.group_key(1, 0, w) == method.group_key(1, 2, w) is not None
+    trained: list[int] = []  # each group's size
+
+    def counted(template: nn.Module, jobs: list[ClientJob], *args: object, **kw: object) -> object:
+        trained.append(len(jobs))
+        return train_group(template, jobs, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(fedavg, "train_group", counted)
+    for got, want in zip(method.train_group(1, plans), [method.train(1, k, w) for k in plans], strict=True):
+        assert (got.client, got.num_samples) == (want.client, want.num_samples)
+        assert got.loss == pytest.approx(want.loss, rel=LOSS_TOL)
+        for key, value in want.state.items():
+            torch.testing.assert_close(got.state[key], value, atol=TOL, rtol=0, msg=key)
+    assert trained == ([3] if per_group == 3 else [2, 1])
