@@ -54,12 +54,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from edgefl.attacks import make_attack
-from edgefl.config import TrainingConfig, load_scenario
+from edgefl.config import TrainingConfig
 from edgefl.execution.local import TrainSettings, make_optimizer, resolve_device, train_local
 from edgefl.execution.objectives import PGDAT
 from edgefl.experiment import prepare
+from edgefl.methods import ClientPlan
 from edgefl.methods.fedavg import FedAvgAT
 from edgefl.models import build_model
+from edgefl.scenario import load_scenario
 from edgefl.sim.workload import Workload
 
 EPS, STEP, STEPS, CLASSES = 8 / 255, 2 / 255, 10, 10
@@ -168,10 +170,10 @@ def round_sides(clients: int) -> tuple[dict[str, Callable[[], object]], str]:
     assert isinstance(method, FedAvgAT)
     attack = ctx.attack_for(0)
     w = Workload(ctx.profile.atoms, t.batch_size, t.local_iters, attack.steps if attack else 0, 1, 0, 0)
-    plans = dict.fromkeys(range(clients), w)
+    plans = dict.fromkeys(range(clients), ClientPlan(w, attack, ctx.lr(0)))
     what = (f"{scenario.method}, {scenario.model.name}, {clients} clients x {t.local_iters} iterations "
             f"of batch {t.batch_size}, PGD-{attack.steps if attack else 0}, on {ctx.device}")
-    return {"one-by-one": lambda: [method.train(0, k, w) for k in plans],
+    return {"one-by-one": lambda: [method.train(0, k, p) for k, p in plans.items()],
             "grouped": lambda: method.train_group(0, plans)}, what
 
 

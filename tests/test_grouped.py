@@ -21,17 +21,17 @@ import torch
 from torch import nn
 
 from edgefl.attacks import make_attack
-from edgefl.config import TrainingConfig, load_scenario
+from edgefl.config import TrainingConfig
 from edgefl.execution.executor import LocalExecutor, train_timed_group
 from edgefl.execution.grouped import ClientJob, ClientStreams, GroupedNet, groupable, train_group
 from edgefl.execution.local import client_seed, make_optimizer, seed_everything, train_local
 from edgefl.execution.objectives import OBJECTIVES
 from edgefl.experiment import prepare
-from edgefl.methods import ClientUpdate, fedavg
+from edgefl.methods import ClientPlan, ClientUpdate, fedavg
 from edgefl.methods.fedavg import FedAvgAT
 from edgefl.models.base import plain_cnn
-from edgefl.profiling import mem_req
-from edgefl.profiling.atoms import AtomProfile
+from edgefl.scenario import load_scenario
+from edgefl.sim.records import AtomProfile, mem_req
 from edgefl.sim.workload import Workload
 
 TOL = 1e-9
@@ -120,10 +120,10 @@ def test_random_draws_follow_each_client_stream() -> None:
         assert torch.equal(rows, torch.empty(2, 3).uniform_(-1, 1))
 
 
-def work(flops: float) -> Workload:
+def work(flops: float) -> ClientPlan:
     """One iteration of batch 1 through one weightless atom: 2 MACs x forward = `flops`."""
     atom = AtomProfile("a", flops / 2, 0, 1, 1, 0.0, 1)
-    return Workload((atom,), 1, 1, 0, 1, 0.0, 0.0)
+    return ClientPlan(Workload((atom,), 1, 1, 0, 1, 0.0, 0.0), None, 0.1)
 
 
 class Keyed:
@@ -134,14 +134,14 @@ class Keyed:
                                    scenario=SimpleNamespace(training=TrainingConfig(group_clients=group_clients)))
         self.trained: list[list[int]] = []
 
-    def group_key(self, round_: int, client: int, workload: Workload) -> str | None:
+    def group_key(self, round_: int, client: int, plan: ClientPlan) -> str | None:
         return {1: "a", 3: "a", 4: "a", 2: "b"}.get(client)
 
-    def train(self, round_: int, client: int, workload: Workload) -> ClientUpdate:
+    def train(self, round_: int, client: int, plan: ClientPlan) -> ClientUpdate:
         self.trained.append([client])
         return ClientUpdate(client, {}, 1, 0.0)
 
-    def train_group(self, round_: int, plans: dict[int, Workload]) -> list[ClientUpdate]:
+    def train_group(self, round_: int, plans: dict[int, ClientPlan]) -> list[ClientUpdate]:
         self.trained.append(list(plans))
         return [ClientUpdate(k, {}, 1, 0.0) for k in plans]
 
@@ -172,7 +172,7 @@ def test_which_methods_train_in_groups(method: str, grouped: bool) -> None:
     """Methods that add to local training (hooks, work after it, their own optimizer or loop)
     train one by one."""
     exp = prepare(load_scenario(QUICKSTART, [f'method="{method}"']), str(QUICKSTART), dry_run=True)
-    w = Workload(exp.ctx.profile.atoms, 32, 3, 3, 1, 0.0, 0.0)
+    w = ClientPlan(Workload(exp.ctx.profile.atoms, 32, 3, 3, 1, 0.0, 0.0), exp.ctx.attack_for(0), 0.05)
     assert (exp.method.group_key(0, 0, w) is not None) is grouped
 
 
@@ -189,9 +189,10 @@ def test_jfat_trains_a_round_in_groups_as_one_by_one(per_group: int, monkeypatch
     method.model.double()
     w = Workload(exp.ctx.profile.atoms, 32, 3, 3, 1, 0.0, 0.0)
     monkeypatch.setattr(fedavg, "GROUP_BYTES", per_group * mem_req(w.atoms, w.batch, w.slots))
-    method.aggregate(0, [method.train(0, k, w) for k in (0, 1)])  # clients 0 and 1 keep their BN
-    plans = dict.fromkeys((2, 0, 1), w)
-    assert method.group_key(1, 0, w) == method.group_key(1, 2, w) is not None
+    p0, p = (ClientPlan(w, exp.ctx.attack_for(t), exp.ctx.lr(t)) for t in (0, 1))
+    method.aggregate(0, [method.train(0, k, p0) for k in (0, 1)])  # clients 0 and 1 keep their BN
+    plans = dict.fromkeys((2, 0, 1), p)
+    assert method.group_key(1, 0, p) == method.group_key(1, 2, p) is not None
     trained: list[int] = []  # each group's size
 
     def counted(template: nn.Module, jobs: list[ClientJob], *args: object, **kw: object) -> object:
@@ -199,7 +200,7 @@ def test_jfat_trains_a_round_in_groups_as_one_by_one(per_group: int, monkeypatch
         return train_group(template, jobs, *args, **kw)  # type: ignore[arg-type]
 
     monkeypatch.setattr(fedavg, "train_group", counted)
-    for got, want in zip(method.train_group(1, plans), [method.train(1, k, w) for k in plans], strict=True):
+    for got, want in zip(method.train_group(1, plans), [method.train(1, k, p) for k in plans], strict=True):
         assert (got.client, got.num_samples) == (want.client, want.num_samples)
         assert got.loss == pytest.approx(want.loss, rel=LOSS_TOL)
         for key, value in want.state.items():
