@@ -228,8 +228,8 @@ def code_version() -> dict[str, str]:
 def fingerprint(scenario_text: str, profiles: Sequence[Path] = ()) -> dict[str, str]:
     """What a run belongs to: its resolved scenario, the code's version and the device, app and
     network profile files it used (wherever along the profile search path they were found)."""
-    digest = hashlib.sha256(code_version()["code"].encode())
+    digest = hashlib.sha256()
     for path in profiles:
         digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    return {**code_version(), "code": digest.hexdigest()[:16],
+    return {**code_version(), "profiles": digest.hexdigest()[:16],
             "scenario": hashlib.sha256(scenario_text.encode()).hexdigest()[:16]}

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
+import shutil
 import signal
 import subprocess
 import sys
@@ -117,3 +119,21 @@ def test_resume_refuses_a_finished_run_and_extra_arguments(uninterrupted, capsys
     assert main(["run", str(QUICKSTART), "--resume", str(uninterrupted)]) == 2
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 2 and "already finished" in lines[0] and "--resume" in lines[1]
+
+
+def test_resume_names_a_changed_profile(uninterrupted, tmp_path, capsys, monkeypatch):
+    """A profile the run used, edited since (here shadowed on EDGEFL_PROFILE_PATH by an edited copy),
+    is named as such, not as another edgefl version."""
+    out = tmp_path / "run"
+    shutil.copytree(uninterrupted, out)
+    (out / "summary.json").unlink()
+    used = sorted(json.loads((uninterrupted / "summary.json").read_text())["fleet"])[0]
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    source = ROOT / "device_profiles" / f"{used}.toml"
+    (mine / source.name).write_text(source.read_text() + "# edited\n")
+    monkeypatch.setenv("EDGEFL_PROFILE_PATH", str(mine))
+    capsys.readouterr()
+    assert main(["run", "--resume", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "profile" in err and "version" not in err
