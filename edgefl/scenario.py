@@ -17,7 +17,7 @@ from typing import Any
 from edgefl.config import KNOBS, Check, Scenario
 from edgefl.errors import EdgeflError
 from edgefl.methods import METHODS  # every method's knob section registers on import
-from edgefl.methods.distill import DistillConfig
+from edgefl.methods.base import method_class
 from edgefl.tomlschema import build_value, printable, reject_unknown, toml_value
 
 
@@ -50,21 +50,12 @@ def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scena
     return fit_defaults(scenario, raw)
 
 
-PUBLIC_SHARE = 5  # a default public split is at most 1/5 of the training set
-
-
 def fit_defaults(s: Scenario, raw: dict[str, Any]) -> Scenario:
-    """Scale the defaults sized for CIFAR-10 that the chosen dataset cannot hold, when the user did not
-    set them (a value the user set is kept, and refused later with one line if it does not fit):
-    `distill.public_samples` (5000) of a method that distils becomes at most a fifth of the training
-    set (287 of the 1437 digits)."""
+    """Scale the method's defaults the chosen dataset cannot hold, when the user did not set them (a
+    value the user set is kept, and refused later with one line if it does not fit)."""
     from edgefl.data.datasets import dataset_spec
 
-    user_set = "public_samples" in raw.get("distill", {})
-    if getattr(METHODS.get(s.method), "uses_public", False) and not user_set:
-        cap = max(1, dataset_spec(s.data).train_samples // PUBLIC_SHARE)
-        distill = s.knobs(DistillConfig)
-        distill.public_samples = min(distill.public_samples, cap)
+    method_class(s.method).fit_defaults(s, raw, dataset_spec(s.data).train_samples)
     return s
 
 

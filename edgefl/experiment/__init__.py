@@ -1,7 +1,8 @@
 """An experiment: a scenario run end to end, real training against the simulated clock.
 
 prepare: the data, splits, profile, fleet and method (and `Rebuild`, the method remade in a worker
-process); loop: the round loop and the run folder; rows: the logs' rows and the summary; resume:
+process); loop: the round loop and the run folder; rounds: a round drawn, planned, priced and played
+as columns (in bulk, or client by client as the reference); rows: the logs and the summary; resume:
 the checks before a run continues from its checkpoint.
 """
 

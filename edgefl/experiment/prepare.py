@@ -26,7 +26,7 @@ from edgefl.devices.pool import DevicePool, check_fleet_memory
 from edgefl.errors import EdgeflError
 from edgefl.execution.local import resolve_device
 from edgefl.methods import METHODS, Context, Method
-from edgefl.methods.distill import DistillConfig
+from edgefl.methods.base import method_class
 from edgefl.models import build_model
 from edgefl.profiling import profile_model
 from edgefl.scenario import scenario_from_toml
@@ -109,8 +109,8 @@ def _dry_data(s: Scenario, where: str) -> tuple[Dataset, Any, np.ndarray]:
     computed only if a method asks for them (local epochs): fleets may outnumber the samples."""
     spec = dataset_spec(s.data)
     labels = np.arange(spec.train_samples) % spec.num_classes
-    if getattr(METHODS.get(s.method), "uses_public", False):  # as the real run would refuse it
-        public_split(len(labels), s.knobs(DistillConfig).public_samples, s.seed, where)
+    if public := method_class(s.method).public_samples(s):  # as the real run would refuse it
+        public_split(len(labels), public, s.seed, where)
     splits = LazySplits(lambda: client_splits(s, labels, where)[1])
     return shapes_only(s.data), splits, np.zeros(0, dtype=np.int64)
 
@@ -135,8 +135,8 @@ class LazySplits(Sequence[ClientSplit]):
 def client_splits(s: Scenario, labels: np.ndarray, where: str) -> tuple[np.ndarray, list[ClientSplit]]:
     """The server's public split (methods that distil) and the clients' splits of the rest."""
     public, rest = np.zeros(0, dtype=np.int64), np.arange(len(labels))
-    if getattr(METHODS.get(s.method), "uses_public", False):
-        public, rest = public_split(len(labels), s.knobs(DistillConfig).public_samples, s.seed, where)
+    if samples := method_class(s.method).public_samples(s):
+        public, rest = public_split(len(labels), samples, s.seed, where)
     splits = split_clients(labels[rest], s.fleet.clients, s.data, s.seed, where)
     return public, [ClientSplit(rest[c.train], rest[c.val]) for c in splits]
 

@@ -102,11 +102,20 @@ class Method(ABC):
     """
 
     state_attrs: tuple[str, ...] = ()  # attributes that change during a run (each class adds its own)
-    uses_public = False  # the server needs a public split of the training data (ctx.public)
     ignores: tuple[str, ...] = ()  # scenario keys it does not use: a value other than the default is refused
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
+
+    @classmethod
+    def public_samples(cls, s: Scenario) -> int:
+        """Training samples the server keeps apart as its public split (ctx.public); 0: none."""
+        return 0
+
+    @classmethod  # noqa: B027
+    def fit_defaults(cls, s: Scenario, raw: dict[str, Any], train_samples: int) -> None:
+        """Scale the method's knob defaults that a training set of `train_samples` cannot hold; a key
+        present in `raw` (the scenario's tables as read) is the user's and stays."""
 
     def state_names(self) -> list[str]:
         """`state_attrs` of every class in the method's MRO, each once."""
@@ -221,3 +230,9 @@ def grouped(plans: Sequence[ClientPlan]) -> RoundPlan[ClientPlan]:
 
 
 METHODS: Registry[Callable[[Context], Method]] = Registry("method")  # a class or a factory
+
+
+def method_class(name: str) -> type[Method]:
+    """The class registered as method `name`, for its class-level hooks (`Method` for a factory)."""
+    made = METHODS.get(name)
+    return made if isinstance(made, type) and issubclass(made, Method) else Method

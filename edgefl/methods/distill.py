@@ -35,6 +35,7 @@ import copy
 from abc import abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import torch
 from torch import nn
@@ -51,6 +52,7 @@ from edgefl.profiling import profile_model
 from edgefl.sim.records import ModelProfile
 from edgefl.sim.workload import train_pass_flops
 
+PUBLIC_SHARE = 5  # a default public split is at most 1/5 of the training set
 SERVER = -1  # the seed key of the server's distillation batches (clients are 0, 1, ...)
 TargetLoss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (student [B,C], teachers [K,B,C])
 
@@ -163,9 +165,20 @@ class DistillAT(FedAvgAT):
     and after the distillation (`before_distil`, `after_distil`).
     """
 
-    uses_public = True
     server_apart = False  # the evaluated model is the largest member's average, not a model of its own
     state_attrs = ("small",)
+
+    @classmethod
+    def public_samples(cls, s: Scenario) -> int:
+        return s.knobs(DistillConfig).public_samples
+
+    @classmethod
+    def fit_defaults(cls, s: Scenario, raw: dict[str, Any], train_samples: int) -> None:
+        """`distill.public_samples` (5000, sized for CIFAR-10) becomes at most a fifth of the training
+        set (287 of the 1437 digits) unless the user set it (then it is refused later if too large)."""
+        if "public_samples" not in raw.get("distill", {}):
+            d = s.knobs(DistillConfig)
+            d.public_samples = min(d.public_samples, max(1, train_samples // PUBLIC_SHARE))
 
     def __init__(self, ctx: Context) -> None:
         super().__init__(ctx)
