@@ -215,9 +215,9 @@ def _check_living(s: Scenario, where: str) -> None:
     """The method runs in the round mode, and a trace given as availability reads."""
     modes = getattr(METHODS.get(s.method), "modes", MODES)
     if s.round.mode not in modes:
-        raise EdgeflError(where, "round.mode", f"method {s.method} does not run in {s.round.mode} mode (its "
-                          f"update is not a whole model a stale one can be rebased on); choose {' or '.join(modes)}, "
-                          "or a whole-model method (jfat, fedavg_at, fedprox_at, sfat, gma)")
+        raise EdgeflError(where, "round.mode", f"method {s.method} does not run in {s.round.mode} mode "
+                          "(its update is not a whole model a stale one can be rebased on); choose "
+                          f"{' or '.join(modes)}, or a whole-model method (jfat, fedavg_at, fedprox_at, sfat, gma)")
     if s.fleet.availability not in ("always", "diurnal"):
         from edgefl.sim.availability import make_availability
 
