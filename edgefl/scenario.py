@@ -217,7 +217,8 @@ def _check_living(s: Scenario, where: str) -> None:
     if s.round.mode not in modes:
         raise EdgeflError(where, "round.mode", f"method {s.method} does not run in {s.round.mode} mode "
                           "(its update is not a whole model a stale one can be rebased on); choose "
-                          f"{' or '.join(modes)}, or a whole-model method (jfat, fedavg_at, fedprox_at, sfat, gma)")
+                          f"{' or '.join(modes)}, or a whole-model method (jfat, fedavg_at, fedprox_at, "
+                          "sfat, gma)")
     if s.fleet.availability not in ("always", "diurnal"):
         from edgefl.sim.availability import make_availability
 
