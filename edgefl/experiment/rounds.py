@@ -150,9 +150,9 @@ def event_columns(r: RoundTable) -> Columns:
 
 
 def stopped_events(r: RoundTable, starts: list[np.ndarray], ends: list[np.ndarray]) -> Columns:
-    """A living fleet's events: each client's phases cut where it stopped, a span named after the
-    status of a client stopped early (offline, late, dropped) from its stop to the round's close,
-    and each completed client's wait."""
+    """A living fleet's events: each client's phases cut where it stopped, a zero-length span named
+    after the status of a client stopped early (offline, late, dropped) where it stopped, and each
+    completed client's wait until the round closed."""
     assert r.status is not None
     n, stop = len(r.states.clients), r.finish_s
     cut_s = [np.minimum(x, stop) for x in starts], [np.minimum(x, stop) for x in ends]

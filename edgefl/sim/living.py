@@ -191,10 +191,18 @@ class Buffered:
             self.buffer.append(job)
         if len(self.buffer) == self.size:
             (batch, self.buffer), (ended, self.ended) = (self.buffer, []), (self.ended, [])
-            self.env.process(self._aggregate(batch, ended))
+            server = self.server_s()
+            if server > 0:  # clients starting meanwhile download the version before
+                self.env.process(self._after(server, batch, ended))
+            else:
+                self._aggregate(batch, ended)
 
-    def _aggregate(self, batch: list[Started], ended: list[Started]) -> Generator[simpy.Event, Any, None]:
-        yield self.env.timeout(self.server_s())
+    def _after(self, server_s: float, batch: list[Started], ended: list[Started]
+               ) -> Generator[simpy.Event, Any, None]:
+        yield self.env.timeout(server_s)
+        self._aggregate(batch, ended)
+
+    def _aggregate(self, batch: list[Started], ended: list[Started]) -> None:
         for job in batch:  # staleness as of the aggregation that folds it in
             job.outcome.staleness = self.version - job.version
         self.fold(self.version, batch, ended)
