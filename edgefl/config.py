@@ -116,7 +116,7 @@ class RoundConfig:
     over_selection: float = 1.3  # deadline: select ceil(this x target) clients; target = the sample
     buffer: int = 4  # async: the server aggregates every `buffer` updates (FedBuff's K)
     max_staleness: int = 8  # async: updates staler than this many aggregations are dropped
-    concurrency: int = 8  # async: clients training at once; a new one starts as one ends
+    concurrency: int = 8  # async: clients training at once (at most the fleet); a new one starts as one ends
 
 
 @dataclass
@@ -213,12 +213,12 @@ class Scenario:
     attack: AttackConfig = field(default_factory=AttackConfig)
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
     cost: CostConfig = field(default_factory=CostConfig)
-    round: RoundConfig = field(default_factory=RoundConfig)
     sections: dict[str, Knobs] = field(default_factory=KNOBS.defaults)  # the methods' knobs,
     #   [section] -> its dataclass (every registered section, by name)
     ray: RayConfig = field(default_factory=RayConfig)
     compare: CompareConfig = field(default_factory=CompareConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
+    round: RoundConfig = field(default_factory=RoundConfig)  # how a round closes (a living fleet)
 
     def knobs(self, cls: type[K]) -> K:
         """The scenario's section of the knob dataclass `cls` (e.g. `s.knobs(ProxConfig).mu`)."""
