@@ -210,14 +210,18 @@ def validate(s: Scenario, where: str) -> None:
 MODES = ("sync", "deadline", "async")
 
 
-def _check_living(s: Scenario, where: str) -> None:
-    """The method runs in the round mode, and a trace given as availability reads."""
-    modes = getattr(METHODS.get(s.method), "modes", MODES)
+def check_mode(s: Scenario, modes: tuple[str, ...], where: str) -> None:
+    """Refuse a round mode the method (running in `modes`) does not run in."""
     if s.round.mode not in modes:
         raise EdgeflError(where, "round.mode", f"method {s.method} does not run in {s.round.mode} mode "
                           "(its update is not a whole model a stale one can be rebased on); choose "
                           f"{' or '.join(modes)}, or a whole-model method (jfat, fedavg_at, fedprox_at, "
                           "sfat, gma)")
+
+
+def _check_living(s: Scenario, where: str) -> None:
+    """The method runs in the round mode, and a trace given as availability reads."""
+    check_mode(s, getattr(METHODS.get(s.method), "modes", MODES), where)  # a factory's: once it is made
     if s.fleet.availability not in ("always", "diurnal"):
         from edgefl.sim.availability import make_availability
 

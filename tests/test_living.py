@@ -199,3 +199,10 @@ def test_whole_model_methods_run_in_every_mode() -> None:
     for method in ("jfat", "fedavg_at", "fedprox_at", "sfat", "gma"):
         assert load_scenario(QUICKSTART, [f"method={method}", "round.mode=async"]).round.mode == "async"
     assert load_scenario(QUICKSTART, ["method=heterofl_at", "round.mode=deadline"]).round.mode == "deadline"
+
+
+def test_sfat_on_scaffold_is_refused_in_async_mode_once_made(tmp_path: Path) -> None:
+    s = load_scenario(QUICKSTART, ["method=sfat", "sfat.base=scaffold", "round.mode=async"])
+    with pytest.raises(EdgeflError) as info:
+        run(prepare(s, str(QUICKSTART), dry_run=True), tmp_path / "out", progress=False)
+    assert info.value.key == "round.mode" and "method sfat does not run in async" in info.value.fix

@@ -32,6 +32,7 @@ from edgefl.execution.local import seed_everything
 from edgefl.experiment.prepare import Experiment
 from edgefl.experiment.rounds import RoundTable, planned_jobs
 from edgefl.methods.base import ClientPlan, ClientUpdate, Method, grouped
+from edgefl.scenario import check_mode
 from edgefl.sim.availability import Availability, make_availability
 from edgefl.sim.bulk import Costs, Pricer
 from edgefl.sim.cost import ClientCost
@@ -133,6 +134,7 @@ class AsyncRounds:
     def __init__(self, exp: Experiment, executor: Executor, fed: Federation, pricer: Pricer,
                  server_s: Callable[[int], float]) -> None:
         s = exp.scenario
+        check_mode(s, exp.method.modes, exp.where)  # a method made by a factory (sfat's base) is known now
         self.exp, self.executor, self.fed, self.pricer, self.server_s = exp, executor, fed, pricer, server_s
         self.avail = make_availability(s.fleet, s.seed, exp.where)
         self.starts, self.last_end = 0, fed.now
