@@ -206,3 +206,16 @@ def test_sfat_on_scaffold_is_refused_in_async_mode_once_made(tmp_path: Path) -> 
     with pytest.raises(EdgeflError) as info:
         run(prepare(s, str(QUICKSTART), dry_run=True), tmp_path / "out", progress=False)
     assert info.value.key == "round.mode" and "method sfat does not run in async" in info.value.fix
+
+
+@pytest.mark.parametrize("name", ["async-digits", "deadline-diurnal-digits"])
+def test_living_scenarios_are_seeded(tmp_path: Path, name: str) -> None:
+    path = ROOT / "scenarios" / f"{name}.toml"
+    tables = []
+    for out in ("a", "b"):
+        run(prepare(load_scenario(path, ["rounds=4"]), str(path), dry_run=True), tmp_path / out, progress=False)
+        tables.append([(tmp_path / out / f).read_text() for f in ("metrics.csv", "clients.csv", "events.csv")])
+    assert tables[0] == tables[1]
+    clients = list(csv.DictReader((tmp_path / "a" / "clients.csv").open()))
+    assert {r["status"] for r in clients} <= {"completed", "dropped", "late", "offline"}
+    assert ("staleness" in clients[0]) == (name == "async-digits")
