@@ -215,7 +215,8 @@ def test_living_scenarios_are_seeded(tmp_path: Path, name: str) -> None:
     for out in ("a", "b"):
         exp = prepare(load_scenario(path, ["rounds=4"]), str(path), dry_run=True)
         run(exp, tmp_path / out, progress=False)
-        tables.append([(tmp_path / out / f).read_text() for f in ("metrics.csv", "clients.csv", "events.csv")])
+        tables.append([(tmp_path / out / f).read_text() for f in ("metrics.csv", "clients.csv",
+                                                                  "events.csv")])
     assert tables[0] == tables[1]
     clients = list(csv.DictReader((tmp_path / "a" / "clients.csv").open()))
     assert {r["status"] for r in clients} <= {"completed", "dropped", "late", "offline"}
