@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import islice
 
 import numpy as np
 import torch
@@ -77,7 +78,7 @@ def online_pick(avail: Availability, order: np.ndarray, now: float, count: int,
     """The first `count` clients of `order` online at `now` (and not busy), and, if none is, when
     the first of them comes online."""
     free = [k for k in order.tolist() if not busy or k not in busy]
-    picked = [k for k in free if avail.online(k, now)][:count]
+    picked = list(islice((k for k in free if avail.online(k, now)), count))
     return picked, (now if picked else min((avail.online_at(k, now) for k in free), default=math.inf))
 
 
