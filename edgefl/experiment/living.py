@@ -8,8 +8,11 @@ clients that completed train for real and are aggregated (the others' work is lo
 
 In async mode one metrics row is one aggregation. A client is picked when a slot frees (a seeded
 permutation keyed by (seed, ASYNC, start count), the first online device not already working),
-drawn and planned with the current model version as its round, and trains for real at once, on
-the version it downloads: the update is the one it would upload, whatever happens meanwhile. When
+drawn and planned with the current model version as its round (a client picked twice on one version
+draws the same state and data order: both are keyed by (seed, version, client)), and trains for
+real at once, on the version it downloads: its update depends on nothing that happens later, so
+training it at its download is training it from that version's copy; a copy of the model it
+downloaded is kept until its upload is aggregated. When
 the buffer is aggregated, an update of staleness tau > 0 is rebased on the current model before the
 method aggregates: x_now + s(tau) (x_client - x_downloaded) (FedBuff's Delta scaled by s(tau), its
 server learning rate 1); the method's weighted average of the buffer then gives x_now + sum_i w_i
