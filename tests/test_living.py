@@ -221,3 +221,13 @@ def test_living_scenarios_are_seeded(tmp_path: Path, name: str) -> None:
     clients = list(csv.DictReader((tmp_path / "a" / "clients.csv").open()))
     assert {r["status"] for r in clients} <= {"completed", "dropped", "late", "offline"}
     assert ("staleness" in clients[0]) == (name == "async-digits")
+
+
+@pytest.mark.parametrize("mode", ["deadline", "async"])
+def test_a_fleet_that_never_comes_online_is_one_line(tmp_path: Path, mode: str) -> None:
+    trace = tmp_path / "never.json"
+    trace.write_text(json.dumps({"0": {"active": [], "inactive": [], "duration": 10}}))
+    s = load_scenario(QUICKSTART, [f"fleet.availability={trace}", f"round.mode={mode}"])
+    with pytest.raises(EdgeflError) as info:
+        run(prepare(s, str(QUICKSTART), dry_run=True), tmp_path / "out", progress=False)
+    assert info.value.key == "fleet.availability" and "comes online again" in info.value.fix

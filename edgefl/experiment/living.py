@@ -41,7 +41,7 @@ from edgefl.sim.availability import Availability, make_availability
 from edgefl.sim.bulk import Costs, Pricer
 from edgefl.sim.cost import ClientCost
 from edgefl.sim.engine import Federation
-from edgefl.sim.living import COMPLETED, Buffered, Started, play_round, staleness_weight
+from edgefl.sim.living import COMPLETED, Buffered, Stalled, Started, play_round, staleness_weight
 
 ASYNC = 5  # the random stream of async picks (edgefl.devices.pool's streams, then availability's)
 Trained = tuple[float, np.ndarray]  # a round's mean loss ("" if none) and each client's measured seconds
@@ -85,14 +85,17 @@ def online_pick(avail: Availability, order: np.ndarray, now: float, count: int,
     return picked, (now if picked else min((avail.online_at(k, now) for k in free), default=math.inf))
 
 
-def select_online(live: Live, pool: DevicePool, fed: Federation, t: int) -> np.ndarray:
+NEVER_ONLINE = "no device of the fleet comes online again; give a trace with online intervals for them"
+
+
+def select_online(live: Live, pool: DevicePool, fed: Federation, t: int, where: str) -> np.ndarray:
     """Round t's clients, ascending: the first online ones of a seeded permutation, the clock moved
     on to when one comes online if none is."""
     order = rng(pool.seed, SAMPLE, t).permutation(pool.fleet.clients)
     picked, when = online_pick(live.avail, order, fed.now, live.selected)
     if not picked:
         if not math.isfinite(when):
-            raise EdgeflError("fleet.availability", "trace", "no device ever comes online")
+            raise EdgeflError(where, "fleet.availability", NEVER_ONLINE)
         fed.env.run(until=when)
         picked, _ = online_pick(live.avail, order, fed.now, live.selected)
     return np.array(sorted(picked), dtype=np.int64)
@@ -101,7 +104,7 @@ def select_online(live: Live, pool: DevicePool, fed: Federation, t: int) -> np.n
 def live_round(exp: Experiment, live: Live, pricer: Pricer, fed: Federation, t: int,
                server_s: Callable[[], float]) -> RoundTable:
     """Round t of a sync or deadline round on a living fleet."""
-    clients = select_online(live, exp.pool, fed, t)
+    clients = select_online(live, exp.pool, fed, t, exp.where)
     states, plan, jobs = planned_jobs(exp.pool, exp.method, pricer, t, clients)
     costs = [c for _, _, c in jobs]
     r = play_round(fed, [(k, phases(c)) for k, _, c in jobs], live.avail, live.target, live.deadline_s,
@@ -150,7 +153,10 @@ class AsyncRounds:
         """Aggregation t (the t-th row: an async run is never resumed, so rows and aggregations
         are counted alike)."""
         while not self.done:
-            self.server.next_aggregation()
+            try:
+                self.server.next_aggregation()
+            except Stalled:
+                raise EdgeflError(self.exp.where, "fleet.availability", NEVER_ONLINE) from None
         return self.done.pop(0)
 
     def pick(self, version: int, busy: set[int]) -> Started | float:

@@ -128,6 +128,10 @@ def play_round(fed: Federation, jobs: Sequence[tuple[int, Sequence[float]]], ava
     return result[0]
 
 
+class Stalled(Exception):
+    """Every async slot closed before the next aggregation: no device comes online again."""
+
+
 @dataclass
 class Started:
     """A client the caller started: its phase seconds and what it trained (kept until it ends)."""
@@ -146,7 +150,8 @@ class Buffered:
     """FedBuff's server and client slots as SimPy processes (see the module docstring).
 
     `pick(version, busy)` starts a client not in `busy` on the current version (a `Started`), or
-    says when to look again (a time in seconds) when no device is online; `aggregate(version,
+    says when to look again (a time in seconds; inf: never, and the slot closes) when no device
+    is online; `aggregate(version,
     buffer, ended)` folds the buffer's uploads into the model as version `version` + 1, given every
     client that ended since the last aggregation, after the server's `server_s()` seconds."""
 
@@ -161,18 +166,28 @@ class Buffered:
         self.buffer: list[Started] = []
         self.ended: list[Started] = []
         self.aggregated = self.env.event()
+        self.open_slots = concurrency
         for _ in range(concurrency):
             self.env.process(self._slot())
 
     def next_aggregation(self) -> None:
-        """Play on until the next aggregation has been folded in (`aggregate` was called)."""
-        self.env.run(until=self.aggregated)
+        """Play on until the next aggregation has been folded in (`aggregate` was called); Stalled
+        if every slot has closed first."""
+        try:
+            self.env.run(until=self.aggregated)
+        except RuntimeError:  # SimPy: nothing left to play before the aggregation
+            if self.open_slots:
+                raise
+            raise Stalled from None
         self.aggregated = self.env.event()
 
     def _slot(self) -> Generator[simpy.Event, Any, None]:
         while True:
             job = self.pick(self.version, self.busy)
             if not isinstance(job, Started):
+                if not math.isfinite(job):  # no free device comes online again: the slot closes
+                    self.open_slots -= 1
+                    return
                 yield self.env.timeout(max(job - self.env.now, 0.0))
                 continue
             job.version = self.version
