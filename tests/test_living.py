@@ -20,9 +20,10 @@ from edgefl.experiment import prepare, run
 from edgefl.experiment.living import Pending, rebased
 from edgefl.methods.aggregate import fedavg
 from edgefl.methods.base import ClientUpdate
+from edgefl.report.trace import chrome_trace
 from edgefl.scenario import load_scenario
 from edgefl.sim.availability import Always, Diurnal, from_mapping, read_trace
-from edgefl.sim.engine import Federation
+from edgefl.sim.engine import Federation, Span
 from edgefl.sim.living import COMPLETED, DROPPED, LATE, OFFLINE, Buffered, Started, play_round
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -231,3 +232,10 @@ def test_a_fleet_that_never_comes_online_is_one_line(tmp_path: Path, mode: str) 
     with pytest.raises(EdgeflError) as info:
         run(prepare(s, str(QUICKSTART), dry_run=True), tmp_path / "out", progress=False)
     assert info.value.key == "fleet.availability" and "comes online again" in info.value.fix
+
+
+def test_the_trace_shows_a_stopped_client_as_an_instant_named_after_its_status() -> None:
+    spans = [Span(0, 1, "compute", 0.0, 5.0), Span(0, 1, "offline", 5.0, 5.0), Span(0, 2, "upload", 1.0, 1.0)]
+    events = chrome_trace(spans, ["a", "b", "c"])["traceEvents"]
+    assert [(e["name"], e["ph"], e["ts"]) for e in events if e.get("cat")] == [
+        ("compute", "X", 0.0), ("offline", "i", 5e6)]  # an empty upload shows nothing, as before
