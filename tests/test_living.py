@@ -17,7 +17,7 @@ import torch
 from edgefl.devices import draws
 from edgefl.errors import EdgeflError
 from edgefl.experiment import prepare, run
-from edgefl.experiment.living import Pending, rebased
+from edgefl.experiment.living import Live, Pending, rebased
 from edgefl.methods.aggregate import fedavg
 from edgefl.methods.base import ClientUpdate
 from edgefl.report.trace import chrome_trace
@@ -239,3 +239,10 @@ def test_the_trace_shows_a_stopped_client_as_an_instant_named_after_its_status()
     events = chrome_trace(spans, ["a", "b", "c"])["traceEvents"]
     assert [(e["name"], e["ph"], e["ts"]) for e in events if e.get("cat")] == [
         ("compute", "X", 0.0), ("offline", "i", 5e6)]  # an empty upload shows nothing, as before
+
+
+def test_over_selection_rounds_up_from_the_exact_product() -> None:
+    # 1.1 x 10 is 11.000000000000002 in floating point: still 11 clients, not 12
+    s = load_scenario(QUICKSTART, ["round.mode=deadline", "round.over_selection=1.1"])
+    live = Live.of(prepare(s, str(QUICKSTART), dry_run=True))
+    assert (live.target, live.selected, live.deadline_s) == (10, 11, 600.0)

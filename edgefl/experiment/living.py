@@ -72,7 +72,7 @@ class Live:
         n = selected_per_round(s.fleet)
         deadline = s.round.mode == "deadline"
         return cls(make_availability(s.fleet, s.seed, exp.where), n,
-                   min(s.fleet.clients, math.ceil(s.round.over_selection * n)) if deadline else n,
+                   min(s.fleet.clients, math.ceil(round(s.round.over_selection * n, 9))) if deadline else n,
                    s.round.deadline_s if deadline else math.inf)
 
 
