@@ -48,6 +48,13 @@ class FleetConfig:
     app_memory: bool = True  # the co-running app also takes its share of memory
     memory_fraction: list[float] = field(default_factory=lambda: [0.0, 0.2])  # U(lo, hi) x memory
     reserved_memory_mb: float = 1.2  # R_min: available memory never drops below this
+    availability: str = "always"  # always | diurnal (night charging, edgefl.sim.availability) |
+    #   a trace file: .csv/.json of online intervals, FedScale's active/inactive/duration layout
+    online_start_h: float = 22.0  # diurnal: local hour a device goes online (plugged in to charge)
+    online_hours: float = 8.0  # diurnal: hours a day it stays online (24 = always)
+    tz_spread_h: float = 0.0  # diurnal: devices' local time zones spread uniformly over this many hours
+    trace_pickle: bool = False  # a .pkl/.pickle trace (FedScale's own) is read only when this is true;
+    #   even then only plain dicts, lists and numbers are accepted
 
 
 @dataclass
@@ -97,6 +104,19 @@ class CostConfig:
     server_s: float = 0.0  # server time per round (aggregation)
     server_gflops: float = 10000.0  # server speed for a method's server-side work (e.g. distillation)
     paper_access_s: float = 0.17  # paper accounting: seconds per storage access
+
+
+@dataclass
+class RoundConfig:
+    """How a round closes (edgefl.sim.living): all selected clients (sync), a deadline with
+    over-selection (FedScale), or buffered asynchronous aggregation (FedBuff)."""
+
+    mode: str = "sync"  # sync | deadline | async
+    deadline_s: float = 600.0  # deadline: the round closes this many seconds after it starts
+    over_selection: float = 1.3  # deadline: select ceil(this x target) clients; target = the sample
+    buffer: int = 4  # async: the server aggregates every `buffer` updates (FedBuff's K)
+    max_staleness: int = 8  # async: updates staler than this many aggregations are dropped
+    concurrency: int = 8  # async: clients training at once (at most the fleet); a new one starts as one ends
 
 
 @dataclass
@@ -198,6 +218,7 @@ class Scenario:
     ray: RayConfig = field(default_factory=RayConfig)
     compare: CompareConfig = field(default_factory=CompareConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
+    round: RoundConfig = field(default_factory=RoundConfig)  # how a round closes (a living fleet)
 
     def knobs(self, cls: type[K]) -> K:
         """The scenario's section of the knob dataclass `cls` (e.g. `s.knobs(ProxConfig).mu`)."""

@@ -39,7 +39,8 @@ CLIENT_TYPES = {"round": pa.int64(), "client": pa.int64(), "device": pa.string()
                 "mem_req_bytes": pa.int64(), "swapped": pa.int64(), "compute_s": pa.float64(),
                 "data_access_s": pa.float64(), "download_s": pa.float64(), "upload_s": pa.float64(),
                 "wait_s": pa.float64(), "finish_s": pa.float64(), "read_bytes": pa.int64(),
-                "write_bytes": pa.int64(), "real_compute_s": pa.float64()}
+                "write_bytes": pa.int64(), "real_compute_s": pa.float64(),
+                "status": pa.string(), "staleness": pa.int64()}  # the last two: a living fleet's only
 EVENT_TYPES = {"round": pa.int64(), "client": pa.int64(), "phase": pa.string(), "start_s": pa.float64(),
                "end_s": pa.float64()}
 LOGS = ("clients", "events")  # the per-client logs, whose format follows `output.format`

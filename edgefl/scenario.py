@@ -165,6 +165,15 @@ def validate(s: Scenario, where: str) -> None:
         ("cost.paper_access_s", s.cost.paper_access_s >= 0, "must be non-negative (seconds)"),
         *((f"{name}.{key}", ok, fix) for name, cls in KNOBS.classes().items()
           for key, ok, fix in s.knobs(cls).checks()),
+        ("fleet.online_start_h", 0 <= s.fleet.online_start_h < 24, "must be a local hour in [0, 24)"),
+        ("fleet.online_hours", 0 < s.fleet.online_hours <= 24, "must be in (0, 24] (24: always online)"),
+        ("fleet.tz_spread_h", 0 <= s.fleet.tz_spread_h <= 24, "must be in [0, 24] hours"),
+        ("round.mode", s.round.mode in MODES, f"must be one of: {', '.join(MODES)}"),
+        ("round.deadline_s", s.round.deadline_s > 0, "must be positive (seconds)"),
+        ("round.over_selection", s.round.over_selection >= 1, "must be at least 1 (FedScale uses 1.3)"),
+        ("round.buffer", s.round.buffer >= 1, "must be at least 1"),
+        ("round.max_staleness", s.round.max_staleness >= 0, "must be non-negative"),
+        ("round.concurrency", s.round.concurrency >= 1, "must be at least 1"),
         ("ray.workers", s.ray.workers >= 0, "must be 0 (one per CPU) or positive"),
         ("ray.max_retries", s.ray.max_retries >= 0, "must be non-negative"),
         *((f"compare.rounds.{printable(m)}", n >= 1, "must be at least 1")
@@ -186,6 +195,28 @@ def validate(s: Scenario, where: str) -> None:
             raise EdgeflError(where, key, fix)
     _check_names(s, where)
     check_device(s.device, where)
+    _check_living(s, where)
+
+
+MODES = ("sync", "deadline", "async")
+
+
+def check_mode(s: Scenario, modes: tuple[str, ...], where: str) -> None:
+    """Refuse a round mode the method (running in `modes`) does not run in."""
+    if s.round.mode not in modes:
+        raise EdgeflError(where, "round.mode", f"method {s.method} does not run in {s.round.mode} mode "
+                          "(its update is not a whole model a stale one can be rebased on); choose "
+                          f"{' or '.join(modes)}, or a whole-model method (jfat, fedavg_at, fedprox_at, "
+                          "sfat, gma)")
+
+
+def _check_living(s: Scenario, where: str) -> None:
+    """The method runs in the round mode, and a trace given as availability reads."""
+    check_mode(s, getattr(METHODS.get(s.method), "modes", MODES), where)  # a factory's: once it is made
+    if s.fleet.availability not in ("always", "diurnal"):
+        from edgefl.sim.availability import make_availability
+
+        make_availability(s.fleet, s.seed, where)
 
 
 MAX_THREADS = 1024  # far more than any CPU has; torch aborts natively on absurd counts

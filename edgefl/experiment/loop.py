@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from edgefl.errors import EdgeflError
 from edgefl.execution.executor import Executor, LocalExecutor
 from edgefl.execution.local import evaluate, seed_everything
 from edgefl.execution.ray import RayExecutor
+from edgefl.experiment.living import AsyncRounds, Live, completed, is_living, live_round
 from edgefl.experiment.prepare import Experiment, Rebuild
 from edgefl.experiment.resume import resume_state
 from edgefl.experiment.rounds import (
@@ -38,6 +40,7 @@ from edgefl.experiment.rows import (
     EVENTS,
     METRICS,
     emulates_host,
+    living_client_columns,
     open_log,
     output_format,
     prediction_error,
@@ -50,6 +53,7 @@ from edgefl.runlog import CsvLog, Log, log_names
 from edgefl.scenario import to_toml
 from edgefl.sim.bulk import Pricer
 from edgefl.sim.engine import Federation
+from edgefl.sim.living import STATUSES
 from edgefl.sim.workload import Workload
 
 
@@ -70,6 +74,9 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
     s = exp.scenario
     text = to_toml(s)
     fingerprint = rundir.fingerprint(text, exp.pool.profile_files())
+    if resume and s.round.mode == "async":
+        raise EdgeflError(str(out), "--resume", "an async run cannot be resumed (its clients are mid-flight "
+                          "in the simulation); start it again with --overwrite")
     saved = resume_state(exp, out, fingerprint) if resume else None
     if saved is None:
         rundir.claim(out, "run")  # a no-op after prepare_out; library callers get the same checks
@@ -82,13 +89,16 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
         rows, first = saved.state["rows"], saved.state["next_round"]
         fed = Federation(saved.state["clock"])
     started = time.perf_counter()
-    extra = (evaluator.columns if evaluator else []) + list(exp.method.round_info())
+    living = is_living(exp)
+    extra = (evaluator.columns if evaluator else []) + list(exp.method.round_info()) + (
+        list(STATUSES) if living else [])
     executor = _executor(exp, text)
+    play = _player(exp, executor, fed, pricer)
     kept = saved.logs if saved else {}
     names = log_names(output_format(s))
     sample = TraceSample(s.fleet.clients, s.output.trace_clients, s.seed)
     with (CsvLog(out / names["metrics"], METRICS + extra, kept.get(names["metrics"])) as metrics,
-          open_log(out, names["clients"], CLIENTS, kept) as clients,
+          open_log(out, names["clients"], CLIENTS + living_client_columns(s), kept) as clients,
           open_log(out, names["events"], EVENTS, kept) as events):
         logs: list[Log] = [metrics, clients, events]
         sample.add(span(r) for r in events.rows() if int(r["client"]) in sample.kept)
@@ -97,7 +107,7 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
         for t in bar:
             if exp.method.finished():  # ended before its last round (FedProphet's last module)
                 break
-            table, loss, real = _round(exp, executor, fed, pricer, t)
+            table, loss, real = play(t)
             row = metrics_row(table, loss, exp.method.round_info())
             last = t + 1 == s.rounds or exp.method.finished()
             if evaluator and ((t + 1) % s.evaluation.every == 0 or last):
@@ -160,26 +170,46 @@ def _counted(exp: Experiment, client: int, w: Workload) -> Workload:
     return exp.ctx.cost.counted(w, lambda: len(exp.ctx.splits[client].train))
 
 
-def _round(exp: Experiment, executor: Executor, fed: Federation, pricer: Pricer,
-           t: int) -> tuple[RoundTable, float | str, np.ndarray]:
-    """The round's table, its mean training loss and each client's measured training seconds (NaN
-    where none was measured)."""
+Played = tuple[RoundTable, float | str, np.ndarray]  # a round's table, mean loss, measured seconds
+
+
+def _player(exp: Experiment, executor: Executor, fed: Federation, pricer: Pricer) -> Callable[[int], Played]:
+    """What plays round t: the default rounds, a living fleet's rounds, or FedBuff's aggregations."""
     s, m = exp.scenario, exp.method
 
-    def server_s() -> float:
+    def server_s(t: int) -> float:
         return s.cost.server_s + m.server_flops(t) / (s.cost.server_gflops * 1e9)
 
-    table = (bulk_round if exp.bulk else each_round)(exp.pool, m, pricer, fed, t, server_s)
-    clients = table.states.clients.tolist()
-    if exp.dry_run:
+    if s.round.mode == "async":
+        return AsyncRounds(exp, executor, fed, pricer, server_s).next
+    live = Live.of(exp) if is_living(exp) else None
+
+    def play(t: int) -> Played:
+        if live is None:
+            table = (bulk_round if exp.bulk else each_round)(exp.pool, m, pricer, fed, t, lambda: server_s(t))
+            return _trained(exp, executor, table, table.states.clients.tolist())
+        table = live_round(exp, live, pricer, fed, t, lambda: server_s(t))
+        return _trained(exp, executor, table, completed(table))
+
+    return play
+
+
+def _trained(exp: Experiment, executor: Executor, table: RoundTable, clients: list[int]) -> Played:
+    """Train `clients` of the round (those whose updates arrive) and aggregate: the round's table,
+    its mean training loss and each client's measured training seconds (NaN where none was)."""
+    s, m, t = exp.scenario, exp.method, table.round
+    n = len(table.states.clients)
+    if exp.dry_run or not clients:
         m.skip(t, clients)
-        return table, "", np.full(len(clients), np.nan)
-    updates = executor.train(t, by_client(table.plan, table.states.clients))
+        return table, "", np.full(n, np.nan)
+    arriving = set(clients)
+    updates = executor.train(t, {k: p for k, p in by_client(table.plan, table.states.clients).items()
+                                 if k in arriving})
     seed_everything(s.seed, t, -1)  # the server's stream: the same wherever the clients trained
     m.aggregate(t, updates)
     measured = {u.client: u.real_compute_s for u in updates}
     return (table, round(sum(u.loss for u in updates) / len(updates), 5),
-            np.array([measured.get(k, np.nan) for k in clients]))
+            np.array([measured.get(k, np.nan) for k in table.states.clients.tolist()]))
 
 
 def prepare_out(out: Path, overwrite: bool) -> None:

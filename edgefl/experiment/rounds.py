@@ -19,11 +19,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from edgefl.devices.pool import DevicePool, StateMap, States
+from edgefl.devices.pool import DevicePool, DeviceState, StateMap, States
 from edgefl.methods.base import ClientPlan, Method, grouped
 from edgefl.runlog import Columns
 from edgefl.sim.bulk import Costs, Pricer, RoundPlan
-from edgefl.sim.engine import PHASES, Federation
+from edgefl.sim.engine import PHASES, Federation, Job
+from edgefl.sim.living import STATUSES
 
 
 @dataclass
@@ -39,6 +40,9 @@ class RoundTable:
     costs: Costs
     finish_s: np.ndarray
     wait_s: np.ndarray
+    status: np.ndarray | None = None  # a living fleet (edgefl.experiment.living): codes into STATUSES
+    staleness: np.ndarray | None = None  # async rounds: each client's staleness
+    begin_s: np.ndarray | None = None  # async rounds: when each client started (else the round's start)
 
     @property
     def duration_s(self) -> float:
@@ -46,8 +50,11 @@ class RoundTable:
 
     @property
     def straggler(self) -> int:
-        """The row of the first client to finish last."""
-        return int(np.argmax(self.finish_s))
+        """The row of the first client to finish last (of those that completed, on a living fleet
+        where any did)."""
+        done = self.finish_s if self.status is None or not (self.status == 0).any() else np.where(
+            self.status == 0, self.finish_s, -np.inf)
+        return int(np.argmax(done))
 
 
 def bulk_round(pool: DevicePool, method: Method, pricer: Pricer, fed: Federation, t: int,
@@ -68,16 +75,24 @@ def each_round(pool: DevicePool, method: Method, pricer: Pricer, fed: Federation
                server_s: Callable[[], float]) -> RoundTable:
     """Round t client by client, with one SimPy process per client (the reference)."""
     clients = pool.sampled(t)
+    states, plan, jobs = planned_jobs(pool, method, pricer, t, clients)
+    r = fed.run_round(t, jobs, server_s())
+    return RoundTable(t, r.start_s, r.end_s, r.server_s, pool.gathered(clients, list(states.values())),
+                      plan, Costs.of([c.cost for c in r.clients]), np.array([c.finish_s for c in r.clients]),
+                      np.array([c.wait_s for c in r.clients]))
+
+
+def planned_jobs(pool: DevicePool, method: Method, pricer: Pricer, t: int, clients: np.ndarray
+                 ) -> tuple[dict[int, DeviceState], RoundPlan[ClientPlan], list[Job]]:
+    """Round t's `clients` drawn, planned and priced client by client: their states, the round's
+    plan and each client's (client, state, cost)."""
     states = {k: pool.state(k, t) for k in clients.tolist()}
     method.begin_round(t, states)
     plan = grouped([method.plan(t, k, st) for k, st in states.items()])
     method.planned(t, by_client(plan, clients))
     jobs = [(k, st, pricer.model.cost(pricer.counted(k, plan.workload(i)), st))
             for i, (k, st) in enumerate(states.items())]
-    r = fed.run_round(t, jobs, server_s())
-    return RoundTable(t, r.start_s, r.end_s, r.server_s, pool.gathered(clients, list(states.values())),
-                      plan, Costs.of([c.cost for c in r.clients]), np.array([c.finish_s for c in r.clients]),
-                      np.array([c.wait_s for c in r.clients]))
+    return states, plan, jobs
 
 
 def by_client(plan: RoundPlan[ClientPlan], clients: np.ndarray) -> dict[int, ClientPlan]:
@@ -103,17 +118,27 @@ def client_columns(r: RoundTable, pool: DevicePool, real_compute_s: np.ndarray) 
             "compute_s": c.compute_s, "data_access_s": c.data_access_s, "download_s": c.download_s,
             "upload_s": c.upload_s, "wait_s": r.wait_s, "finish_s": r.finish_s,
             "read_bytes": c.read_bytes.astype(np.int64), "write_bytes": c.write_bytes.astype(np.int64),
-            "real_compute_s": real_compute_s}
+            "real_compute_s": real_compute_s, **living_columns(r)}
+
+
+def living_columns(r: RoundTable) -> Columns:
+    """A living fleet's extra clients.csv columns: `status`, and `staleness` in async rounds."""
+    out: Columns = {} if r.status is None else {"status": names(r.status, list(STATUSES))}
+    if r.staleness is not None:
+        out["staleness"] = r.staleness.astype(np.int64)
+    return out
 
 
 def event_columns(r: RoundTable) -> Columns:
     """events.csv's columns for the round: every client's four phases, then the waits."""
     c, n = r.costs, len(r.states.clients)
-    starts, ends, start = [], [], np.full(n, r.start_s)
+    starts, ends, start = [], [], np.full(n, r.start_s) if r.begin_s is None else r.begin_s
     for seconds in (c.download_s, c.data_access_s, c.compute_s, c.upload_s):
         starts.append(start)
         start = start + seconds
         ends.append(start)
+    if r.status is not None:
+        return stopped_events(r, starts, ends)
     waiting = np.flatnonzero(r.wait_s > 0)
     last = np.full(len(waiting), r.finish_s[r.straggler])
     return {"round": np.full(4 * n + len(waiting), r.round),
@@ -124,6 +149,25 @@ def event_columns(r: RoundTable) -> Columns:
             "end_s": np.concatenate([np.stack(ends, axis=1).reshape(-1), last])}
 
 
+def stopped_events(r: RoundTable, starts: list[np.ndarray], ends: list[np.ndarray]) -> Columns:
+    """A living fleet's events: each client's phases cut where it stopped, a zero-length span named
+    after the status of a client stopped early (offline, late, dropped) where it stopped, and each
+    completed client's wait until the round closed."""
+    assert r.status is not None
+    n, stop = len(r.states.clients), r.finish_s
+    cut_s = [np.minimum(x, stop) for x in starts], [np.minimum(x, stop) for x in ends]
+    early = np.flatnonzero(r.status != STATUSES.index("completed"))
+    waiting = np.flatnonzero((r.wait_s > 0) & (r.status == STATUSES.index("completed")))
+    close = stop + r.wait_s
+    tail = np.concatenate([early, waiting])
+    return {"round": np.full(4 * n + len(tail), r.round),
+            "client": np.concatenate([np.repeat(r.states.clients, 4), r.states.clients[tail]]),
+            "phase": names(np.concatenate([np.tile(np.arange(4), n), 5 + r.status[early],
+                                           np.full(len(waiting), 4)]), [*PHASES, "wait", *STATUSES]),
+            "start_s": np.concatenate([np.stack(cut_s[0], axis=1).reshape(-1), stop[tail]]),
+            "end_s": np.concatenate([np.stack(cut_s[1], axis=1).reshape(-1), close[tail]])}
+
+
 def metrics_row(r: RoundTable, loss: float | str, info: dict[str, Any]) -> dict[str, Any]:
     """metrics.csv's row: the straggler's breakdown (compute + data access + comm + server = the
     round's time), the mean wait and the clients that swapped."""
@@ -132,4 +176,11 @@ def metrics_row(r: RoundTable, loss: float | str, info: dict[str, Any]) -> dict[
             "compute_s": float(c.compute_s[i]), "data_access_s": float(c.data_access_s[i]),
             "comm_s": float(c.download_s[i] + c.upload_s[i]), "wait_s": sum(r.wait_s.tolist()) / n,
             "server_s": r.server_s, "clients": n, "swapped": int(c.swapped.sum()),
-            "train_loss": loss, "clean_acc": "", "adv_acc": "", **info}
+            "train_loss": loss, "clean_acc": "", "adv_acc": "", **status_counts(r), **info}
+
+
+def status_counts(r: RoundTable) -> dict[str, int]:
+    """A living fleet's per-round count of each status (metrics.csv's `completed`, ... columns)."""
+    if r.status is None:
+        return {}
+    return {name: int((r.status == i).sum()) for i, name in enumerate(STATUSES)}

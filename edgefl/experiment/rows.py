@@ -23,6 +23,14 @@ CLIENTS = ["round", "client", "device", "app", "network", "flops", "mem_avail_by
 EVENTS = ["round", "client", "phase", "start_s", "end_s"]  # events.csv: the spans of trace.json
 
 
+def living_client_columns(s: Scenario) -> list[str]:
+    """clients.csv's columns for a living fleet (edgefl.experiment.living): `status`, and
+    `staleness` in async mode; none with the default availability and round mode."""
+    if s.round.mode == "async":
+        return ["status", "staleness"]
+    return ["status"] if s.fleet.availability != "always" or s.round.mode != "sync" else []
+
+
 def output_format(s: Scenario) -> str:
     """csv or parquet for the run's per-client logs (`output.format`; auto counts client-rounds)."""
     return log_format(s.output.format, s.output.parquet_above, s.rounds * selected_per_round(s.fleet))
@@ -31,7 +39,8 @@ def output_format(s: Scenario) -> str:
 def open_log(out: Path, name: str, columns: list[str], kept: dict[str, bytes]) -> CsvLog | ParquetLog:
     """The per-client log `name` (clients or events, .csv or .parquet), from its kept bytes on resume."""
     if name.endswith(".parquet"):
-        types = CLIENT_TYPES if name.startswith("clients") else EVENT_TYPES
+        known = CLIENT_TYPES if name.startswith("clients") else EVENT_TYPES
+        types = {c: known[c] for c in columns}
         return ParquetLog(out / name, types, kept.get(name))
     return CsvLog(out / name, columns, kept.get(name))
 

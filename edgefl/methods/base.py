@@ -103,6 +103,8 @@ class Method(ABC):
 
     state_attrs: tuple[str, ...] = ()  # attributes that change during a run (each class adds its own)
     ignores: tuple[str, ...] = ()  # scenario keys it does not use: a value other than the default is refused
+    modes: tuple[str, ...] = ("sync", "deadline")  # the round modes it runs in (`round.mode`; async
+    #   needs updates that are whole models: edgefl.experiment.living rebases stale ones)
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx

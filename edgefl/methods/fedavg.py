@@ -51,6 +51,7 @@ GROUP_BYTES = 4 * 2**30  # the most training memory (mem_req) one group of clien
 class FedAvgAT(Method):
     fedbn = False
     state_attrs: tuple[str, ...] = ("model", "local_states")
+    modes: tuple[str, ...] = ("sync", "deadline", "async")  # a client's update is the whole model
 
     def __init__(self, ctx: Context) -> None:
         super().__init__(ctx)

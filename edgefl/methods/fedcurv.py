@@ -107,6 +107,7 @@ def fisher_diagonal(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch: i
 
 @METHODS.register("fedcurv_at")
 class FedCurvAT(FedAvgAT):
+    modes = ("sync", "deadline")  # not async: updates carry a Fisher penalty's terms
     state_attrs = ("previous",)
 
     def __init__(self, ctx: Context) -> None:

@@ -21,6 +21,7 @@ from edgefl.methods.fedavg import FedAvgAT
 
 @METHODS.register("scaffold_at")
 class ScaffoldAT(FedAvgAT):
+    modes = ("sync", "deadline")  # not async: control variates need every round's clients
     state_attrs = ("c", "c_local")
 
     def __init__(self, ctx: Context) -> None:

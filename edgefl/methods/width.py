@@ -260,6 +260,7 @@ def _add_at(target: torch.Tensor, index: Index, values: torch.Tensor) -> None:
 class WidthMethod(FedAvgAT):
     """FedAvgAT's local adversarial training on a sub-model sized to the client's memory; each
     subclass picks the channels (`channels`)."""
+    modes = ("sync", "deadline")  # not async: updates are sub-models
 
     def __init__(self, ctx: Context) -> None:
         super().__init__(ctx)

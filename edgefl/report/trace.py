@@ -1,6 +1,8 @@
 """The per-client event log as a Chrome trace (the JSON Trace Event Format that Perfetto and
 chrome://tracing open): one track per client, one complete event per download, data access,
-compute, upload and wait, in simulated microseconds.
+compute, upload and wait, in simulated microseconds. On a living fleet (edgefl.sim.living) a client
+stopped early shows an instant event named after its status (offline, late, dropped) where it
+stopped.
 
 A fleet's trace would grow with rounds x clients, so a run's trace shows a bounded sample of clients:
 all of them when the fleet has at most `output.trace_clients`, else that many drawn without replacement
@@ -18,6 +20,7 @@ import numpy as np
 from edgefl.devices.pool import TRACE, rng
 from edgefl.runlog import Columns, cells
 from edgefl.sim.engine import Span
+from edgefl.sim.living import STATUSES
 
 
 def chrome_trace(spans: Sequence[Span], devices: Sequence[str],
@@ -29,6 +32,8 @@ def chrome_trace(spans: Sequence[Span], devices: Sequence[str],
     events = [{"name": s.phase, "cat": "round", "ph": "X", "pid": 0, "tid": s.client,
                "ts": s.start_s * 1e6, "dur": (s.end_s - s.start_s) * 1e6, "args": {"round": s.round}}
               for s in spans if s.end_s > s.start_s]
+    events += [{"name": s.phase, "cat": "status", "ph": "i", "s": "t", "pid": 0, "tid": s.client,
+                "ts": s.start_s * 1e6, "args": {"round": s.round}} for s in spans if s.phase in STATUSES]
     return {"traceEvents": [{"name": "process_name", "ph": "M", "pid": 0, "args": {"name": "fleet"}},
                             *names, *events], "displayTimeUnit": "ms"}
 

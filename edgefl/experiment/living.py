@@ -1,0 +1,238 @@
+"""A living fleet's rounds (edgefl.sim.living): devices that come and go, deadlines, FedBuff.
+
+With `fleet.availability = "always"` and `round.mode = "sync"` (the defaults) none of this runs and
+rounds are edgefl.experiment.rounds's. Otherwise a round's clients are drawn from the devices online
+at its start (a seeded permutation of the fleet, keyed by (seed, SAMPLE, round), the first online
+ones), drawn, planned and priced client by client, and played one SimPy process each; only the
+clients that completed train for real and are aggregated (the others' work is lost).
+
+In async mode one metrics row is one aggregation. A client is picked when a slot frees (a seeded
+permutation keyed by (seed, ASYNC, start count), the first online device not already working),
+drawn and planned with the current model version as its round (a client picked twice on one version
+draws the same state and data order: both are keyed by (seed, version, client)), and trains for
+real at once, on the version it downloads: its update depends on nothing that happens later, so
+training it at its download is training it from that version's copy; a copy of the model it
+downloaded is kept until its upload is aggregated. When
+the buffer is aggregated, an update of staleness tau > 0 is rebased on the current model before the
+method aggregates: x_now + s(tau) (x_client - x_downloaded) (FedBuff's Delta scaled by s(tau), its
+server learning rate 1); the method's weighted average of the buffer then gives x_now + sum_i w_i
+s(tau_i) Delta_i. A fresh update (tau = 0) is aggregated as it is.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from itertools import islice
+
+import numpy as np
+import torch
+
+from edgefl.devices.pool import SAMPLE, DevicePool, DeviceState, rng, selected_per_round
+from edgefl.errors import EdgeflError
+from edgefl.execution.executor import Executor
+from edgefl.execution.local import seed_everything
+from edgefl.experiment.prepare import Experiment
+from edgefl.experiment.rounds import RoundTable, planned_jobs
+from edgefl.methods.base import ClientPlan, ClientUpdate, Method, grouped
+from edgefl.scenario import check_mode
+from edgefl.sim.availability import Availability, make_availability
+from edgefl.sim.bulk import Costs, Pricer
+from edgefl.sim.cost import ClientCost
+from edgefl.sim.engine import Federation
+from edgefl.sim.living import COMPLETED, Buffered, Stalled, Started, play_round, staleness_weight
+
+ASYNC = 5  # the random stream of async picks (edgefl.devices.pool's streams, then availability's)
+Trained = tuple[float, np.ndarray]  # a round's mean loss ("" if none) and each client's measured seconds
+
+
+def is_living(exp: Experiment) -> bool:
+    """Whether the scenario needs a living fleet (any availability or round mode but the defaults)."""
+    s = exp.scenario
+    return s.fleet.availability != "always" or s.round.mode != "sync"
+
+
+def phases(c: ClientCost) -> tuple[float, float, float, float]:
+    return c.download_s, c.data_access_s, c.compute_s, c.upload_s
+
+
+@dataclass
+class Live:
+    """What a living round needs besides the experiment: availability and how many to select."""
+
+    avail: Availability
+    target: int  # uploads the round needs (sync: everyone selected)
+    selected: int  # clients selected (deadline: ceil(over_selection x target))
+    deadline_s: float  # inf: none
+
+    @classmethod
+    def of(cls, exp: Experiment) -> Live:
+        s = exp.scenario
+        n = selected_per_round(s.fleet)
+        deadline = s.round.mode == "deadline"
+        return cls(make_availability(s.fleet, s.seed, exp.where), n,
+                   min(s.fleet.clients, math.ceil(round(s.round.over_selection * n, 9))) if deadline else n,
+                   s.round.deadline_s if deadline else math.inf)
+
+
+def online_pick(avail: Availability, order: np.ndarray, now: float, count: int,
+                busy: set[int] | None = None) -> tuple[list[int], float]:
+    """The first `count` clients of `order` online at `now` (and not busy), and, if none is, when
+    the first of them comes online."""
+    free = [k for k in order.tolist() if not busy or k not in busy]
+    picked = list(islice((k for k in free if avail.online(k, now)), count))
+    return picked, (now if picked else min((avail.online_at(k, now) for k in free), default=math.inf))
+
+
+NEVER_ONLINE = "no device of the fleet comes online again; give a trace with online intervals for them"
+
+
+def select_online(live: Live, pool: DevicePool, fed: Federation, t: int, where: str) -> np.ndarray:
+    """Round t's clients, ascending: the first online ones of a seeded permutation, the clock moved
+    on to when one comes online if none is."""
+    order = rng(pool.seed, SAMPLE, t).permutation(pool.fleet.clients)
+    picked, when = online_pick(live.avail, order, fed.now, live.selected)
+    if not picked:
+        if not math.isfinite(when):
+            raise EdgeflError(where, "fleet.availability", NEVER_ONLINE)
+        fed.env.run(until=when)
+        picked, _ = online_pick(live.avail, order, fed.now, live.selected)
+    return np.array(sorted(picked), dtype=np.int64)
+
+
+def live_round(exp: Experiment, live: Live, pricer: Pricer, fed: Federation, t: int,
+               server_s: Callable[[], float]) -> RoundTable:
+    """Round t of a sync or deadline round on a living fleet."""
+    clients = select_online(live, exp.pool, fed, t, exp.where)
+    states, plan, jobs = planned_jobs(exp.pool, exp.method, pricer, t, clients)
+    costs = [c for _, _, c in jobs]
+    r = play_round(fed, [(k, phases(c)) for k, _, c in jobs], live.avail, live.target, live.deadline_s,
+                   server := server_s())
+    status = np.array([o.status for o in r.outcomes], dtype=np.int64)
+    stop = np.array([o.stop_s for o in r.outcomes])
+    wait = np.where(status == COMPLETED, r.close_s - stop, 0.0)
+    return RoundTable(t, r.start_s, r.end_s, server, exp.pool.gathered(clients, list(states.values())), plan,
+                      Costs.of(costs), stop, wait, status)
+
+
+def completed(table: RoundTable) -> list[int]:
+    assert table.status is not None
+    return table.states.clients[table.status == COMPLETED].tolist()
+
+
+@dataclass
+class Pending:
+    """An async client's round: its draw, plan, cost, when it started, and (training for real) its
+    update and the model it downloaded."""
+
+    state: DeviceState
+    plan: ClientPlan
+    cost: ClientCost
+    start_s: float
+    update: ClientUpdate | None
+    downloaded: dict[str, torch.Tensor] | None
+
+
+class AsyncRounds:
+    """FedBuff on the experiment: `next()` plays on to the next aggregation and gives its table,
+    its mean loss and each ended client's measured training seconds."""
+
+    def __init__(self, exp: Experiment, executor: Executor, fed: Federation, pricer: Pricer,
+                 server_s: Callable[[int], float]) -> None:
+        s = exp.scenario
+        check_mode(s, exp.method.modes, exp.where)  # a method made by a factory (sfat's base) is known now
+        self.exp, self.executor, self.fed, self.pricer, self.server_s = exp, executor, fed, pricer, server_s
+        self.avail = make_availability(s.fleet, s.seed, exp.where)
+        self.starts, self.last_end = 0, fed.now
+        self.done: list[tuple[RoundTable, float | str, np.ndarray]] = []
+        self.server = Buffered(fed, self.avail, s.round.concurrency, s.round.buffer, s.round.max_staleness,
+                               self.pick, self.fold, lambda: server_s(self.server.version))
+
+    def next(self, t: int) -> tuple[RoundTable, float | str, np.ndarray]:
+        """Aggregation t (the t-th row: an async run is never resumed, so rows and aggregations
+        are counted alike)."""
+        while not self.done:
+            try:
+                self.server.next_aggregation()
+            except Stalled:
+                raise EdgeflError(self.exp.where, "fleet.availability", NEVER_ONLINE) from None
+        return self.done.pop(0)
+
+    def pick(self, version: int, busy: set[int]) -> Started | float:
+        """Start a client on model `version`, or say when one comes online."""
+        exp, m = self.exp, self.exp.method
+        order = rng(exp.scenario.seed, ASYNC, self.starts).permutation(exp.scenario.fleet.clients)
+        picked, when = online_pick(self.avail, order, self.fed.now, 1, busy)
+        if not picked:
+            return when
+        self.starts += 1
+        k = picked[0]
+        states, plan, jobs = planned_jobs(exp.pool, m, self.pricer, version, np.array(picked, dtype=np.int64))
+        cost = jobs[0][2]
+        update, downloaded = None, None
+        if not exp.dry_run:
+            downloaded = {n: v.detach().clone() for n, v in start_state(m, k).items()}
+            update = self.executor.train(version, {k: plan.plan(0)})[0]
+        pending = Pending(states[k], plan.plan(0), cost, self.fed.now, update, downloaded)
+        return Started(k, phases(cost), pending)
+
+    def fold(self, version: int, batch: list[Started], ended: list[Started]) -> None:
+        """Aggregate the buffer as model version `version` + 1 and record the window's clients."""
+        exp, m = self.exp, self.exp.method
+        loss: float | str = ""
+        if exp.dry_run:
+            m.skip(version, [j.client for j in batch])
+        else:
+            updates = [rebased(m, j) for j in batch]
+            seed_everything(exp.scenario.seed, version, -1)
+            m.aggregate(version, updates)
+            loss = round(sum(u.loss for u in updates) / len(updates), 5)
+        self.done.append((self.table(version, ended), loss, measured(ended)))
+        self.last_end = self.fed.now
+
+    def table(self, version: int, ended: list[Started]) -> RoundTable:
+        pending = [job_of(j) for j in ended]
+        clients = np.array([j.client for j in ended], dtype=np.int64)
+        return RoundTable(version, self.last_end, self.fed.now, self.server_s(version),
+                          self.exp.pool.gathered(clients, [p.state for p in pending]),
+                          grouped([p.plan for p in pending]),
+                          Costs.of([p.cost for p in pending]),
+                          np.array([j.outcome.stop_s for j in ended]), np.zeros(len(ended)),
+                          np.array([j.outcome.status for j in ended], dtype=np.int64),
+                          np.array([j.outcome.staleness for j in ended], dtype=np.int64),
+                          np.array([p.start_s for p in pending]))
+
+
+def job_of(job: Started) -> Pending:
+    assert isinstance(job.payload, Pending)
+    return job.payload
+
+
+def measured(ended: list[Started]) -> np.ndarray:
+    """Each ended client's measured training seconds (NaN in a dry run)."""
+    updates = [job_of(j).update for j in ended]
+    return np.array([np.nan if u is None else u.real_compute_s for u in updates])
+
+
+def start_state(m: Method, client: int) -> dict[str, torch.Tensor]:
+    """The model a client downloads (the FedAvg family's `start_state`)."""
+    get = getattr(m, "start_state", None)
+    if get is None:
+        raise TypeError(f"{type(m).__name__} has no start_state; it cannot run in async mode")
+    state: dict[str, torch.Tensor] = get(client)
+    return state
+
+
+def rebased(m: Method, job: Started) -> ClientUpdate:
+    """The job's update as FedBuff applies it now: unchanged if fresh, else the current model plus
+    s(tau) x what the client changed from the model it downloaded (floating-point tensors)."""
+    p, tau = job_of(job), job.outcome.staleness
+    assert p.update is not None and p.downloaded is not None
+    if tau == 0:
+        return p.update
+    w, now = staleness_weight(tau), start_state(m, job.client)
+    state = {n: now[n] + w * (v - p.downloaded[n]) if v.is_floating_point() else v
+             for n, v in p.update.state.items()}
+    u = p.update
+    return ClientUpdate(u.client, state, u.num_samples, u.loss, u.extra, u.real_compute_s)

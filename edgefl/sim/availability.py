@@ -1,0 +1,203 @@
+"""When each device is online: always, a seeded day/night charging pattern, or a trace.
+
+`fleet.availability`:
+
+* `always` (the default): every device is online all the time.
+* `diurnal`: phones train while they charge at night (FedScale's behaviour traces show most devices
+  available at night; Yang et al., "Characterizing impacts of heterogeneity in federated learning
+  upon large-scale smartphone data", WWW 2021). Client k lives in a time zone offset by
+  o_k = tz_spread_h x (u_k - 1/2) hours, u_k a counter-based uniform keyed by (seed, AVAILABILITY, k);
+  its local hour at simulated second t is h_k(t) = (t / 3600 + o_k) mod 24, and it is online while
+  (h_k(t) - online_start_h) mod 24 < online_hours. Simulated time 0 is midnight at offset 0.
+* a trace file: per-client online intervals [start, end) in seconds, repeating with the trace's
+  period; fleet client k follows trace client k mod (clients in the trace). Layouts:
+  `.csv` with columns client,start_s,end_s (period: the latest end); `.json` either
+  {"<client>": [[start, end], ...]} (period: the latest end) or FedScale's client behaviour trace,
+  {"<client>": {"active": [...], "inactive": [...], "duration": seconds}}, online from active[i] to
+  inactive[i], the period `duration` (FedScale's `finish_time` is read where `duration` is missing);
+  `.pkl`/`.pickle`, FedScale's own file, only with `fleet.trace_pickle = true`, and then through an
+  unpickler that accepts no class or function at all (plain dicts, lists and numbers only).
+
+An `Availability` answers `online(k, t)`, `offline_at(k, t)` (when an online client next goes
+offline; inf if never) and `online_at(k, t)` (when an offline client next comes online).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import pickle
+import warnings
+from bisect import bisect_right
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from edgefl.config import FleetConfig
+from edgefl.devices import draws
+from edgefl.errors import EdgeflError
+
+AVAILABILITY = 4  # the random stream of the diurnal offsets (after edgefl.devices.pool's four)
+DAY_S = 86400.0
+
+
+class Availability(Protocol):
+    def online(self, client: int, t: float) -> bool: ...
+
+    def offline_at(self, client: int, t: float) -> float: ...
+
+    def online_at(self, client: int, t: float) -> float: ...
+
+
+class Always:
+    """Every device online all the time."""
+
+    def online(self, client: int, t: float) -> bool:
+        return True
+
+    def offline_at(self, client: int, t: float) -> float:
+        return math.inf
+
+    def online_at(self, client: int, t: float) -> float:
+        return t
+
+
+@dataclass(frozen=True)
+class Diurnal:
+    """Online while charging at night, local time shifted per device (see the module docstring)."""
+
+    seed: int
+    start_h: float
+    hours: float
+    spread_h: float
+
+    def offset_h(self, client: int) -> float:
+        """o_k: the device's time-zone offset in hours."""
+        u = float(draws.uniform(np.array([draws.key(self.seed, AVAILABILITY, client)], dtype=np.uint64))[0])
+        return self.spread_h * (u - 0.5)
+
+    def _into(self, client: int, t: float) -> float:
+        """Hours since the device's last online_start (local), in [0, 24)."""
+        return (t / 3600 + self.offset_h(client) - self.start_h) % 24
+
+    def online(self, client: int, t: float) -> bool:
+        return self.hours >= 24 or self._into(client, t) < self.hours
+
+    def offline_at(self, client: int, t: float) -> float:
+        return math.inf if self.hours >= 24 else t + (self.hours - self._into(client, t)) * 3600
+
+    def online_at(self, client: int, t: float) -> float:
+        return t if self.online(client, t) else t + (24 - self._into(client, t)) * 3600
+
+
+@dataclass(frozen=True)
+class Intervals:
+    """Per trace client, sorted online intervals [start, end) within its repeating period."""
+
+    intervals: list[list[tuple[float, float]]]
+    periods: list[float]
+
+    def _local(self, client: int, t: float) -> tuple[list[tuple[float, float]], float, float]:
+        i = client % len(self.intervals)
+        base = math.floor(t / self.periods[i]) * self.periods[i]
+        return self.intervals[i], base, t - base
+
+    def _holding(self, spans: list[tuple[float, float]], tau: float) -> int:
+        """The interval holding tau, or -1."""
+        i = bisect_right([a for a, _ in spans], tau) - 1
+        return i if i >= 0 and tau < spans[i][1] else -1
+
+    def online(self, client: int, t: float) -> bool:
+        spans, _, tau = self._local(client, t)
+        return self._holding(spans, tau) >= 0
+
+    def offline_at(self, client: int, t: float) -> float:
+        spans, base, tau = self._local(client, t)
+        i = self._holding(spans, tau)
+        return t if i < 0 else base + spans[i][1]
+
+    def online_at(self, client: int, t: float) -> float:
+        spans, base, tau = self._local(client, t)
+        if not spans:
+            return math.inf
+        if self._holding(spans, tau) >= 0:
+            return t
+        later = [a for a, _ in spans if a > tau]
+        return base + later[0] if later else base + self.periods[client % len(self.periods)] + spans[0][0]
+
+
+def make_availability(fleet: FleetConfig, seed: int, where: str) -> Availability:
+    """The fleet's availability (`fleet.availability`), a trace read relative to the scenario."""
+    if fleet.availability == "always":
+        return Always()
+    if fleet.availability == "diurnal":
+        return Diurnal(seed, fleet.online_start_h, fleet.online_hours, fleet.tz_spread_h)
+    path = Path(fleet.availability).expanduser()
+    if not path.is_absolute():
+        path = Path(where).parent / path
+    return read_trace(path, fleet.trace_pickle, where)
+
+
+def read_trace(path: Path, allow_pickle: bool, where: str) -> Intervals:
+    """An availability trace file (layouts in the module docstring), checked."""
+    key = "fleet.availability"
+    if not path.is_file():
+        raise EdgeflError(where, key, f"no trace file {str(path)!r}; give always, diurnal or a trace's path")
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".csv":
+            return _from_csv(path.read_text())
+        if suffix == ".json":
+            return from_mapping(json.loads(path.read_text()))
+        if suffix in (".pkl", ".pickle"):
+            if not allow_pickle:
+                raise EdgeflError(where, "fleet.trace_pickle", f"{path.name} is a pickle, which can "
+                                  "run code when read; convert it to JSON, or set fleet.trace_pickle = true "
+                                  "for a file you trust")
+            warnings.warn(f"reading the pickle {path} (fleet.trace_pickle): plain data only", stacklevel=2)
+            return from_mapping(_PlainUnpickler(io.BytesIO(path.read_bytes())).load())
+    except (ValueError, KeyError, TypeError, IndexError, pickle.UnpicklingError) as exc:
+        raise EdgeflError(where, key, f"cannot read the trace {path.name}: {exc}") from None
+    raise EdgeflError(where, key, f"unknown trace type {suffix!r}; use .csv or .json (or a FedScale .pkl)")
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """Refuses every global: only dicts, lists, tuples, strings and numbers come out."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"the trace holds {module}.{name}; only plain data is read")
+
+
+def _from_csv(text: str) -> Intervals:
+    rows = list(csv.DictReader(io.StringIO(text)))
+    table: dict[str, list[list[float]]] = {}
+    for r in rows:
+        table.setdefault(r["client"], []).append([float(r["start_s"]), float(r["end_s"])])
+    return from_mapping(table)
+
+
+def from_mapping(data: Any) -> Intervals:
+    """Intervals from {client: [[start, end], ...]} or FedScale's {client: {active, inactive,
+    duration}}, clients in key order (numeric keys sorted as numbers)."""
+    if not isinstance(data, dict) or not data:
+        raise ValueError("expected a non-empty mapping of client -> intervals")
+    keys = sorted(data, key=lambda k: (0, int(k), "") if str(k).isdigit() else (1, 0, str(k)))
+    if isinstance(data[keys[0]], dict):  # FedScale: online active[i] to inactive[i], repeating each duration
+        spans = [_sorted(zip(data[k]["active"], data[k]["inactive"], strict=True)) for k in keys]
+        periods = [float(data[k].get("duration", data[k].get("finish_time"))) for k in keys]
+    else:
+        spans = [_sorted(data[k]) for k in keys]
+        periods = [max((b for s in spans for _, b in s), default=0.0)] * len(spans)
+    for s, period in zip(spans, periods, strict=True):
+        if period <= 0 or any(not 0 <= a < b <= period for a, b in s) or any(
+                s[i][1] > s[i + 1][0] for i in range(len(s) - 1)):
+            raise ValueError("intervals must satisfy 0 <= start < end <= period (> 0) and not overlap")
+    return Intervals(spans, periods)
+
+
+def _sorted(pairs: Any) -> list[tuple[float, float]]:
+    return sorted((float(a), float(b)) for a, b in pairs)

@@ -1,0 +1,226 @@
+"""A living fleet in SimPy: devices that go offline mid-round, deadlines, buffered asynchronous
+aggregation.
+
+Each participating client is a SimPy process whose phases (download, data access, compute,
+upload) are timeouts. Its device's availability (edgefl.sim.availability) schedules an interrupt at
+the moment it goes offline: the process stops there, its work is lost and it uploads nothing
+(status `offline`). How a round closes is `round.mode`:
+
+* `sync` with a changing fleet: when every selected client has uploaded or gone offline.
+* `deadline` (FedScale's over-commitment, Lai et al., OSDI 2021 / Yang et al. 2021): the server
+  selects ceil(over_selection x target) clients and closes the round at `deadline_s` after its start
+  or as soon as `target` clients have uploaded, whichever is first. Clients still working are
+  interrupted: `late` at the deadline, `dropped` once the target has reported (their update is not
+  needed; an upload at the very instant the target was reached, beyond it, is `dropped` too).
+* `async` (FedBuff, Nguyen et al., "Federated Learning with Buffered Asynchronous Aggregation",
+  AISTATS 2022, Alg. 1): `concurrency` clients work at once, a new one starts as one ends; each
+  downloads the current model version; the server aggregates every `buffer` uploads, each weighted by
+  s(tau) = 1 / sqrt(1 + tau), tau its staleness (aggregations since its download; the paper's
+  polynomial staleness scaling, §5, with exponent 1/2), and drops uploads with tau > `max_staleness`
+  (status `dropped`). `Buffered` plays it; what a client trains and what an aggregation does are the
+  caller's (edgefl.experiment.living).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import simpy
+
+from edgefl.sim.availability import Availability
+from edgefl.sim.engine import Federation, busy_end
+
+STATUSES = ("completed", "dropped", "late", "offline")
+COMPLETED, DROPPED, LATE, OFFLINE = range(4)
+
+
+@dataclass
+class Outcome:
+    """How a client's participation ended: its status code (STATUSES) and when it stopped (its
+    upload's end, or the interrupt)."""
+
+    client: int
+    status: int = COMPLETED
+    stop_s: float = 0.0
+    staleness: int = 0  # async: aggregations between its download and its upload
+
+
+def staleness_weight(tau: int) -> float:
+    """FedBuff's s(tau) = 1 / sqrt(1 + tau)."""
+    return 1 / math.sqrt(1 + tau)
+
+
+def _work(env: simpy.Environment, phases: Sequence[float], out: Outcome,
+          reported: Callable[[Outcome], None]) -> Generator[simpy.Event, Any, None]:
+    """The client's phases back to back; an interrupt (its cause a status) stops it."""
+    try:
+        for seconds in phases:
+            yield env.timeout(seconds)
+    except simpy.Interrupt as stop:
+        out.status, out.stop_s = int(stop.cause or 0), float(env.now)
+        return
+    out.stop_s = float(env.now)
+    reported(out)
+
+
+def _unplug(env: simpy.Environment, proc: simpy.Process, at: float) -> Generator[simpy.Event, Any, None]:
+    """Interrupt `proc` at `at`, when its device goes offline, if it is still working."""
+    yield env.timeout(at - env.now)
+    if proc.is_alive:
+        proc.interrupt(OFFLINE)
+
+
+def start_client(env: simpy.Environment, phases: Sequence[float], avail: Availability, out: Outcome,
+                 reported: Callable[[Outcome], None]) -> simpy.Process:
+    """The client's process, with the interrupt of its device going offline before it would finish."""
+    proc = env.process(_work(env, phases, out, reported))
+    off = avail.offline_at(out.client, float(env.now))
+    if off < busy_end(float(env.now), *phases):
+        env.process(_unplug(env, proc, off))
+    return proc
+
+
+@dataclass
+class LiveRound:
+    start_s: float
+    close_s: float  # when the round closed (before the server's time)
+    end_s: float
+    outcomes: list[Outcome]
+
+
+def play_round(fed: Federation, jobs: Sequence[tuple[int, Sequence[float]]], avail: Availability,
+               target: int, deadline_s: float, server_s: float) -> LiveRound:
+    """One round of `jobs` (client, phase seconds): closed at `deadline_s` (inf: none), once `target`
+    clients have uploaded, or once every client has stopped; then the server spends `server_s`."""
+    env = fed.env
+    result: list[LiveRound] = []
+
+    def round_() -> Generator[simpy.Event, Any, None]:
+        start = float(env.now)
+        outcomes = [Outcome(k) for k, _ in jobs]
+        enough, count = env.event(), [0]
+
+        def reported(o: Outcome) -> None:
+            count[0] += 1
+            if count[0] > target:
+                o.status = DROPPED
+            elif count[0] == target:
+                enough.succeed()
+
+        procs = [start_client(env, phases, avail, o, reported) for (_, phases), o in zip(jobs, outcomes,
+                                                                                          strict=True)]
+        ends: list[simpy.Event] = [simpy.AllOf(env, procs), enough]
+        if math.isfinite(deadline_s):
+            ends.append(env.timeout(deadline_s))
+        yield simpy.AnyOf(env, ends)
+        cause = DROPPED if enough.triggered else LATE
+        for p in procs:
+            if p.is_alive:
+                p.interrupt(cause)
+        close = float(env.now)
+        yield env.timeout(server_s)
+        result.append(LiveRound(start, close, float(env.now), outcomes))
+
+    env.run(until=env.process(round_()))
+    return result[0]
+
+
+class Stalled(Exception):
+    """Every async slot closed before the next aggregation: no device comes online again."""
+
+
+@dataclass
+class Started:
+    """A client the caller started: its phase seconds and what it trained (kept until it ends)."""
+
+    client: int
+    phases: Sequence[float]
+    payload: Any = None
+    version: int = 0  # the model version it downloaded
+    outcome: Outcome = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.outcome = Outcome(self.client)
+
+
+class Buffered:
+    """FedBuff's server and client slots as SimPy processes (see the module docstring).
+
+    `pick(version, busy)` starts a client not in `busy` on the current version (a `Started`), or
+    says when to look again (a time in seconds; inf: never, and the slot closes) when no device
+    is online; `aggregate(version,
+    buffer, ended)` folds the buffer's uploads into the model as version `version` + 1, given every
+    client that ended since the last aggregation, after the server's `server_s()` seconds."""
+
+    def __init__(self, fed: Federation, avail: Availability, concurrency: int, buffer: int,
+                 max_staleness: int, pick: Callable[[int, set[int]], Started | float],
+                 aggregate: Callable[[int, list[Started], list[Started]], None],
+                 server_s: Callable[[], float]) -> None:
+        self.env, self.avail = fed.env, avail
+        self.size, self.max_staleness = buffer, max_staleness
+        self.pick, self.fold, self.server_s = pick, aggregate, server_s
+        self.version, self.busy = 0, set[int]()
+        self.buffer: list[Started] = []
+        self.ended: list[Started] = []
+        self.aggregated = self.env.event()
+        self.open_slots = concurrency
+        for _ in range(concurrency):
+            self.env.process(self._slot())
+
+    def next_aggregation(self) -> None:
+        """Play on until the next aggregation has been folded in (`aggregate` was called); Stalled
+        if every slot has closed first."""
+        try:
+            self.env.run(until=self.aggregated)
+        except RuntimeError:  # SimPy: nothing left to play before the aggregation
+            if self.open_slots:
+                raise
+            raise Stalled from None
+        self.aggregated = self.env.event()
+
+    def _slot(self) -> Generator[simpy.Event, Any, None]:
+        while True:
+            job = self.pick(self.version, self.busy)
+            if not isinstance(job, Started):
+                if not math.isfinite(job):  # no free device comes online again: the slot closes
+                    self.open_slots -= 1
+                    return
+                yield self.env.timeout(max(job - self.env.now, 0.0))
+                continue
+            job.version = self.version
+            self.busy.add(job.client)
+            yield start_client(self.env, job.phases, self.avail, job.outcome, lambda _: None)
+            self.busy.discard(job.client)
+            self._ended(job)
+
+    def _ended(self, job: Started) -> None:
+        out = job.outcome
+        out.staleness = self.version - job.version
+        if out.status == COMPLETED and out.staleness > self.max_staleness:
+            out.status = DROPPED
+        self.ended.append(job)
+        if out.status == COMPLETED:
+            self.buffer.append(job)
+        if len(self.buffer) == self.size:
+            (batch, self.buffer), (ended, self.ended) = (self.buffer, []), (self.ended, [])
+            server = self.server_s()
+            if server > 0:  # clients starting meanwhile download the version before
+                self.env.process(self._after(server, batch, ended))
+            else:
+                self._aggregate(batch, ended)
+
+    def _after(self, server_s: float, batch: list[Started], ended: list[Started]
+               ) -> Generator[simpy.Event, Any, None]:
+        yield self.env.timeout(server_s)
+        self._aggregate(batch, ended)
+
+    def _aggregate(self, batch: list[Started], ended: list[Started]) -> None:
+        for job in batch:  # staleness as of the aggregation that folds it in
+            job.outcome.staleness = self.version - job.version
+        self.fold(self.version, batch, ended)
+        self.version += 1
+        if not self.aggregated.triggered:  # two folds at one instant: the caller keeps both
+            self.aggregated.succeed()

@@ -1,0 +1,248 @@
+"""A living fleet (edgefl.sim.living, edgefl.sim.availability, edgefl.experiment.living), against
+values worked by hand: a deadline round, an interrupted client, FedBuff's staleness weights,
+the diurnal formula, the FedScale trace importer and the refusals."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from edgefl.devices import draws
+from edgefl.errors import EdgeflError
+from edgefl.experiment import prepare, run
+from edgefl.experiment.living import Live, Pending, rebased
+from edgefl.methods.aggregate import fedavg
+from edgefl.methods.base import ClientUpdate
+from edgefl.report.trace import chrome_trace
+from edgefl.scenario import load_scenario
+from edgefl.sim.availability import Always, Diurnal, from_mapping, read_trace
+from edgefl.sim.engine import Federation, Span
+from edgefl.sim.living import COMPLETED, DROPPED, LATE, OFFLINE, Buffered, Started, play_round
+
+ROOT = Path(__file__).resolve().parent.parent
+QUICKSTART = ROOT / "scenarios" / "quickstart.toml"
+# three clients: A ends its upload at 1+0+2+1 = 4 s, B at 7 s, C at 13 s
+JOBS = [(0, (1.0, 0.0, 2.0, 1.0)), (1, (1.0, 0.0, 5.0, 1.0)), (2, (2.0, 0.0, 10.0, 1.0))]
+
+
+def test_a_deadline_round_closes_at_the_deadline_and_the_rest_are_late() -> None:
+    # target 2 of 3 over-selected, deadline 6 s: A reports at 4, B (7) and C (13) are late at 6
+    r = play_round(Federation(100.0), JOBS, Always(), target=2, deadline_s=6.0, server_s=0.5)
+    assert [(o.status, o.stop_s) for o in r.outcomes] == [(COMPLETED, 104.0), (LATE, 106.0), (LATE, 106.0)]
+    assert (r.start_s, r.close_s, r.end_s) == (100.0, 106.0, 106.5)
+
+
+def test_a_deadline_round_closes_once_the_target_has_reported() -> None:
+    # deadline 10 s: A at 4 and B at 7 reach the target of 2; C, still computing, is dropped at 7
+    r = play_round(Federation(), JOBS, Always(), target=2, deadline_s=10.0, server_s=0.0)
+    assert [(o.status, o.stop_s) for o in r.outcomes] == [(COMPLETED, 4.0), (COMPLETED, 7.0), (DROPPED, 7.0)]
+    assert r.close_s == 7.0
+
+
+def test_a_client_going_offline_is_interrupted_and_uploads_nothing() -> None:
+    # client 1 is online [0, 5) of a 100 s period: it would upload at 7 s, it is interrupted at 5
+    avail = from_mapping({"0": [[0, 100]], "1": [[0, 5]], "2": [[0, 100]]})
+    r = play_round(Federation(), JOBS, avail, target=3, deadline_s=math.inf, server_s=0.0)
+    assert [(o.status, o.stop_s) for o in r.outcomes] == [(COMPLETED, 4.0), (OFFLINE, 5.0), (COMPLETED, 13.0)]
+    assert r.close_s == 13.0  # sync: everyone has uploaded or gone
+
+
+def test_an_interrupted_client_is_not_trained_and_its_upload_span_is_empty(tmp_path: Path) -> None:
+    # every client online for 2 s of each 100 s: the quickstart's slowest clients go offline mid-round
+    trace = tmp_path / "trace.csv"
+    trace.write_text("client,start_s,end_s\n0,0,2\n0,2.5,100\n1,0,100\n")
+    s = load_scenario(QUICKSTART, ["rounds=1", f"fleet.availability={trace}", "data.test_samples=50",
+                                   "training.local_iters=1", "evaluation.steps=1"])
+    run(prepare(s, str(QUICKSTART)), tmp_path / "out", progress=False)
+    clients = list(csv.DictReader((tmp_path / "out" / "clients.csv").open()))
+    offline = [r for r in clients if r["status"] == "offline"]
+    assert offline and all(float(r["finish_s"]) == 2.0 for r in offline)  # trace client 0: off at 2 s
+    assert all(r["real_compute_s"] == "" for r in offline)  # not trained: its work is lost
+    assert all(r["real_compute_s"] != "" for r in clients if r["status"] == "completed")
+    events = list(csv.DictReader((tmp_path / "out" / "events.csv").open()))
+    cut = {r["client"] for r in offline}
+    assert all(float(e["end_s"]) <= 2.0 for e in events if e["client"] in cut)
+    assert sum(e["phase"] == "offline" for e in events) == len(offline)
+    metrics = next(csv.DictReader((tmp_path / "out" / "metrics.csv").open()))
+    assert (int(metrics["offline"]), int(metrics["completed"])) == (len(offline), len(clients) - len(offline))
+
+
+class Scalar:
+    """A one-weight model whose global value the test sets: FedAvg-family `start_state`."""
+
+    def __init__(self) -> None:
+        self.x = 0.0
+
+    def start_state(self, client: int) -> dict[str, torch.Tensor]:
+        return {"w": torch.tensor([self.x], dtype=torch.float64)}
+
+
+def test_fedbuff_four_updates_with_staleness_weights() -> None:
+    """Buffer 2, concurrency 2. c0 (1 s) and c1 (3 s) start at 0 on x0 = 0; c0 ends at 1 and c2 (1 s)
+    starts on x0, ends at 2: buffer [c0, c2], both fresh: x1 = (1 + 3) / 2 = 2. c3 (1 s) starts at 2 on
+    x1 and ends at 3, with c1 (started at 0, ended at 3 first): tau(c1) = 1, tau(c3) = 0.
+    x2 = x1 + ((4 - 0) / sqrt(2) + (2.5 - 2)) / 2 = 3.664213562373095."""
+    model, fed = Scalar(), Federation()
+    plan = {0: (1.0, 1.0), 1: (3.0, 4.0), 2: (1.0, 3.0), 3: (1.0, 2.5)}  # client: (seconds, trained x)
+    xs: list[float] = []
+
+    def pick(version: int, busy: set[int]) -> Started | float:
+        k = next(i for i in plan if i not in started)
+        started.append(k)
+        seconds, trained = plan[k]
+        update = ClientUpdate(k, {"w": torch.tensor([trained], dtype=torch.float64)}, 1, 0.0)
+        pending = Pending(None, None, None, fed.now, update, model.start_state(k))  # type: ignore[arg-type]
+        return Started(k, (0.0, 0.0, seconds, 0.0), pending)
+
+    def fold(version: int, batch: list[Started], ended: list[Started]) -> None:
+        model.x = float(fedavg([rebased(model, j).state for j in batch], [1, 1])["w"])  # type: ignore[arg-type]
+        xs.append(model.x)
+        taus.append({j.client: j.outcome.staleness for j in batch})
+
+    started: list[int] = []
+    taus: list[dict[int, int]] = []
+    server = Buffered(fed, Always(), 2, 2, 8, lambda v, b: pick(v, b) if len(started) < 4 else math.inf,
+                      fold, lambda: 0.0)
+    server.next_aggregation()
+    server.next_aggregation()
+    assert taus == [{0: 0, 2: 0}, {1: 1, 3: 0}]
+    assert xs[0] == 2.0
+    assert xs[1] == pytest.approx(2 + (4 / math.sqrt(2) + 0.5) / 2, abs=1e-12)
+    assert xs[1] == pytest.approx(3.664213562373095, abs=1e-12)
+
+
+def test_fedbuff_drops_an_update_staler_than_max_staleness() -> None:
+    fed, order = Federation(), iter([(0, 5.0), (1, 1.0), (2, 1.0), (3, 1.0), (4, 1.0)])
+
+    def pick(version: int, busy: set[int]) -> Started | float:
+        nxt = next(order, None)
+        return math.inf if nxt is None else Started(nxt[0], (0.0, 0.0, nxt[1], 0.0))
+
+    ended: list[Started] = []
+    server = Buffered(fed, Always(), 2, 1, 1, pick, lambda v, b, e: ended.extend(e), lambda: 0.0)
+    for _ in range(4):
+        server.next_aggregation()
+    # c0 (5 s) started on version 0; c1..c4 (1 s each) aggregate versions 0..3 at 1..4 s: c0 ends at
+    # 5 s with tau = 4 > 1 and is dropped
+    fed.env.run(until=6)
+    dropped = [j for j in server.ended if j.client == 0]
+    assert dropped and dropped[0].outcome.status == DROPPED and dropped[0].outcome.staleness == 4
+
+
+def test_diurnal_follows_its_formula() -> None:
+    d = Diurnal(seed=3, start_h=22.0, hours=8.0, spread_h=6.0)
+    for k in range(5):
+        u = (draws.key(3, 4, k) >> 11) * 2.0**-53
+        offset = 6.0 * (u - 0.5)
+        assert d.offset_h(k) == pytest.approx(offset, abs=1e-12)
+        for hour in np.arange(0, 48, 0.5):
+            local = (hour + offset) % 24
+            assert d.online(k, hour * 3600) == ((local - 22) % 24 < 8)
+    flat = Diurnal(seed=0, start_h=22.0, hours=8.0, spread_h=0.0)
+    assert flat.online(0, 23 * 3600) and not flat.online(0, 12 * 3600)
+    assert flat.offline_at(0, 23 * 3600) == pytest.approx(30 * 3600)  # 06:00 the next day
+    assert flat.online_at(0, 12 * 3600) == pytest.approx(22 * 3600)
+    assert Diurnal(0, 22.0, 24.0, 0.0).offline_at(0, 5.0) == math.inf
+
+
+FEDSCALE = {"1": {"active": [0, 50], "inactive": [10, 60], "duration": 100},
+            "7": {"active": [20], "inactive": [80], "duration": 200}}
+
+
+def test_fedscale_trace_importer(tmp_path: Path) -> None:
+    path = tmp_path / "behave.json"
+    path.write_text(json.dumps(FEDSCALE))
+    t = read_trace(path, False, "s.toml")
+    assert t.online(0, 5) and not t.online(0, 20) and t.online(0, 55) and t.online(0, 105)
+    assert t.offline_at(0, 5) == 10 and t.offline_at(0, 155) == 160
+    assert t.online_at(0, 20) == 50 and t.online_at(0, 70) == 100
+    assert t.online(1, 20) and not t.online(1, 90) and t.online_at(1, 90) == 220  # period 200
+    assert t.online(2, 5) and not t.online(3, 5)  # fleet client k follows trace client k mod 2
+
+
+def test_a_pickled_trace_needs_the_opt_in_and_holds_plain_data_only(tmp_path: Path) -> None:
+    path = tmp_path / "behave.pkl"
+    path.write_bytes(pickle.dumps({int(k): v for k, v in FEDSCALE.items()}))
+    with pytest.raises(EdgeflError) as info:
+        read_trace(path, False, "s.toml")
+    assert info.value.key == "fleet.trace_pickle"
+    with pytest.warns(UserWarning, match="pickle"):
+        assert read_trace(path, True, "s.toml").online(0, 5)
+    path.write_bytes(pickle.dumps({1: Path("/")}))  # a class inside: refused, never built
+    with pytest.raises(EdgeflError) as info, pytest.warns(UserWarning):
+        read_trace(path, True, "s.toml")
+    assert "only plain data" in info.value.fix
+
+
+@pytest.mark.parametrize("overrides, key", [
+    (["method=heterofl_at", "round.mode=async"], "round.mode"),
+    (["method=fedprophet", "round.mode=async"], "round.mode"),
+    (["round.mode=later"], "round.mode"),
+    (["round.over_selection=0.5"], "round.over_selection"),
+    (["round.concurrency=0"], "round.concurrency"),
+    (["fleet.online_hours=0"], "fleet.online_hours"),
+    (["fleet.availability=no-such-trace.csv"], "fleet.availability"),
+])
+def test_refusals(overrides: list[str], key: str) -> None:
+    with pytest.raises(EdgeflError) as info:
+        load_scenario(QUICKSTART, overrides)
+    assert info.value.key == key
+
+
+def test_whole_model_methods_run_in_every_mode() -> None:
+    for method in ("jfat", "fedavg_at", "fedprox_at", "sfat", "gma"):
+        assert load_scenario(QUICKSTART, [f"method={method}", "round.mode=async"]).round.mode == "async"
+    assert load_scenario(QUICKSTART, ["method=heterofl_at", "round.mode=deadline"]).round.mode == "deadline"
+
+
+def test_sfat_on_scaffold_is_refused_in_async_mode_once_made(tmp_path: Path) -> None:
+    s = load_scenario(QUICKSTART, ["method=sfat", "sfat.base=scaffold", "round.mode=async"])
+    with pytest.raises(EdgeflError) as info:
+        run(prepare(s, str(QUICKSTART), dry_run=True), tmp_path / "out", progress=False)
+    assert info.value.key == "round.mode" and "method sfat does not run in async" in info.value.fix
+
+
+@pytest.mark.parametrize("name", ["async-digits", "deadline-diurnal-digits"])
+def test_living_scenarios_are_seeded(tmp_path: Path, name: str) -> None:
+    path = ROOT / "scenarios" / f"{name}.toml"
+    tables = []
+    for out in ("a", "b"):
+        exp = prepare(load_scenario(path, ["rounds=4"]), str(path), dry_run=True)
+        run(exp, tmp_path / out, progress=False)
+        tables.append([(tmp_path / out / f).read_text() for f in ("metrics.csv", "clients.csv",
+                                                                  "events.csv")])
+    assert tables[0] == tables[1]
+    clients = list(csv.DictReader((tmp_path / "a" / "clients.csv").open()))
+    assert {r["status"] for r in clients} <= {"completed", "dropped", "late", "offline"}
+    assert ("staleness" in clients[0]) == (name == "async-digits")
+
+
+@pytest.mark.parametrize("mode", ["deadline", "async"])
+def test_a_fleet_that_never_comes_online_is_one_line(tmp_path: Path, mode: str) -> None:
+    trace = tmp_path / "never.json"
+    trace.write_text(json.dumps({"0": {"active": [], "inactive": [], "duration": 10}}))
+    s = load_scenario(QUICKSTART, [f"fleet.availability={trace}", f"round.mode={mode}"])
+    with pytest.raises(EdgeflError) as info:
+        run(prepare(s, str(QUICKSTART), dry_run=True), tmp_path / "out", progress=False)
+    assert info.value.key == "fleet.availability" and "comes online again" in info.value.fix
+
+
+def test_the_trace_shows_a_stopped_client_as_an_instant_named_after_its_status() -> None:
+    spans = [Span(0, 1, "compute", 0.0, 5.0), Span(0, 1, "offline", 5.0, 5.0), Span(0, 2, "upload", 1.0, 1.0)]
+    events = chrome_trace(spans, ["a", "b", "c"])["traceEvents"]
+    assert [(e["name"], e["ph"], e["ts"]) for e in events if e.get("cat")] == [
+        ("compute", "X", 0.0), ("offline", "i", 5e6)]  # an empty upload shows nothing, as before
+
+
+def test_over_selection_rounds_up_from_the_exact_product() -> None:
+    # 1.1 x 10 is 11.000000000000002 in floating point: still 11 clients, not 12
+    s = load_scenario(QUICKSTART, ["round.mode=deadline", "round.over_selection=1.1"])
+    live = Live.of(prepare(s, str(QUICKSTART), dry_run=True))
+    assert (live.target, live.selected, live.deadline_s) == (10, 11, 600.0)
