@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from edgefl.config import KNOBS, Check, Scenario
+from edgefl.devices.profile import MAX_LINK_MBPS
 from edgefl.errors import EdgeflError
 from edgefl.methods import METHODS  # every method's knob section registers on import
 from edgefl.methods.distill import DistillConfig
@@ -172,6 +173,14 @@ def validate(s: Scenario, where: str) -> None:
         ("cost.server_s", s.cost.server_s >= 0, "must be non-negative (seconds)"),
         ("cost.server_gflops", s.cost.server_gflops > 0, "must be positive (GFLOP/s)"),
         ("cost.paper_access_s", s.cost.paper_access_s >= 0, "must be non-negative (seconds)"),
+        ("energy.battery_start", _is_range(s.energy.battery_start, 0, 1),
+         "must be [low, high] with 0 <= low <= high <= 1 (a share of the battery's capacity)"),
+        ("energy.batteries", s.energy.enabled or not s.energy.batteries,
+         "needs energy.enabled = true (batteries drain by the energy model's joules)"),
+        ("server.down_mbps", 0 <= s.server.down_mbps <= MAX_LINK_MBPS, f"must be 0 (unlimited) or "
+         f"positive, at most {MAX_LINK_MBPS:g} (Mbit/s)"),
+        ("server.up_mbps", 0 <= s.server.up_mbps <= MAX_LINK_MBPS, f"must be 0 (unlimited) or "
+         f"positive, at most {MAX_LINK_MBPS:g} (Mbit/s)"),
         *((f"{name}.{key}", ok, fix) for name, cls in KNOBS.classes().items()
           for key, ok, fix in s.knobs(cls).checks()),
         ("ray.workers", s.ray.workers >= 0, "must be 0 (one per CPU) or positive"),

@@ -22,6 +22,7 @@ from edgefl.errors import EdgeflError
 from edgefl.execution.executor import Executor, LocalExecutor
 from edgefl.execution.local import evaluate, seed_everything
 from edgefl.execution.ray import RayExecutor
+from edgefl.experiment.energy import RoundEnergy
 from edgefl.experiment.prepare import Experiment, Rebuild
 from edgefl.experiment.resume import resume_state
 from edgefl.experiment.rounds import (
@@ -38,6 +39,7 @@ from edgefl.experiment.rows import (
     EVENTS,
     METRICS,
     emulates_host,
+    energy_headers,
     open_log,
     output_format,
     prediction_error,
@@ -78,17 +80,22 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
     evaluator = None if exp.dry_run else Evaluator(exp)
     pricer = Pricer(exp.ctx.cost, exp.pool, lambda k, w: _counted(exp, k, w))
     fed, rows, first = Federation(), [], 0
+    energy = RoundEnergy(s, exp.pool)
     if saved:
         rows, first = saved.state["rows"], saved.state["next_round"]
         fed = Federation(saved.state["clock"])
+        if energy.battery is not None:
+            energy.battery.restore(saved.state["battery"])
     started = time.perf_counter()
     extra = (evaluator.columns if evaluator else []) + list(exp.method.round_info())
     executor = _executor(exp, text)
     kept = saved.logs if saved else {}
     names = log_names(output_format(s))
     sample = TraceSample(s.fleet.clients, s.output.trace_clients, s.seed)
+    energy_clients, energy_metrics = energy_headers(s)
+    extra += energy_metrics
     with (CsvLog(out / names["metrics"], METRICS + extra, kept.get(names["metrics"])) as metrics,
-          open_log(out, names["clients"], CLIENTS, kept) as clients,
+          open_log(out, names["clients"], CLIENTS + energy_clients, kept) as clients,
           open_log(out, names["events"], EVENTS, kept) as events):
         logs: list[Log] = [metrics, clients, events]
         sample.add(span(r) for r in events.rows() if int(r["client"]) in sample.kept)
@@ -97,7 +104,7 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
         for t in bar:
             if exp.method.finished():  # ended before its last round (FedProphet's last module)
                 break
-            table, loss, real = _round(exp, executor, fed, pricer, t)
+            table, loss, real = _round(exp, executor, fed, pricer, t, energy)
             row = metrics_row(table, loss, exp.method.round_info())
             last = t + 1 == s.rounds or exp.method.finished()
             if evaluator and ((t + 1) % s.evaluation.every == 0 or last):
@@ -113,6 +120,7 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
             if not exp.dry_run and s.checkpoint_every and ((t + 1) % s.checkpoint_every == 0 or last):
                 checkpoint.save(out, {"next_round": t + 1, "method": exp.method.state(), "rows": rows,
                                       "clock": fed.now, "fingerprint": fingerprint,
+                                      "battery": energy.battery.state() if energy.battery else [],
                                       "logs": {log.path.name: log.seal() for log in logs}})
                 for log in logs:
                     log.commit()
@@ -161,20 +169,22 @@ def _counted(exp: Experiment, client: int, w: Workload) -> Workload:
 
 
 def _round(exp: Experiment, executor: Executor, fed: Federation, pricer: Pricer,
-           t: int) -> tuple[RoundTable, float | str, np.ndarray]:
+           t: int, energy: RoundEnergy) -> tuple[RoundTable, float | str, np.ndarray]:
     """The round's table, its mean training loss and each client's measured training seconds (NaN
-    where none was measured)."""
+    where none was measured). Clients dropped for their battery do not train."""
     s, m = exp.scenario, exp.method
 
     def server_s() -> float:
         return s.cost.server_s + m.server_flops(t) / (s.cost.server_gflops * 1e9)
 
-    table = (bulk_round if exp.bulk else each_round)(exp.pool, m, pricer, fed, t, server_s)
+    table = (bulk_round if exp.bulk else each_round)(exp.pool, m, pricer, fed, t, server_s, energy)
     clients = table.states.clients.tolist()
-    if exp.dry_run:
+    kept = table.states.clients if table.dropped is None else table.states.clients[~table.dropped]
+    if exp.dry_run or not len(kept):
         m.skip(t, clients)
         return table, "", np.full(len(clients), np.nan)
-    updates = executor.train(t, by_client(table.plan, table.states.clients))
+    plans = by_client(table.plan, table.states.clients)
+    updates = executor.train(t, {k: plans[k] for k in kept.tolist()})
     seed_everything(s.seed, t, -1)  # the server's stream: the same wherever the clients trained
     m.aggregate(t, updates)
     measured = {u.client: u.real_compute_s for u in updates}
