@@ -13,6 +13,7 @@ import pytest
 
 from edgefl.devices.catalog import ENV, load_catalog
 from edgefl.devices.classes import POWER_DEFAULTS, device_power
+from edgefl.errors import EdgeflError
 from edgefl.experiment import prepare, run
 from edgefl.scenario import load_scenario
 from edgefl.sim.battery import WH, Battery
@@ -117,3 +118,12 @@ def test_a_shared_link_slows_the_downloads(tmp_path: Path, monkeypatch: pytest.M
     alone = list(csv.DictReader((dry(tmp_path / "b", True, "rounds=1", "server.down_mbps=0",
                                      "server.up_mbps=0") / "clients.csv").open()))
     assert all(float(a["download_s"]) < float(s["download_s"]) for a, s in zip(alone, shared, strict=True))
+
+
+def test_a_damaged_checkpoint_battery_is_refused() -> None:
+    b = Battery(np.array([WH, math.inf]), np.array([1.0, 1.0]))
+    b.restore([5.0, math.inf], "ckpt")
+    assert b.charge_j.tolist() == [5.0, math.inf]
+    for bad in (None, [5.0], [5.0, -1.0], [5.0, "x"]):
+        with pytest.raises(EdgeflError, match="battery"):
+            b.restore(bad, "ckpt")

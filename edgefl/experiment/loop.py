@@ -85,7 +85,7 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
         rows, first = saved.state["rows"], saved.state["next_round"]
         fed = Federation(saved.state["clock"])
         if energy.battery is not None:
-            energy.battery.restore(saved.state["battery"])
+            energy.battery.restore(saved.state.get("battery"), str(out / checkpoint.FILE))
     started = time.perf_counter()
     extra = (evaluator.columns if evaluator else []) + list(exp.method.round_info())
     executor = _executor(exp, text)

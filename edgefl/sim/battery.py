@@ -16,6 +16,7 @@ import numpy as np
 
 from edgefl.config import EnergyConfig
 from edgefl.devices.pool import DevicePool, rng
+from edgefl.errors import EdgeflError
 
 BATTERY = 41  # the random stream of the starting charges (edgefl.devices.pool.rng)
 WH = 3600.0  # joules per watt-hour
@@ -57,5 +58,11 @@ class Battery:
         """The charges, for a checkpoint (inf where mains powered)."""
         return [float(v) for v in self.charge_j]
 
-    def restore(self, charges: list[float]) -> None:
+    def restore(self, charges: object, where: str) -> None:
+        """Charges back from a checkpoint (`state`'s list), checked: one non-negative number per client."""
+        ok = (isinstance(charges, list) and len(charges) == len(self.charge_j)
+              and all(isinstance(c, float) and c >= 0 for c in charges))
+        if not ok:
+            raise EdgeflError(where, "battery", "the checkpoint's battery charges are missing or damaged; "
+                              "start the run again")
         self.charge_j = np.array(charges, dtype=np.float64)
