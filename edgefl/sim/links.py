@@ -25,6 +25,13 @@ import simpy
 DONE_S = 1e-9  # a transfer with at most this many seconds of bytes left is through (float rounding)
 
 
+def through(now: Any, left: Any, rate: Any) -> Any:
+    """Whether transfers with `left` bytes at `rate` are through at `now`: at most DONE_S seconds
+    left, or less than the clock can still add (floats or arrays)."""
+    rest = left / rate
+    return (rest <= DONE_S) | (now + rest == now)
+
+
 def fair_rates(caps: np.ndarray, capacity: float) -> np.ndarray:
     """Water-filling: each transfer's rate, min(its cap, the level) with the rates summing to at most
     `capacity` (all caps when they fit)."""
@@ -58,7 +65,7 @@ def finish_times(start: np.ndarray, nbytes: np.ndarray, caps: np.ndarray, capaci
                    float(start[pending[0]]) - now if len(pending) else math.inf)
         left[idx] -= rates * step
         now += step
-        done = idx[left[idx] <= rates * DONE_S]
+        done = idx[through(now, left[idx], rates)]
         end[done], active[done] = now, False
     return end
 
@@ -102,7 +109,8 @@ class _Transfer:
 
 
 class SharedLink:
-    """A processor-sharing link for SimPy processes: `yield from link.transfer(env, nbytes, bps)`."""
+    """A processor-sharing link for SimPy processes: `yield from link.transfer(env, nbytes, bps)`
+    (the bytes only: a caller adds its latency)."""
 
     def __init__(self, env: simpy.Environment, capacity_bps: float) -> None:
         self.env, self.capacity = env, capacity_bps
@@ -128,7 +136,8 @@ class SharedLink:
             t.left -= t.rate * dt
 
     def _schedule(self) -> None:
-        for t in [t for t in self.active if t.left <= t.rate * DONE_S and t.rate > 0]:
+        now = float(self.env.now)
+        for t in [t for t in self.active if t.rate > 0 and through(now, t.left, t.rate)]:
             self.active.remove(t)
             t.done.succeed()
         if not self.active:
