@@ -53,20 +53,21 @@ def finish_times(start: np.ndarray, nbytes: np.ndarray, caps: np.ndarray, capaci
     if math.isinf(capacity):
         return start + nbytes / caps
     left, end = nbytes.astype(np.float64), np.full(len(start), np.nan)
-    pending = np.argsort(start, kind="stable")
-    now = float(start[pending[0]]) if len(pending) else 0.0
-    active = np.zeros(len(start), dtype=bool)
-    while len(pending) or active.any():
-        arrived = pending[start[pending] <= now]
-        active[arrived], pending = True, pending[len(arrived):]
-        idx = np.flatnonzero(active)
-        rates = fair_rates(caps[idx], capacity)
-        step = min(float((left[idx] / rates).min()) if len(idx) else math.inf,
-                   float(start[pending[0]]) - now if len(pending) else math.inf)
-        left[idx] -= rates * step
+    order = np.argsort(start, kind="stable")
+    starts = start[order]
+    act, arrived = np.empty(0, dtype=np.int64), 0
+    now = float(starts[0]) if len(starts) else 0.0
+    while arrived < len(order) or len(act):
+        upto = int(np.searchsorted(starts, now, side="right"))
+        act, arrived = np.concatenate([act, order[arrived:upto]]), max(arrived, upto)
+        rates = fair_rates(caps[act], capacity)
+        step = min(float((left[act] / rates).min()) if len(act) else math.inf,
+                   float(starts[arrived]) - now if arrived < len(order) else math.inf)
+        left[act] -= rates * step
         now += step
-        done = idx[through(now, left[idx], rates)]
-        end[done], active[done] = now, False
+        done = through(now, left[act], rates)
+        end[act[done]] = now
+        act = act[~done]
     return end
 
 
