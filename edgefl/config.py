@@ -120,6 +120,24 @@ class RoundConfig:
 
 
 @dataclass
+class EnergyConfig:
+    """Each client's joules per round (edgefl.sim.energy) and the devices' batteries."""
+
+    enabled: bool = False  # price energy: clients.csv and metrics.csv gain `energy_j` (and battery columns)
+    batteries: bool = False  # battery devices drain; one that cannot cover its round is dropped
+    battery_start: list[float] = field(default_factory=lambda: [1.0, 1.0])  # charge at the start,
+    #   U(lo, hi) x capacity per device, seeded
+
+
+@dataclass
+class ServerConfig:
+    """The server's links, shared by concurrent transfers (edgefl.sim.links)."""
+
+    down_mbps: float = 0.0  # Mbit/s the server sends to all clients together (0 = unlimited)
+    up_mbps: float = 0.0  # Mbit/s the server receives from all clients together (0 = unlimited)
+
+
+@dataclass
 class CompareConfig:
     """`edgefl compare`: per-method round counts, as the paper trains them (FedProphet §7.1: jFAT 500,
     baselines 1000, FedProphet 7 modules x 500 at most)."""
@@ -219,6 +237,8 @@ class Scenario:
     compare: CompareConfig = field(default_factory=CompareConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
     round: RoundConfig = field(default_factory=RoundConfig)  # how a round closes (a living fleet)
+    energy: EnergyConfig = field(default_factory=EnergyConfig)
+    server: ServerConfig = field(default_factory=ServerConfig)
 
     def knobs(self, cls: type[K]) -> K:
         """The scenario's section of the knob dataclass `cls` (e.g. `s.knobs(ProxConfig).mu`)."""

@@ -41,6 +41,8 @@ CLIENT_TYPES = {"round": pa.int64(), "client": pa.int64(), "device": pa.string()
                 "wait_s": pa.float64(), "finish_s": pa.float64(), "read_bytes": pa.int64(),
                 "write_bytes": pa.int64(), "real_compute_s": pa.float64(),
                 "status": pa.string(), "staleness": pa.int64()}  # the last two: a living fleet's only
+# clients' columns with energy.enabled / energy.batteries (edgefl.experiment.rows.energy_headers)
+ENERGY_TYPES = {"energy_j": pa.float64(), "battery_j": pa.float64(), "battery_dropped": pa.int64()}
 EVENT_TYPES = {"round": pa.int64(), "client": pa.int64(), "phase": pa.string(), "start_s": pa.float64(),
                "end_s": pa.float64()}
 LOGS = ("clients", "events")  # the per-client logs, whose format follows `output.format`

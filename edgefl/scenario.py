@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from edgefl.config import KNOBS, Check, Scenario
+from edgefl.devices.profile import MAX_LINK_MBPS
 from edgefl.errors import EdgeflError
 from edgefl.methods import METHODS  # every method's knob section registers on import
 from edgefl.methods.base import method_class
@@ -163,6 +164,14 @@ def validate(s: Scenario, where: str) -> None:
         ("cost.server_s", s.cost.server_s >= 0, "must be non-negative (seconds)"),
         ("cost.server_gflops", s.cost.server_gflops > 0, "must be positive (GFLOP/s)"),
         ("cost.paper_access_s", s.cost.paper_access_s >= 0, "must be non-negative (seconds)"),
+        ("energy.battery_start", _is_range(s.energy.battery_start, 0, 1),
+         "must be [low, high] with 0 <= low <= high <= 1 (a share of the battery's capacity)"),
+        ("energy.batteries", s.energy.enabled or not s.energy.batteries,
+         "needs energy.enabled = true (batteries drain by the energy model's joules)"),
+        ("server.down_mbps", 0 <= s.server.down_mbps <= MAX_LINK_MBPS, f"must be 0 (unlimited) or "
+         f"positive, at most {MAX_LINK_MBPS:g} (Mbit/s)"),
+        ("server.up_mbps", 0 <= s.server.up_mbps <= MAX_LINK_MBPS, f"must be 0 (unlimited) or "
+         f"positive, at most {MAX_LINK_MBPS:g} (Mbit/s)"),
         *((f"{name}.{key}", ok, fix) for name, cls in KNOBS.classes().items()
           for key, ok, fix in s.knobs(cls).checks()),
         ("fleet.online_start_h", 0 <= s.fleet.online_start_h < 24, "must be a local hour in [0, 24)"),
@@ -217,6 +226,12 @@ def _check_living(s: Scenario, where: str) -> None:
         from edgefl.sim.availability import make_availability
 
         make_availability(s.fleet, s.seed, where)
+    living = s.fleet.availability != "always" or s.round.mode != "sync"
+    if living and (s.energy.enabled or s.server.down_mbps or s.server.up_mbps):
+        key = "energy.enabled" if s.energy.enabled else "server.down_mbps"
+        raise EdgeflError(where, key, f"energy and shared server links are priced only in synchronous "
+                          f"rounds of an always-on fleet for now (this scenario has round.mode = "
+                          f"{s.round.mode!r}, fleet.availability = {s.fleet.availability!r}): turn one off")
 
 
 MAX_THREADS = 1024  # far more than any CPU has; torch aborts natively on absurd counts

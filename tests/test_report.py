@@ -86,7 +86,8 @@ def test_table_by_hand(runs: list[Path]) -> None:
         "time_to_target_s": 250, "speedup_vs_jfat": 1.0, "speedup_to_target_vs_jfat": 1.0,
         "mem_need_mb": 1.5, "mem_peak_mb": 2.0, "fleet_mem_median_mb": 2.25, "fits_share": 0.75,
         "data_access_share": 0.06,
-        "compute_share": 0.548, "comm_share": 0.072, "wait_share": 0.28})
+        "compute_share": 0.548, "comm_share": 0.072, "wait_share": 0.28,
+        "energy_per_device_j": None, "energy_to_target_per_device_j": None})  # no energy_j logged
     # FedProphet: round 0 not evaluated, adv 0.41 >= 0.4 at round 1 (80 s); 250 / 125 = 2.0 to finish,
     # 250 / 80 = 3.125 to the target; compute 3 x 36 = 108 of 125 s = 0.864, data 3 / 125 = 0.024,
     # comm 3 x 3 = 9 -> 0.072, no waiting
@@ -95,10 +96,26 @@ def test_table_by_hand(runs: list[Path]) -> None:
         "time_to_target_s": 80, "speedup_vs_jfat": 2.0, "speedup_to_target_vs_jfat": 3.125,
         "mem_need_mb": 1.0, "mem_peak_mb": 1.0, "fleet_mem_median_mb": 2.0, "fits_share": 1.0,
         "data_access_share": 0.024,
-        "compute_share": 0.864, "comm_share": 0.072, "wait_share": 0.0})
+        "compute_share": 0.864, "comm_share": 0.072, "wait_share": 0.0,
+        "energy_per_device_j": None, "energy_to_target_per_device_j": None})
     # the dry run: no accuracy, so no time to target; 250 / 50 = 5.0 to finish
     assert (dry["clean_acc"], dry["adv_acc"], dry["time_to_target_s"]) == (None, None, None)
     assert (dry["speedup_vs_jfat"], dry["speedup_to_target_vs_jfat"]) == (5.0, None)
+
+
+def test_joules_per_device_by_hand(runs: list[Path]) -> None:
+    """jFAT's four client-rounds (clients 0, 1, 0, 1) spent 10, 20, 30 and 40 J: 100 J over 2 devices
+    is 50 J each; adv 0.2 is first reached at round 0: (10 + 20) / 2 = 15 J each."""
+    path = runs[0] / "clients.csv"
+    rows = list(csv.DictReader(path.open()))
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, [*CLIENTS, "energy_j"])
+        writer.writeheader()
+        writer.writerows({**r, "energy_j": 10.0 * (i + 1)} for i, r in enumerate(rows))
+    jfat, prophet, _ = compare_table(runs, target=0.2)
+    assert (jfat["energy_per_device_j"], jfat["energy_to_target_per_device_j"]) == (50.0, 15.0)
+    assert prophet["energy_per_device_j"] is None
+    assert make_figures(runs, path.parent.parent / "figs", target=0.2)  # the breakdown's energy panel
 
 
 def test_time_to_target_never_reached_and_no_jfat(runs: list[Path]) -> None:

@@ -30,6 +30,28 @@ a datasheet peak counts every core, which training reaches less
   Estimate.
 * generic: a profile that names no class is charged at its peak FLOP/s with no bandwidth bound and
   no overhead, as edgefl did before the compute model.
+
+Power (edgefl.sim.energy): watts at full training load and awake-idle, and storage nJ per byte read
+and written; a profile's own figures (`active_w`, `idle_w`, `read_nj_per_byte`, `write_nj_per_byte`,
+with `power_source`) replace them. Every class figure is an estimate from public numbers:
+* microcontroller: STM32H747 and ESP32-S3 datasheets give ~60-100 mA at 3.3 V running flat out
+  (0.2-0.33 W) and a few mA idle with clocks gated; SPI/QSPI NOR flash reads ~10 MB/s at ~15 mA and
+  programs well under 1 MB/s at a similar current (~5 and ~100 nJ/B).
+* phone_cpu: a big-core cluster under sustained load draws ~3-5 W (per-core SPEC power in
+  AnandTech's A14 and Snapdragon 888 reviews; phones throttle to ~4 W sustained); awake idle with the
+  screen off draws tens to hundreds of mW (Carroll & Heiser, "An Analysis of Power Consumption in a
+  Smartphone", USENIX ATC 2010); UFS/NVMe flash moves ~1-2 GB/s at ~1.5-2 W (~1 nJ/B read, ~3 write).
+* phone_gpu: mobile GPUs under sustained compute ~4-6 W (AnandTech GFXBench power figures), the rest
+  as phone_cpu.
+* sbc: a Raspberry Pi 4 idles at ~2.7 W and draws ~6.4 W on all four cores (widely reported
+  measurements, e.g. Tom's Hardware's Pi 4 review); a microSD card ~0.5 W at 20-45 MB/s (~12 nJ/B
+  read, ~25 written).
+* gpu: a mid-range discrete card, board power ~150 W at load, ~15 W idle (a profile should give its
+  datasheet's TBP); NVMe SSD ~5 W at 2-3 GB/s (~2 nJ/B read, ~3 written).
+* fpga: VC709/KCU1500-class boards ~25 W running, ~10 W configured and idle; NVMe as gpu.
+* cpu: a desktop package ~65 W at all-core load (Ryzen 9 3950X's TDP is 105 W), ~10 W idle; NVMe as
+  gpu.
+* generic: no power figures: 0 W and 0 J/B (energy_j counts only the radio).
 """
 
 from __future__ import annotations
@@ -58,6 +80,33 @@ CLASS_DEFAULTS: dict[str, ClassDefaults] = {
     "cpu": ClassDefaults(0.5, 20.0, 10.0),
     "generic": ClassDefaults(1.0, math.inf, 0.0),
 }
+
+
+@dataclass(frozen=True)
+class PowerDefaults:
+    active_w: float  # watts at full training load
+    idle_w: float  # watts awake and idle
+    read_nj_per_byte: float
+    write_nj_per_byte: float
+
+
+POWER_DEFAULTS: dict[str, PowerDefaults] = {
+    "microcontroller": PowerDefaults(0.3, 0.01, 5.0, 100.0),
+    "phone_cpu": PowerDefaults(4.0, 0.2, 1.0, 3.0),
+    "phone_gpu": PowerDefaults(5.0, 0.2, 1.0, 3.0),
+    "sbc": PowerDefaults(6.4, 2.7, 12.0, 25.0),
+    "gpu": PowerDefaults(150.0, 15.0, 2.0, 3.0),
+    "fpga": PowerDefaults(25.0, 10.0, 2.0, 3.0),
+    "cpu": PowerDefaults(65.0, 10.0, 2.0, 3.0),
+    "generic": PowerDefaults(0.0, 0.0, 0.0, 0.0),
+}
+
+
+def device_power(p: DeviceProfile) -> PowerDefaults:
+    """The device's power figures: its own, else its class's (figure by figure)."""
+    d = POWER_DEFAULTS[p.device_class]
+    return PowerDefaults(p.active_w or d.active_w, p.idle_w or d.idle_w,
+                         p.read_nj_per_byte or d.read_nj_per_byte, p.write_nj_per_byte or d.write_nj_per_byte)
 
 
 def device_rooflines(p: DeviceProfile) -> Rooflines:

@@ -8,6 +8,10 @@ The compute model (edgefl.sim.compute) also reads a device's class, memory bandw
 efficiency and per-operator overhead (`compute_source` says where they come from); a figure a profile
 omits (0) is its class's default (edgefl.devices.classes). A calibrated host carries fitted
 rooflines per layer kind and pass in its `[kernels]` table instead.
+
+The energy model (edgefl.sim.energy) reads a device's active and idle watts and storage energy per
+byte (`power_source`; 0 = the class default), its battery (0 Wh = mains powered), and its network's
+radio energy per byte sent and received and base power (`energy_source`).
 """
 
 from __future__ import annotations
@@ -53,6 +57,12 @@ class DeviceProfile:
     kernels: Kernels = field(default_factory=Kernels)  # fitted per-kind rooflines (calibrated hosts)
     calibrated_host: str = ""  # the machine `edgefl devices calibrate` measured (its network name)
     calibrated_threads: int = 0  # torch threads it measured with
+    active_w: float = 0.0  # watts drawn training at full load (the whole device); 0 = class default
+    idle_w: float = 0.0  # watts drawn awake and idle (waiting, reading, sending); 0 = class default
+    read_nj_per_byte: float = 0.0  # storage energy per byte read, nJ; 0 = the class default
+    write_nj_per_byte: float = 0.0  # storage energy per byte written, nJ; 0 = the class default
+    battery_wh: float = 0.0  # battery capacity, Wh; 0 = mains powered
+    power_source: str = ""  # where the five power figures above come from
 
     @property
     def memory_bytes(self) -> float:
@@ -80,6 +90,10 @@ class NetworkProfile:
     up_mbps: list[float]  # Mbit/s [low, high]
     down_mbps: list[float]
     latency_ms: list[float]
+    up_nj_per_byte: float = 0.0  # radio energy per byte sent, nJ (the device's side of the link)
+    down_nj_per_byte: float = 0.0  # radio energy per byte received, nJ
+    radio_w: float = 0.0  # the radio's base power while a transfer runs, W
+    energy_source: str = ""  # where the three figures above come from
 
 
 # Sane ranges, far beyond any real device: a figure past them is a typo, and would overflow the cost
@@ -123,6 +137,8 @@ def check_profile(p: DeviceProfile | AppProfile | NetworkProfile, where: str, st
                    for k, v, high in (("up_mbps", p.up_mbps, MAX_LINK_MBPS),
                                       ("down_mbps", p.down_mbps, MAX_LINK_MBPS),
                                       ("latency_ms", p.latency_ms, MAX_LATENCY_MS))]
+        checks += [(k, 0 <= getattr(p, k) <= MAX_FIGURE, f"must be non-negative and at most {MAX_FIGURE:g}")
+                   for k in ("up_nj_per_byte", "down_nj_per_byte", "radio_w")]
     for key, ok, fix in checks:
         if not ok:
             raise EdgeflError(where, key, fix)

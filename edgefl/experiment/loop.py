@@ -23,6 +23,7 @@ from edgefl.errors import EdgeflError
 from edgefl.execution.executor import Executor, LocalExecutor
 from edgefl.execution.local import evaluate, seed_everything
 from edgefl.execution.ray import RayExecutor
+from edgefl.experiment.energy import RoundEnergy
 from edgefl.experiment.living import AsyncRounds, Live, completed, is_living, live_round
 from edgefl.experiment.prepare import Experiment, Rebuild
 from edgefl.experiment.resume import resume_state
@@ -40,6 +41,7 @@ from edgefl.experiment.rows import (
     EVENTS,
     METRICS,
     emulates_host,
+    energy_headers,
     living_client_columns,
     open_log,
     output_format,
@@ -85,20 +87,26 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
     evaluator = None if exp.dry_run else Evaluator(exp)
     pricer = Pricer(exp.ctx.cost, exp.pool, lambda k, w: _counted(exp, k, w))
     fed, rows, first = Federation(), [], 0
+    energy = RoundEnergy(s, exp.pool)
     if saved:
         rows, first = saved.state["rows"], saved.state["next_round"]
         fed = Federation(saved.state["clock"])
+        if energy.battery is not None:
+            energy.battery.restore(saved.state.get("battery"), str(out / checkpoint.FILE))
     started = time.perf_counter()
     living = is_living(exp)
     extra = (evaluator.columns if evaluator else []) + list(exp.method.round_info()) + (
         list(STATUSES) if living else [])
     executor = _executor(exp, text)
-    play = _player(exp, executor, fed, pricer)
+    play = _player(exp, executor, fed, pricer, energy)
     kept = saved.logs if saved else {}
     names = log_names(output_format(s))
     sample = TraceSample(s.fleet.clients, s.output.trace_clients, s.seed)
+    energy_clients, energy_metrics = energy_headers(s)
+    extra += energy_metrics
+    client_headers = CLIENTS + living_client_columns(s) + energy_clients
     with (CsvLog(out / names["metrics"], METRICS + extra, kept.get(names["metrics"])) as metrics,
-          open_log(out, names["clients"], CLIENTS + living_client_columns(s), kept) as clients,
+          open_log(out, names["clients"], client_headers, kept) as clients,
           open_log(out, names["events"], EVENTS, kept) as events):
         logs: list[Log] = [metrics, clients, events]
         sample.add(span(r) for r in events.rows() if int(r["client"]) in sample.kept)
@@ -123,6 +131,7 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
             if not exp.dry_run and s.checkpoint_every and ((t + 1) % s.checkpoint_every == 0 or last):
                 checkpoint.save(out, {"next_round": t + 1, "method": exp.method.state(), "rows": rows,
                                       "clock": fed.now, "fingerprint": fingerprint,
+                                      "battery": energy.battery.state() if energy.battery else [],
                                       "logs": {log.path.name: log.seal() for log in logs}})
                 for log in logs:
                     log.commit()
@@ -173,8 +182,10 @@ def _counted(exp: Experiment, client: int, w: Workload) -> Workload:
 Played = tuple[RoundTable, float | str, np.ndarray]  # a round's table, mean loss, measured seconds
 
 
-def _player(exp: Experiment, executor: Executor, fed: Federation, pricer: Pricer) -> Callable[[int], Played]:
-    """What plays round t: the default rounds, a living fleet's rounds, or FedBuff's aggregations."""
+def _player(exp: Experiment, executor: Executor, fed: Federation, pricer: Pricer,
+            energy: RoundEnergy) -> Callable[[int], Played]:
+    """What plays round t: the default rounds (on the shared links, with batteries), a living
+    fleet's rounds, or FedBuff's aggregations."""
     s, m = exp.scenario, exp.method
 
     def server_s(t: int) -> float:
@@ -186,8 +197,10 @@ def _player(exp: Experiment, executor: Executor, fed: Federation, pricer: Pricer
 
     def play(t: int) -> Played:
         if live is None:
-            table = (bulk_round if exp.bulk else each_round)(exp.pool, m, pricer, fed, t, lambda: server_s(t))
-            return _trained(exp, executor, table, table.states.clients.tolist())
+            table = (bulk_round if exp.bulk else each_round)(exp.pool, m, pricer, fed, t, lambda: server_s(t),
+                                                             energy)
+            kept = table.states.clients if table.dropped is None else table.states.clients[~table.dropped]
+            return _trained(exp, executor, table, kept.tolist())
         table = live_round(exp, live, pricer, fed, t, lambda: server_s(t))
         return _trained(exp, executor, table, completed(table))
 
@@ -195,8 +208,9 @@ def _player(exp: Experiment, executor: Executor, fed: Federation, pricer: Pricer
 
 
 def _trained(exp: Experiment, executor: Executor, table: RoundTable, clients: list[int]) -> Played:
-    """Train `clients` of the round (those whose updates arrive) and aggregate: the round's table,
-    its mean training loss and each client's measured training seconds (NaN where none was)."""
+    """Train `clients` of the round (those whose updates arrive: not offline, late, or dropped for
+    their battery) and aggregate: the round's table, its mean training loss and each client's
+    measured training seconds (NaN where none was)."""
     s, m, t = exp.scenario, exp.method, table.round
     n = len(table.states.clients)
     if exp.dry_run or not clients:

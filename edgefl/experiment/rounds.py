@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from edgefl.devices.pool import DevicePool, DeviceState, StateMap, States
+from edgefl.experiment.energy import RoundEnergy
 from edgefl.methods.base import ClientPlan, Method, grouped
 from edgefl.runlog import Columns
 from edgefl.sim.bulk import Costs, Pricer, RoundPlan
@@ -43,6 +44,9 @@ class RoundTable:
     status: np.ndarray | None = None  # a living fleet (edgefl.experiment.living): codes into STATUSES
     staleness: np.ndarray | None = None  # async rounds: each client's staleness
     begin_s: np.ndarray | None = None  # async rounds: when each client started (else the round's start)
+    dropped: np.ndarray | None = None  # bool: clients whose battery could not cover the round
+    energy_j: np.ndarray | None = None  # joules per client (None: energy not priced)
+    charge_j: np.ndarray | None = None  # battery left after the round, J (None: not tracked)
 
     @property
     def duration_s(self) -> float:
@@ -58,28 +62,41 @@ class RoundTable:
 
 
 def bulk_round(pool: DevicePool, method: Method, pricer: Pricer, fed: Federation, t: int,
-               server_s: Callable[[], float]) -> RoundTable:
-    """Round t in bulk; `server_s()` is asked once every client is planned."""
+               server_s: Callable[[], float], energy: RoundEnergy | None = None) -> RoundTable:
+    """Round t in bulk; `server_s()` is asked once every client is planned. `energy` shares the
+    server's links, drops clients whose battery cannot cover the round and prices joules."""
     states = pool.states(pool.sampled(t), t)
     view = StateMap(pool, states)
     method.begin_round(t, view)
     plan = method.plan_round(t, states.clients, view)
     method.planned(t, by_client(plan, states.clients))
     costs, server = pricer.price(plan, states), server_s()
+    costs, dropped = energy.before(states, plan, costs) if energy else (costs, None)
     start, finish, last = fed.play(costs.download_s, costs.data_access_s, costs.compute_s,
                                    costs.upload_s, server)
-    return RoundTable(t, start, fed.now, server, states, plan, costs, finish, last - finish)
+    r = RoundTable(t, start, fed.now, server, states, plan, costs, finish, last - finish, dropped=dropped)
+    if energy and dropped is not None:
+        r.energy_j, r.charge_j = energy.bulk(states, plan, costs, r.wait_s, dropped), energy.charge(states)
+    return r
 
 
 def each_round(pool: DevicePool, method: Method, pricer: Pricer, fed: Federation, t: int,
-               server_s: Callable[[], float]) -> RoundTable:
+               server_s: Callable[[], float], energy: RoundEnergy | None = None) -> RoundTable:
     """Round t client by client, with one SimPy process per client (the reference)."""
     clients = pool.sampled(t)
     states, plan, jobs = planned_jobs(pool, method, pricer, t, clients)
+    table, dropped = pool.gathered(clients, list(states.values())), None
+    if energy:
+        settled, dropped = energy.before(table, plan, Costs.of([c for _, _, c in jobs]))
+        jobs = [(k, st, settled.cost(i)) for i, (k, st, _) in enumerate(jobs)]
     r = fed.run_round(t, jobs, server_s())
-    return RoundTable(t, r.start_s, r.end_s, r.server_s, pool.gathered(clients, list(states.values())),
-                      plan, Costs.of([c.cost for c in r.clients]), np.array([c.finish_s for c in r.clients]),
-                      np.array([c.wait_s for c in r.clients]))
+    out = RoundTable(t, r.start_s, r.end_s, r.server_s, table, plan, Costs.of([c.cost for c in r.clients]),
+                     np.array([c.finish_s for c in r.clients]), np.array([c.wait_s for c in r.clients]),
+                     dropped=dropped)
+    if energy and dropped is not None:
+        out.energy_j = energy.each(table, list(states.values()), plan, out.costs, out.wait_s, dropped)
+        out.charge_j = energy.charge(table)
+    return out
 
 
 def planned_jobs(pool: DevicePool, method: Method, pricer: Pricer, t: int, clients: np.ndarray
@@ -118,7 +135,7 @@ def client_columns(r: RoundTable, pool: DevicePool, real_compute_s: np.ndarray) 
             "compute_s": c.compute_s, "data_access_s": c.data_access_s, "download_s": c.download_s,
             "upload_s": c.upload_s, "wait_s": r.wait_s, "finish_s": r.finish_s,
             "read_bytes": c.read_bytes.astype(np.int64), "write_bytes": c.write_bytes.astype(np.int64),
-            "real_compute_s": real_compute_s, **living_columns(r)}
+            "real_compute_s": real_compute_s, **living_columns(r), **energy_columns(r)}
 
 
 def living_columns(r: RoundTable) -> Columns:
@@ -127,6 +144,15 @@ def living_columns(r: RoundTable) -> Columns:
     if r.staleness is not None:
         out["staleness"] = r.staleness.astype(np.int64)
     return out
+
+
+def energy_columns(r: RoundTable) -> Columns:
+    """clients.csv's energy columns: energy_j where energy is priced, battery_j (charge left, inf on
+    mains) and battery_dropped where batteries are tracked (edgefl.experiment.rows.energy_headers)."""
+    cols: Columns = {} if r.energy_j is None else {"energy_j": r.energy_j}
+    if r.charge_j is not None and r.dropped is not None:
+        cols |= {"battery_j": r.charge_j, "battery_dropped": r.dropped.astype(np.int64)}
+    return cols
 
 
 def event_columns(r: RoundTable) -> Columns:
@@ -176,7 +202,8 @@ def metrics_row(r: RoundTable, loss: float | str, info: dict[str, Any]) -> dict[
             "compute_s": float(c.compute_s[i]), "data_access_s": float(c.data_access_s[i]),
             "comm_s": float(c.download_s[i] + c.upload_s[i]), "wait_s": sum(r.wait_s.tolist()) / n,
             "server_s": r.server_s, "clients": n, "swapped": int(c.swapped.sum()),
-            "train_loss": loss, "clean_acc": "", "adv_acc": "", **status_counts(r), **info}
+            "train_loss": loss, "clean_acc": "", "adv_acc": "", **status_counts(r), **info,
+            **energy_totals(r)}
 
 
 def status_counts(r: RoundTable) -> dict[str, int]:
@@ -184,3 +211,11 @@ def status_counts(r: RoundTable) -> dict[str, int]:
     if r.status is None:
         return {}
     return {name: int((r.status == i).sum()) for i, name in enumerate(STATUSES)}
+
+
+def energy_totals(r: RoundTable) -> dict[str, Any]:
+    """metrics.csv's energy columns: the round's joules over all its clients, the clients dropped."""
+    row: dict[str, Any] = {} if r.energy_j is None else {"energy_j": float(r.energy_j.sum())}
+    if r.charge_j is not None and r.dropped is not None:
+        row["battery_dropped"] = int(r.dropped.sum())
+    return row

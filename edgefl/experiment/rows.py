@@ -12,7 +12,7 @@ import torch
 from edgefl.config import Scenario
 from edgefl.devices.pool import selected_per_round
 from edgefl.experiment.prepare import Experiment
-from edgefl.runlog import CLIENT_TYPES, EVENT_TYPES, CsvLog, ParquetLog, log_format, read_rows
+from edgefl.runlog import CLIENT_TYPES, ENERGY_TYPES, EVENT_TYPES, CsvLog, ParquetLog, log_format, read_rows
 from edgefl.sim.engine import Span
 
 METRICS = ["round", "sim_time_s", "round_time_s", "compute_s", "data_access_s", "comm_s",
@@ -31,6 +31,16 @@ def living_client_columns(s: Scenario) -> list[str]:
     return ["status"] if s.fleet.availability != "always" or s.round.mode != "sync" else []
 
 
+def energy_headers(s: Scenario) -> tuple[list[str], list[str]]:
+    """The columns clients.csv and metrics.csv gain with `energy.enabled` (energy_j) and
+    `energy.batteries` (battery_j, the charge left, and battery_dropped)."""
+    clients = ["energy_j"] if s.energy.enabled else []
+    metrics = ["energy_j"] if s.energy.enabled else []
+    if s.energy.batteries:
+        clients, metrics = [*clients, "battery_j", "battery_dropped"], [*metrics, "battery_dropped"]
+    return clients, metrics
+
+
 def output_format(s: Scenario) -> str:
     """csv or parquet for the run's per-client logs (`output.format`; auto counts client-rounds)."""
     return log_format(s.output.format, s.output.parquet_above, s.rounds * selected_per_round(s.fleet))
@@ -39,7 +49,7 @@ def output_format(s: Scenario) -> str:
 def open_log(out: Path, name: str, columns: list[str], kept: dict[str, bytes]) -> CsvLog | ParquetLog:
     """The per-client log `name` (clients or events, .csv or .parquet), from its kept bytes on resume."""
     if name.endswith(".parquet"):
-        known = CLIENT_TYPES if name.startswith("clients") else EVENT_TYPES
+        known = {**CLIENT_TYPES, **ENERGY_TYPES} if name.startswith("clients") else EVENT_TYPES
         types = {c: known[c] for c in columns}
         return ParquetLog(out / name, types, kept.get(name))
     return CsvLog(out / name, columns, kept.get(name))

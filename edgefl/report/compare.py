@@ -3,7 +3,8 @@ memory need against the fleet, and where the time goes.
 
 The columns are what FedProphet (Tang, Wang et al.) reports: the speed-up in total training time over
 jFAT (§7.3, Fig. 8), the time breakdown into compute and data access (Fig. 3, Fig. 8) and the
-methods' memory need against the fleet's available memory (Fig. 7).
+methods' memory need against the fleet's available memory (Fig. 7). Runs that price energy
+(`energy.enabled`) also get joules per device, over the run and to the target.
 
 Time breakdown: in a synchronous round every client k spends
 download + data access + compute + upload + wait = round time - server time, so the mean over the
@@ -30,7 +31,8 @@ from edgefl.runlog import LOGS, read_rows
 BASELINE = "jfat"
 COLUMNS = ["method", "run", "clean_acc", "adv_acc", "sim_time_s", "time_to_target_s", "speedup_vs_jfat",
            "speedup_to_target_vs_jfat", "mem_need_mb", "mem_peak_mb", "fleet_mem_median_mb", "fits_share",
-           "data_access_share", "compute_share", "comm_share", "wait_share"]
+           "data_access_share", "compute_share", "comm_share", "wait_share", "energy_per_device_j",
+           "energy_to_target_per_device_j"]
 # the stacked breakdown's parts, each the sum of these clients.csv columns (server: metrics.csv)
 PARTS = {"compute": ("compute_s",), "data_access": ("data_access_s",),
          "comm": ("download_s", "upload_s"), "wait": ("wait_s",)}
@@ -38,7 +40,8 @@ PARTS = {"compute": ("compute_s",), "data_access": ("data_access_s",),
 FORMATS = {"clean_acc": ".4f", "adv_acc": ".4f", "sim_time_s": ".1f", "time_to_target_s": ".1f",
            "speedup_vs_jfat": ".2f", "speedup_to_target_vs_jfat": ".2f", "mem_need_mb": ".4g",
            "mem_peak_mb": ".4g", "fleet_mem_median_mb": ".4g", "fits_share": ".3f",
-           "data_access_share": ".3f", "compute_share": ".3f", "comm_share": ".3f", "wait_share": ".3f"}
+           "data_access_share": ".3f", "compute_share": ".3f", "comm_share": ".3f", "wait_share": ".3f",
+           "energy_per_device_j": ".4g", "energy_to_target_per_device_j": ".4g"}
 
 Row = dict[str, Any]
 NEEDED = {"metrics.csv": ["round", "sim_time_s", "server_s", "clean_acc", "adv_acc"],
@@ -114,7 +117,7 @@ def _read_csv(path: Path, name: str) -> list[dict[str, str]]:
     if not rows:
         raise EdgeflError(str(file), "rows", "no rounds logged yet; run at least one round")
     for line, row in enumerate(rows, start=2):
-        _check_row(file, line, row, [*NEEDED[name], *(["eps"] if "eps" in header else [])])
+        _check_row(file, line, row, [*NEEDED[name], *(c for c in ("eps", "energy_j") if c in header)])
     return rows
 
 
@@ -168,6 +171,22 @@ def breakdown(run: Run) -> dict[str, float]:
     return totals
 
 
+def energy_per_device(run: Run, target: float | None) -> tuple[float | None, float | None]:
+    """Joules per device (edgefl.sim.energy): the clients' energy_j summed over the run, and up to the
+    round that first reaches `target`, each over the devices that took part in those rounds; None
+    where the run priced no energy (`energy.enabled`) or never reached the target."""
+    if "energy_j" not in run.clients[0]:
+        return None, None
+
+    def upto(last: int | None) -> float:
+        rows = [c for c in run.clients if last is None or int(c["round"]) <= last]
+        return sum(float(c["energy_j"]) for c in rows) / len({c["client"] for c in rows})
+
+    reached = None if target is None else next(
+        (int(r["round"]) for r in run.metrics if r.get("adv_acc") and float(r["adv_acc"]) >= target), None)
+    return upto(None), None if reached is None else upto(reached)
+
+
 def memory(run: Run) -> tuple[float, float, float, float]:
     """MB: (the least MemReq over client-rounds: what the method asks of its smallest client, e.g.
     FedProphet's lightest module or the narrowest sub-model; the peak MemReq; the median available
@@ -207,11 +226,13 @@ def _row(run: Run, target: float | None) -> Row:
     parts = breakdown(run)
     total = sum(parts.values())
     need, peak, median, fits = memory(run)
+    joules, to_target = energy_per_device(run, target)
     return {"method": run.method, "run": run.name,
             "clean_acc": acc[-1][1] if acc else None, "adv_acc": acc[-1][2] if acc else None,
             "sim_time_s": sim_time(run), "time_to_target_s": time_to_target(run, target),
             "mem_need_mb": need, "mem_peak_mb": peak, "fleet_mem_median_mb": median, "fits_share": fits,
-            **{f"{p}_share": parts[p] / total for p in PARTS}}
+            **{f"{p}_share": parts[p] / total for p in PARTS},
+            "energy_per_device_j": joules, "energy_to_target_per_device_j": to_target}
 
 
 def _ratio(num: float | None, den: float | None) -> float | None:

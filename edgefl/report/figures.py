@@ -1,9 +1,9 @@
 """The paper's figures from run directories, each saved as PNG and SVG.
 
 After FedProphet (Tang, Wang et al.): accuracy against simulated time and the speed-up over jFAT
-(§7.3), the time breakdown per method (Fig. 3, Fig. 8), the fleet's available memory against its
-performance with each method's memory need (Fig. 7), and APA's perturbation per round with the module
-boundaries (Fig. 11).
+(§7.3), the time breakdown per method (Fig. 3, Fig. 8; beside it joules per device, where runs
+priced energy), the fleet's available memory against its performance with each method's memory
+need (Fig. 7), and APA's perturbation per round with the module boundaries (Fig. 11).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from edgefl.report.compare import (
@@ -24,6 +25,7 @@ from edgefl.report.compare import (
     Run,
     breakdown,
     check_target,
+    energy_per_device,
     evaluated,
     load_run,
     memory,
@@ -124,9 +126,14 @@ def _bar_text(row: Row, speedup: float | None) -> str:
 
 
 def breakdown_figure(runs: list[Run], labels: list[str]) -> Figure:
-    """Stacked simulated hours per run: compute, data access, communication, waiting, server."""
+    """Stacked simulated hours per run: compute, data access, communication, waiting, server; and
+    beside it, where runs priced energy, their joules per device."""
     parts = [breakdown(run) for run in runs]
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(runs) + 3), 4.5))
+    joules = [energy_per_device(run, None)[0] for run in runs]
+    priced = any(j is not None for j in joules)
+    fig, axes = plt.subplots(1, 2 if priced else 1, squeeze=False,
+                             figsize=(max(6.0, 1.3 * len(runs) + 3) * (2 if priced else 1), 4.5))
+    ax = axes[0][0]
     bottom = [0.0] * len(runs)
     for j, part in enumerate([*PARTS, "server"]):
         hours = [p[part] / 3600 for p in parts]
@@ -136,7 +143,18 @@ def breakdown_figure(runs: list[Run], labels: list[str]) -> Figure:
     ax.set(ylabel="simulated time (hours)", title="Where the time goes (mean client per round)")
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    if priced:
+        energy_panel(axes[0][1], joules, labels)
     return fig
+
+
+def energy_panel(ax: Axes, joules: list[float | None], labels: list[str]) -> None:
+    """Joules per device over each run (no bar where a run priced no energy)."""
+    drawn = ax.bar(range(len(joules)), [j or 0.0 for j in joules], 0.6, color="C5")
+    ax.bar_label(drawn, labels=["not priced" if j is None else f"{j:.3g} J" for j in joules], fontsize=8)
+    ax.set_xticks(range(len(joules)), labels, rotation=20, ha="right")
+    ax.set(ylabel="energy per device (J)", title="Energy per device over the run")
+    ax.grid(axis="y", alpha=0.3)
 
 
 def memory_figure(runs: list[Run]) -> Figure:

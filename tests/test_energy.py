@@ -1,0 +1,129 @@
+"""The energy model worked by hand, the bundled power figures, batteries, and the two round paths
+writing the same joules to the bit."""
+
+from __future__ import annotations
+
+import csv
+import filecmp
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgefl.devices.catalog import ENV, load_catalog
+from edgefl.devices.classes import POWER_DEFAULTS, device_power
+from edgefl.errors import EdgeflError
+from edgefl.experiment import prepare, run
+from edgefl.scenario import load_scenario
+from edgefl.sim.battery import WH, Battery
+from edgefl.sim.cost import ClientCost
+from edgefl.sim.energy import Power, client_power, round_energy
+
+ROOT = Path(__file__).resolve().parents[1]
+PROFILES = ROOT / "device_profiles"
+SCENARIO = ROOT / "scenarios" / "energy-digits.toml"
+
+
+def test_one_round_by_hand() -> None:
+    """Idle 0.2 W over busy 10 + 2 + 1 + 0.5 s and 3 s waiting: 3.3 J; training's extra 3.8 W at half
+    the processor for 10 s: 19 J; storage 1 MB read at 1 nJ/B, 2 MB written at 3: 0.007 J; radio
+    1 MB received at 416 nJ/B and 0.5 MB sent at 3507: 2.1695 J, base 1.288 W for 1.5 s: 1.932 J."""
+    p = Power(4.0, 0.2, 1.0, 3.0, 416.0, 3507.0, 1.288)
+    c = ClientCost(compute_s=10.0, data_access_s=2.0, download_s=1.0, upload_s=0.5, mem_req_bytes=0.0,
+                   swapped=True, read_bytes=1e6, write_bytes=2e6)
+    by_hand = 3.3 + 19 + 0.007 + 2.1695 + 1.932
+    assert round_energy(p, c, 0.5, 1e6, 5e5, 3.0) == pytest.approx(by_hand, rel=1e-12)
+
+
+def test_profiles_carry_power_and_radio_figures() -> None:
+    """Huang et al. (MobiSys 2012): LTE a_u 438.39 mW/(Mbit/s) is 438.39e-3 J / 1e6 bit = 3507 nJ per
+    byte; the phones' batteries are their labels' Wh; a class fills what a profile omits."""
+    cat = load_catalog(PROFILES)
+    assert cat.networks["4g"].up_nj_per_byte == pytest.approx(438.39 * 8, abs=1)
+    assert cat.networks["wifi"].down_nj_per_byte == pytest.approx(137.01 * 8, abs=1)
+    assert cat.devices["iphone_12"].battery_wh == pytest.approx(2.815 * 3.83, abs=0.01)
+    assert cat.devices["raspberry_pi_4"].battery_wh == 0  # mains
+    esp = cat.devices["esp32_s3"]
+    assert device_power(esp) == POWER_DEFAULTS["microcontroller"]
+    pi = client_power(cat.devices["raspberry_pi_4"], cat.networks["wifi"])
+    assert (pi.active_w, pi.idle_w, pi.read_nj) == (6.4, 2.7, POWER_DEFAULTS["sbc"].read_nj_per_byte)
+
+
+def test_a_battery_drains_dies_and_recharges() -> None:
+    b = Battery(np.array([1.0 * WH, math.inf]), np.array([0.5, 1.0]))
+    assert b.charge_j.tolist() == [1800.0, math.inf]
+    assert b.covers(np.array([0, 1]), np.array([1799.0, 1e12])).tolist() == [True, True]
+    assert b.covers(np.array([0]), np.array([1800.0])).tolist() == [False]  # it would end empty
+    b.drain(np.array([0, 1]), np.array([1000.0, 1e12]))
+    assert b.charge_j.tolist() == [800.0, math.inf] and b.alive(0) and b.alive(1)
+    b.drain(np.array([0]), np.array([900.0]))
+    assert b.charge_j[0] == 0.0 and not b.alive(0)
+    b.recharge(0, 5000.0)
+    assert b.charge_j[0] == WH and b.alive(0)  # up to its capacity
+
+
+def dry(tmp_path: Path, bulk: bool, *overrides: str) -> Path:
+    s = load_scenario(SCENARIO, list(overrides))
+    exp = prepare(s, str(SCENARIO), dry_run=True)
+    exp.bulk = bulk
+    out = tmp_path / f"bulk{bulk}"
+    run(exp, out, progress=False)
+    return out
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_bulk_and_per_client_joules_are_equal_to_the_bit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         fmt: str) -> None:
+    monkeypatch.setenv(ENV, str(PROFILES))
+    outs = [dry(tmp_path, bulk, "fleet.clients=60", "rounds=4", f"output.format={fmt}")
+            for bulk in (True, False)]
+    files = sorted(p.name for p in outs[0].iterdir() if p.name != "summary.json")
+    assert f"clients.{fmt}" in files
+    assert all(filecmp.cmp(outs[0] / f, outs[1] / f, shallow=False) for f in files), files
+
+
+def test_batteries_drain_by_energy_and_drop_who_cannot_pay(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each battery client's charge falls by its joules round by round; a dropped client does nothing
+    and spends nothing; mains devices never drop; the round's energy_j is its clients' sum."""
+    monkeypatch.setenv(ENV, str(PROFILES))
+    out = dry(tmp_path, True, "rounds=12")
+    rows = list(csv.DictReader((out / "clients.csv").open()))
+    left: dict[str, float] = {}
+    drops = 0
+    for r in rows:
+        charge, joules = float(r["battery_j"]), float(r["energy_j"])
+        if math.isinf(charge):
+            assert r["battery_dropped"] == "0"
+            continue
+        if r["client"] in left:
+            assert charge == pytest.approx(max(left[r["client"]] - joules, 0.0), rel=1e-12, abs=1e-9)
+        left[r["client"]] = charge
+        if r["battery_dropped"] == "1":
+            drops += 1
+            assert joules == 0 and float(r["compute_s"]) == 0 and float(r["download_s"]) == 0
+    assert drops > 0 and left  # the scenario's phones start nearly empty
+    metrics = list(csv.DictReader((out / "metrics.csv").open()))
+    for m in metrics:
+        mine = [float(r["energy_j"]) for r in rows if r["round"] == m["round"]]
+        assert float(m["energy_j"]) == pytest.approx(sum(mine), rel=1e-12)
+        assert int(m["battery_dropped"]) == sum(r["battery_dropped"] == "1" for r in rows
+                                                if r["round"] == m["round"])
+
+
+def test_a_shared_link_slows_the_downloads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV, str(PROFILES))
+    shared = list(csv.DictReader((dry(tmp_path / "a", True, "rounds=1") / "clients.csv").open()))
+    alone = list(csv.DictReader((dry(tmp_path / "b", True, "rounds=1", "server.down_mbps=0",
+                                     "server.up_mbps=0") / "clients.csv").open()))
+    assert all(float(a["download_s"]) < float(s["download_s"]) for a, s in zip(alone, shared, strict=True))
+
+
+def test_a_damaged_checkpoint_battery_is_refused() -> None:
+    b = Battery(np.array([WH, math.inf]), np.array([1.0, 1.0]))
+    b.restore([5.0, math.inf], "ckpt")
+    assert b.charge_j.tolist() == [5.0, math.inf]
+    for bad in (None, [5.0], [5.0, -1.0], [5.0, "x"]):
+        with pytest.raises(EdgeflError, match="battery"):
+            b.restore(bad, "ckpt")
