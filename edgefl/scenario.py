@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from edgefl.config import KNOBS, Check, Scenario
+from edgefl.devices.pool import selected_per_round
 from edgefl.errors import EdgeflError
 from edgefl.methods import METHODS  # every method's knob section registers on import
 from edgefl.methods.distill import DistillConfig
@@ -174,6 +175,7 @@ def validate(s: Scenario, where: str) -> None:
         ("cost.paper_access_s", s.cost.paper_access_s >= 0, "must be non-negative (seconds)"),
         *((f"{name}.{key}", ok, fix) for name, cls in KNOBS.classes().items()
           for key, ok, fix in s.knobs(cls).checks()),
+        *_selection_checks(s),
         ("ray.workers", s.ray.workers >= 0, "must be 0 (one per CPU) or positive"),
         ("ray.max_retries", s.ray.max_retries >= 0, "must be non-negative"),
         *((f"compare.rounds.{printable(m)}", n >= 1, "must be at least 1")
@@ -195,6 +197,24 @@ def validate(s: Scenario, where: str) -> None:
             raise EdgeflError(where, key, fix)
     _check_names(s, where)
     check_device(s.device, where)
+
+
+def _selection_checks(s: Scenario) -> list[Check]:
+    c = s.selection
+    return [
+        ("selection.oort_alpha", c.oort_alpha >= 0, "must be non-negative"),
+        ("selection.oort_round_s", c.oort_round_s >= 0, "must be 0 (a percentile of the durations) or "
+         "positive (seconds)"),
+        ("selection.oort_percentile", 0 <= c.oort_percentile <= 100, "must be a percentile in [0, 100]"),
+        ("selection.oort_epsilon", 0 <= c.oort_epsilon <= 1, "must be a fraction in [0, 1]"),
+        ("selection.oort_epsilon_decay", 0 < c.oort_epsilon_decay <= 1, "must be in (0, 1]"),
+        ("selection.oort_epsilon_min", 0 <= c.oort_epsilon_min <= c.oort_epsilon,
+         "must be a fraction in [0, selection.oort_epsilon]"),
+        ("selection.oort_cutoff", 0 <= c.oort_cutoff <= 1, "must be a fraction in [0, 1]"),
+        ("selection.power_d", c.power_d == 0 or selected_per_round(s.fleet) <= c.power_d <= s.fleet.clients,
+         f"must be 0 (twice the clients picked) or between the clients picked per round "
+         f"({selected_per_round(s.fleet)}) and fleet.clients ({s.fleet.clients})"),
+    ]
 
 
 MAX_THREADS = 1024  # far more than any CPU has; torch aborts natively on absurd counts
@@ -235,9 +255,11 @@ def _check_names(s: Scenario, where: str) -> None:
     from edgefl.devices.catalog import catalog_for
     from edgefl.execution.objectives import OBJECTIVES
     from edgefl.models import MODELS
+    from edgefl.selection import SELECTORS
 
     named = [
         ("method", s.method, METHODS.names()),
+        ("selection.policy", s.selection.policy, SELECTORS.names()),
         ("model.name", s.model.name, MODELS.names()),
         ("data.dataset", s.data.dataset, DATASETS.names()),
         ("data.partition", s.data.partition, PARTITIONS.names()),

@@ -37,6 +37,7 @@ from edgefl.experiment.rows import (
     CLIENTS,
     EVENTS,
     METRICS,
+    PICKED,
     emulates_host,
     open_log,
     output_format,
@@ -48,6 +49,7 @@ from edgefl.report.trace import TraceSample
 from edgefl.rundir import WriteFailed, write_file
 from edgefl.runlog import CsvLog, Log, log_names
 from edgefl.scenario import to_toml
+from edgefl.selection.server import Selection, workload_need
 from edgefl.sim.bulk import Pricer
 from edgefl.sim.engine import Federation
 from edgefl.sim.workload import Workload
@@ -70,7 +72,9 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
     s = exp.scenario
     text = to_toml(s)
     fingerprint = rundir.fingerprint(text, exp.pool.profile_files())
-    saved = resume_state(exp, out, fingerprint) if resume else None
+    selection = Selection(s.selection, exp.pool, exp.dry_run, exp.ctx.splits,
+                          workload_need(exp.method, exp.pool))
+    saved = resume_state(exp, out, fingerprint, selection) if resume else None
     if saved is None:
         rundir.claim(out, "run")  # a no-op after prepare_out; library callers get the same checks
         rundir.write_marker(out, "run", fingerprint)
@@ -88,7 +92,7 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
     names = log_names(output_format(s))
     sample = TraceSample(s.fleet.clients, s.output.trace_clients, s.seed)
     with (CsvLog(out / names["metrics"], METRICS + extra, kept.get(names["metrics"])) as metrics,
-          open_log(out, names["clients"], CLIENTS, kept) as clients,
+          open_log(out, names["clients"], CLIENTS + (PICKED if selection.logged else []), kept) as clients,
           open_log(out, names["events"], EVENTS, kept) as events):
         logs: list[Log] = [metrics, clients, events]
         sample.add(span(r) for r in events.rows() if int(r["client"]) in sample.kept)
@@ -97,7 +101,8 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
         for t in bar:
             if exp.method.finished():  # ended before its last round (FedProphet's last module)
                 break
-            table, loss, real = _round(exp, executor, fed, pricer, t)
+            picked = selection.pick(t)
+            table, loss, real = _round(exp, executor, fed, pricer, t, picked.clients, selection)
             row = metrics_row(table, loss, exp.method.round_info())
             last = t + 1 == s.rounds or exp.method.finished()
             if evaluator and ((t + 1) % s.evaluation.every == 0 or last):
@@ -105,13 +110,15 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
                 bar.set_postfix(clean=f"{row['clean_acc']:.3f}", adv=f"{row['adv_acc']:.3f}",
                                 sim_h=f"{fed.now / 3600:.2f}")
             metrics.write([row])
-            clients.write_columns(client_columns(table, exp.pool, real))
+            clients.write_columns(client_columns(table, exp.pool, real,
+                                                 picked if selection.logged else None))
             spans = event_columns(table)
             events.write_columns(spans)
             sample.add_columns(spans)  # nothing is kept across rounds but the trace's sample
             rows.append(row)
             if not exp.dry_run and s.checkpoint_every and ((t + 1) % s.checkpoint_every == 0 or last):
                 checkpoint.save(out, {"next_round": t + 1, "method": exp.method.state(), "rows": rows,
+                                      "selection": selection.state(),
                                       "clock": fed.now, "fingerprint": fingerprint,
                                       "logs": {log.path.name: log.seal() for log in logs}})
                 for log in logs:
@@ -160,21 +167,24 @@ def _counted(exp: Experiment, client: int, w: Workload) -> Workload:
     return exp.ctx.cost.counted(w, lambda: len(exp.ctx.splits[client].train))
 
 
-def _round(exp: Experiment, executor: Executor, fed: Federation, pricer: Pricer,
-           t: int) -> tuple[RoundTable, float | str, np.ndarray]:
-    """The round's table, its mean training loss and each client's measured training seconds (NaN
-    where none was measured)."""
+def _round(exp: Experiment, executor: Executor, fed: Federation, pricer: Pricer, t: int,
+           picked: np.ndarray, selection: Selection) -> tuple[RoundTable, float | str, np.ndarray]:
+    """The round of the `picked` clients: its table, its mean training loss and each client's
+    measured training seconds (NaN where none was measured); the selection records what it showed."""
     s, m = exp.scenario, exp.method
 
     def server_s() -> float:
         return s.cost.server_s + m.server_flops(t) / (s.cost.server_gflops * 1e9)
 
-    table = (bulk_round if exp.bulk else each_round)(exp.pool, m, pricer, fed, t, server_s)
+    table = (bulk_round if exp.bulk else each_round)(exp.pool, m, pricer, fed, t, server_s, picked)
     clients = table.states.clients.tolist()
     if exp.dry_run:
         m.skip(t, clients)
+        selection.record(t, table.states.clients, table.finish_s - table.start_s, {})
         return table, "", np.full(len(clients), np.nan)
     updates = executor.train(t, by_client(table.plan, table.states.clients))
+    selection.record(t, table.states.clients, table.finish_s - table.start_s,
+                     {u.client: u.loss for u in updates})
     seed_everything(s.seed, t, -1)  # the server's stream: the same wherever the clients trained
     m.aggregate(t, updates)
     measured = {u.client: u.real_compute_s for u in updates}
