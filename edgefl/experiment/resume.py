@@ -1,5 +1,6 @@
 """Resuming a run: the run folder, its checkpoint and its logs must belong together, to this scenario
-and to this code; then the method, the client selection and every random stream are restored from the checkpoint."""
+and to this code; then the method, the client selection and every random stream are restored from
+the checkpoint."""
 
 from __future__ import annotations
 

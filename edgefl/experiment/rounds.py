@@ -1,13 +1,13 @@
 """A round's clients drawn, planned, priced and played, as columns.
 
-The round's clients are the selection policy's (edgefl.selection). Two paths give the same table, to the bit (tests/test_bulk.py). `bulk_round` (the default) draws
-the round's clients as arrays (DevicePool.states), plans them (Method.plan_round), prices them
-(edgefl.sim.bulk.Pricer) and plays the round with one SimPy event (Federation.play). `each_round`,
-the reference, draws (DevicePool.state), plans (Method.plan) and prices (the cost model's `cost`)
-client by client and runs one SimPy process per client (Federation.run_round). The table's
-per-client rows (clients.csv) and spans (events.csv: each client's phases back to back from the
-round's start, clients in order, then each waiting client's wait until the straggler's upload ends)
-are rendered as columns.
+The round's clients are the selection policy's picks (edgefl.selection). Two paths give the same
+table, to the bit (tests/test_bulk.py). `bulk_round` (the default) draws the round's clients as
+arrays (DevicePool.states), plans them (Method.plan_round), prices them (edgefl.sim.bulk.Pricer) and
+plays the round with one SimPy event (Federation.play). `each_round`, the reference, draws
+(DevicePool.state), plans (Method.plan) and prices (the cost model's `cost`) client by client and
+runs one SimPy process per client (Federation.run_round). The table's per-client rows (clients.csv)
+and spans (events.csv: each client's phases back to back from the round's start, clients in order,
+then each waiting client's wait until the straggler's upload ends) are rendered as columns.
 """
 
 from __future__ import annotations
