@@ -1,13 +1,14 @@
 """Memory-fit selection, edgefl's own: prefer the devices whose available memory this round (the
 fleet's draws R_k(t), FedProphet §7.1) holds the method's workload without swapping.
 
-The workload's need is what the cost model charges for the method's plan of an unconstrained client
-this round (`CostModel.memory_need`). Every client whose draw holds it is equally welcome: the m
-picks are the first fitting clients in a seeded random order (so the fitting clients are a uniform
-draw, and no fast device is favoured beyond fitting). When fewer than m fit, all of them are taken
-and the rest are the clients short of memory that come closest (the highest available / needed
-ratio; equal ratios keep the seeded order): they swap, and the cost model charges it. The logged
-utility is that ratio.
+The workload's need is the memory the cost model asks (`CostModel.memory_need`) for the method's
+plan this round of a client with the fleet's largest memory: the workload as the method wants it,
+before any method that adapts to memory shrinks it (edgefl.selection.server.workload_need). Every
+client whose draw holds it is equally welcome: the m picks are the first fitting clients in a seeded
+random order (so the fitting clients are a uniform draw, and no fast device is favoured beyond
+fitting). When fewer than m fit, all of them are taken and the rest are the clients short of memory
+that come closest (the highest available / needed ratio; equal ratios keep the seeded order): they
+swap, and the cost model charges it. The logged utility is that ratio.
 """
 
 from __future__ import annotations
