@@ -102,11 +102,14 @@ def parser() -> argparse.ArgumentParser:
     comp.set_defaults(func=cmd_compare)
 
     plot = sub.add_parser("plot", help="figures (PNG and SVG) from run directories: accuracy against "
-                          "simulated time, speed-up over jFAT, time breakdown, fleet memory, epsilon")
+                          "simulated time, speed-up over jFAT, time breakdown, fleet memory, epsilon, "
+                          "per-client timeline")
     plot.add_argument("runs", type=Path, nargs="+")
     plot.add_argument("--out", type=out_dir, help="folder for the figures (default: the first RUN/figures)")
     plot.add_argument("--target", type=float, metavar="ACC",
                       help="adversarial accuracy to reach, a fraction (e.g. 0.5): adds time-to-target")
+    plot.add_argument("--timeline-clients", type=int, default=10, metavar="N",
+                      help="per-client timeline (Gantt chart) of each run's first N clients (0: none)")
     plot.set_defaults(func=cmd_plot)
 
     part = sub.add_parser("partition", help="FedProphet's modules for a scenario's model and R_min")
@@ -268,7 +271,11 @@ def _overrides(args: argparse.Namespace) -> list[str]:
 def cmd_plot(args: argparse.Namespace) -> int:
     from edgefl.report.figures import make_figures
 
-    for path in make_figures(args.runs, args.out or args.runs[0] / "figures", args.target):
+    if args.timeline_clients < 0:
+        raise EdgeflError("--timeline-clients", str(args.timeline_clients), "must be 0 (no timeline) or a "
+                          "client count")
+    for path in make_figures(args.runs, args.out or args.runs[0] / "figures", args.target,
+                             args.timeline_clients):
         print(path)
     return 0
 

@@ -165,6 +165,22 @@ class OutputConfig:
     # a sample drawn from the seed
 
 
+@dataclass
+class SelectionConfig:
+    """Which clients the server picks each round (edgefl.selection)."""
+
+    policy: str = "uniform"  # uniform (seeded draw) | oort (Lai et al. 2021) | power_of_choice
+    #   (Cho et al. 2020) | memory_fit (devices whose memory this round holds the workload)
+    oort_alpha: float = 2.0  # Oort: the straggler penalty's exponent, (T / t_i)^alpha
+    oort_round_s: float = 0.0  # Oort: the preferred round duration T in seconds (0 = the percentile below)
+    oort_percentile: float = 50.0  # Oort: T as this percentile of the explored clients' durations
+    oort_epsilon: float = 0.9  # Oort: the exploration fraction in the first round
+    oort_epsilon_decay: float = 0.98  # Oort: epsilon x this per round
+    oort_epsilon_min: float = 0.2  # Oort: epsilon never decays below this
+    oort_cutoff: float = 0.95  # Oort: exploit among utilities >= this x the ((1 - eps) K)-th highest
+    power_d: int = 0  # power_of_choice: candidates d sampled by data size (0 = twice the clients picked)
+
+
 Check = tuple[str, bool, str]  # (key within the section, whether its value is fine, the fix)
 Named = tuple[str, str, list[str]]  # (key within the section, a name it gives, the names known)
 
@@ -239,6 +255,7 @@ class Scenario:
     round: RoundConfig = field(default_factory=RoundConfig)  # how a round closes (a living fleet)
     energy: EnergyConfig = field(default_factory=EnergyConfig)
     server: ServerConfig = field(default_factory=ServerConfig)
+    selection: SelectionConfig = field(default_factory=SelectionConfig)
 
     def knobs(self, cls: type[K]) -> K:
         """The scenario's section of the knob dataclass `cls` (e.g. `s.knobs(ProxConfig).mu`)."""

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from edgefl.config import KNOBS, Check, Scenario
+from edgefl.devices.pool import selected_per_round
 from edgefl.devices.profile import MAX_LINK_MBPS
 from edgefl.errors import EdgeflError
 from edgefl.methods import METHODS  # every method's knob section registers on import
@@ -183,6 +184,7 @@ def validate(s: Scenario, where: str) -> None:
         ("round.buffer", s.round.buffer >= 1, "must be at least 1"),
         ("round.max_staleness", s.round.max_staleness >= 0, "must be non-negative"),
         ("round.concurrency", s.round.concurrency >= 1, "must be at least 1"),
+        *_selection_checks(s),
         ("ray.workers", s.ray.workers >= 0, "must be 0 (one per CPU) or positive"),
         ("ray.max_retries", s.ray.max_retries >= 0, "must be non-negative"),
         *((f"compare.rounds.{printable(m)}", n >= 1, "must be at least 1")
@@ -227,11 +229,33 @@ def _check_living(s: Scenario, where: str) -> None:
 
         make_availability(s.fleet, s.seed, where)
     living = s.fleet.availability != "always" or s.round.mode != "sync"
+    if living and s.selection.policy != "uniform":
+        raise EdgeflError(where, "selection.policy", f"{s.selection.policy!r} picks clients only in synchronous "
+                          f"rounds of an always-on fleet for now (this scenario has round.mode = "
+                          f"{s.round.mode!r}, fleet.availability = {s.fleet.availability!r}): use uniform")
     if living and (s.energy.enabled or s.server.down_mbps or s.server.up_mbps):
         key = "energy.enabled" if s.energy.enabled else "server.down_mbps"
         raise EdgeflError(where, key, f"energy and shared server links are priced only in synchronous "
                           f"rounds of an always-on fleet for now (this scenario has round.mode = "
                           f"{s.round.mode!r}, fleet.availability = {s.fleet.availability!r}): turn one off")
+
+
+def _selection_checks(s: Scenario) -> list[Check]:
+    c = s.selection
+    return [
+        ("selection.oort_alpha", c.oort_alpha >= 0, "must be non-negative"),
+        ("selection.oort_round_s", c.oort_round_s >= 0, "must be 0 (a percentile of the durations) or "
+         "positive (seconds)"),
+        ("selection.oort_percentile", 0 <= c.oort_percentile <= 100, "must be a percentile in [0, 100]"),
+        ("selection.oort_epsilon", 0 <= c.oort_epsilon <= 1, "must be a fraction in [0, 1]"),
+        ("selection.oort_epsilon_decay", 0 < c.oort_epsilon_decay <= 1, "must be in (0, 1]"),
+        ("selection.oort_epsilon_min", 0 <= c.oort_epsilon_min <= c.oort_epsilon,
+         "must be a fraction in [0, selection.oort_epsilon]"),
+        ("selection.oort_cutoff", 0 <= c.oort_cutoff <= 1, "must be a fraction in [0, 1]"),
+        ("selection.power_d", c.power_d == 0 or selected_per_round(s.fleet) <= c.power_d <= s.fleet.clients,
+         f"must be 0 (twice the clients picked) or between the clients picked per round "
+         f"({selected_per_round(s.fleet)}) and fleet.clients ({s.fleet.clients})"),
+    ]
 
 
 MAX_THREADS = 1024  # far more than any CPU has; torch aborts natively on absurd counts
@@ -272,9 +296,11 @@ def _check_names(s: Scenario, where: str) -> None:
     from edgefl.devices.catalog import catalog_for
     from edgefl.execution.objectives import OBJECTIVES
     from edgefl.models import MODELS
+    from edgefl.selection import SELECTORS
 
     named = [
         ("method", s.method, METHODS.names()),
+        ("selection.policy", s.selection.policy, SELECTORS.names()),
         ("model.name", s.model.name, MODELS.names()),
         ("data.dataset", s.data.dataset, DATASETS.names()),
         ("data.partition", s.data.partition, PARTITIONS.names()),

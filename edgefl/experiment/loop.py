@@ -40,6 +40,7 @@ from edgefl.experiment.rows import (
     CLIENTS,
     EVENTS,
     METRICS,
+    PICKED,
     emulates_host,
     energy_headers,
     living_client_columns,
@@ -53,6 +54,8 @@ from edgefl.report.trace import TraceSample
 from edgefl.rundir import WriteFailed, write_file
 from edgefl.runlog import CsvLog, Log, log_names
 from edgefl.scenario import to_toml
+from edgefl.selection import Picked
+from edgefl.selection.server import Selection, workload_need
 from edgefl.sim.bulk import Pricer
 from edgefl.sim.engine import Federation
 from edgefl.sim.living import STATUSES
@@ -79,7 +82,9 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
     if resume and s.round.mode == "async":
         raise EdgeflError(str(out), "--resume", "an async run cannot be resumed (its clients are mid-flight "
                           "in the simulation); start it again with --overwrite")
-    saved = resume_state(exp, out, fingerprint) if resume else None
+    selection = Selection(s.selection, exp.pool, exp.dry_run, exp.ctx.splits,
+                          workload_need(exp.method, exp.pool))
+    saved = resume_state(exp, out, fingerprint, selection) if resume else None
     if saved is None:
         rundir.claim(out, "run")  # a no-op after prepare_out; library callers get the same checks
         rundir.write_marker(out, "run", fingerprint)
@@ -98,13 +103,14 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
     extra = (evaluator.columns if evaluator else []) + list(exp.method.round_info()) + (
         list(STATUSES) if living else [])
     executor = _executor(exp, text)
-    play = _player(exp, executor, fed, pricer, energy)
+    play = _player(exp, executor, fed, pricer, energy, selection)
     kept = saved.logs if saved else {}
     names = log_names(output_format(s))
     sample = TraceSample(s.fleet.clients, s.output.trace_clients, s.seed)
     energy_clients, energy_metrics = energy_headers(s)
     extra += energy_metrics
-    client_headers = CLIENTS + living_client_columns(s) + energy_clients
+    picked_by = PICKED if selection.logged else []
+    client_headers = CLIENTS + picked_by + living_client_columns(s) + energy_clients
     with (CsvLog(out / names["metrics"], METRICS + extra, kept.get(names["metrics"])) as metrics,
           open_log(out, names["clients"], client_headers, kept) as clients,
           open_log(out, names["events"], EVENTS, kept) as events):
@@ -115,7 +121,8 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
         for t in bar:
             if exp.method.finished():  # ended before its last round (FedProphet's last module)
                 break
-            table, loss, real = play(t)
+            picked = None if living else selection.pick(t)
+            table, loss, real = play(t, picked)
             row = metrics_row(table, loss, exp.method.round_info())
             last = t + 1 == s.rounds or exp.method.finished()
             if evaluator and ((t + 1) % s.evaluation.every == 0 or last):
@@ -123,13 +130,15 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
                 bar.set_postfix(clean=f"{row['clean_acc']:.3f}", adv=f"{row['adv_acc']:.3f}",
                                 sim_h=f"{fed.now / 3600:.2f}")
             metrics.write([row])
-            clients.write_columns(client_columns(table, exp.pool, real))
+            clients.write_columns(client_columns(table, exp.pool, real,
+                                                 picked if selection.logged else None))
             spans = event_columns(table)
             events.write_columns(spans)
             sample.add_columns(spans)  # nothing is kept across rounds but the trace's sample
             rows.append(row)
             if not exp.dry_run and s.checkpoint_every and ((t + 1) % s.checkpoint_every == 0 or last):
                 checkpoint.save(out, {"next_round": t + 1, "method": exp.method.state(), "rows": rows,
+                                      "selection": selection.state(),
                                       "clock": fed.now, "fingerprint": fingerprint,
                                       "battery": energy.battery.state() if energy.battery else [],
                                       "logs": {log.path.name: log.seal() for log in logs}})
@@ -182,43 +191,50 @@ def _counted(exp: Experiment, client: int, w: Workload) -> Workload:
 Played = tuple[RoundTable, float | str, np.ndarray]  # a round's table, mean loss, measured seconds
 
 
-def _player(exp: Experiment, executor: Executor, fed: Federation, pricer: Pricer,
-            energy: RoundEnergy) -> Callable[[int], Played]:
-    """What plays round t: the default rounds (on the shared links, with batteries), a living
-    fleet's rounds, or FedBuff's aggregations."""
+def _player(exp: Experiment, executor: Executor, fed: Federation, pricer: Pricer, energy: RoundEnergy,
+            selection: Selection) -> Callable[[int, Picked | None], Played]:
+    """What plays round t: the default rounds of the clients `selection` picked (on the shared links,
+    with batteries), a living fleet's rounds, or FedBuff's aggregations."""
     s, m = exp.scenario, exp.method
 
     def server_s(t: int) -> float:
         return s.cost.server_s + m.server_flops(t) / (s.cost.server_gflops * 1e9)
 
     if s.round.mode == "async":
-        return AsyncRounds(exp, executor, fed, pricer, server_s).next
+        rounds = AsyncRounds(exp, executor, fed, pricer, server_s)
+        return lambda t, _: rounds.next(t)
     live = Live.of(exp) if is_living(exp) else None
 
-    def play(t: int) -> Played:
+    def play(t: int, picked: Picked | None) -> Played:
         if live is None:
+            assert picked is not None
             table = (bulk_round if exp.bulk else each_round)(exp.pool, m, pricer, fed, t, lambda: server_s(t),
-                                                             energy)
+                                                             picked.clients, energy)
             kept = table.states.clients if table.dropped is None else table.states.clients[~table.dropped]
-            return _trained(exp, executor, table, kept.tolist())
+            return _trained(exp, executor, table, kept.tolist(), selection)
         table = live_round(exp, live, pricer, fed, t, lambda: server_s(t))
         return _trained(exp, executor, table, completed(table))
 
     return play
 
 
-def _trained(exp: Experiment, executor: Executor, table: RoundTable, clients: list[int]) -> Played:
+def _trained(exp: Experiment, executor: Executor, table: RoundTable, clients: list[int],
+             selection: Selection | None = None) -> Played:
     """Train `clients` of the round (those whose updates arrive: not offline, late, or dropped for
     their battery) and aggregate: the round's table, its mean training loss and each client's
-    measured training seconds (NaN where none was)."""
+    measured training seconds (NaN where none was); `selection` records what the round showed."""
     s, m, t = exp.scenario, exp.method, table.round
-    n = len(table.states.clients)
+    n, durations = len(table.states.clients), table.finish_s - table.start_s
     if exp.dry_run or not clients:
         m.skip(t, clients)
+        if selection:
+            selection.record(t, table.states.clients, durations, {})
         return table, "", np.full(n, np.nan)
     arriving = set(clients)
     updates = executor.train(t, {k: p for k, p in by_client(table.plan, table.states.clients).items()
                                  if k in arriving})
+    if selection:
+        selection.record(t, table.states.clients, durations, {u.client: u.loss for u in updates})
     seed_everything(s.seed, t, -1)  # the server's stream: the same wherever the clients trained
     m.aggregate(t, updates)
     measured = {u.client: u.real_compute_s for u in updates}

@@ -1,5 +1,6 @@
 """Resuming a run: the run folder, its checkpoint and its logs must belong together, to this scenario
-and to this code; then the method and every random stream are restored from the checkpoint."""
+and to this code; then the method, the client selection and every random stream are restored from
+the checkpoint."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from edgefl.errors import EdgeflError
 from edgefl.experiment.prepare import Experiment
 from edgefl.experiment.rows import output_format
 from edgefl.runlog import log_names, pending_path
+from edgefl.selection.server import Selection
 
 
 @dataclass
@@ -21,9 +23,10 @@ class Resumed:
     logs: dict[str, bytes]  # each CSV log's bytes as the checkpoint vouches for them
 
 
-def resume_state(exp: Experiment, out: Path, fingerprint: dict[str, str]) -> Resumed:
+def resume_state(exp: Experiment, out: Path, fingerprint: dict[str, str], selection: Selection) -> Resumed:
     """Check that the run folder, its checkpoint and its logs belong together and to this scenario and
-    code, then restore the method and the RNGs; nothing is written before every check has passed."""
+    code, then restore the method, the client selection's record and the RNGs; nothing is written
+    before every check has passed."""
     marker = rundir.read_marker(out)
     if marker is None or marker.get("kind") != "run":
         raise EdgeflError(str(out), rundir.MARKER, "missing: this folder holds no run edgefl can "
@@ -49,6 +52,7 @@ def resume_state(exp: Experiment, out: Path, fingerprint: dict[str, str]) -> Res
     logs = {name: _vouched(out / name, state["logs"][name], state["next_round"]) for name in names}
     try:
         exp.method.load_state(state["method"])
+        selection.load_state(state["selection"])
         checkpoint.set_rng_state(state["rng"])
     except Exception as exc:  # any mismatch of a plain-data file is the user's input
         raise EdgeflError(path, "checkpoint", f"does not fit this run's model and method "

@@ -1,13 +1,13 @@
 """A round's clients drawn, planned, priced and played, as columns.
 
-Two paths give the same table, to the bit (tests/test_bulk.py). `bulk_round` (the default) draws
-the round's clients as arrays (DevicePool.states), plans them (Method.plan_round), prices them
-(edgefl.sim.bulk.Pricer) and plays the round with one SimPy event (Federation.play). `each_round`,
-the reference, draws (DevicePool.state), plans (Method.plan) and prices (the cost model's `cost`)
-client by client and runs one SimPy process per client (Federation.run_round). The table's
-per-client rows (clients.csv) and spans (events.csv: each client's phases back to back from the
-round's start, clients in order, then each waiting client's wait until the straggler's upload ends)
-are rendered as columns.
+The round's clients are the selection policy's picks (edgefl.selection). Two paths give the same
+table, to the bit (tests/test_bulk.py). `bulk_round` (the default) draws the round's clients as
+arrays (DevicePool.states), plans them (Method.plan_round), prices them (edgefl.sim.bulk.Pricer) and
+plays the round with one SimPy event (Federation.play). `each_round`, the reference, draws
+(DevicePool.state), plans (Method.plan) and prices (the cost model's `cost`) client by client and
+runs one SimPy process per client (Federation.run_round). The table's per-client rows (clients.csv)
+and spans (events.csv: each client's phases back to back from the round's start, clients in order,
+then each waiting client's wait until the straggler's upload ends) are rendered as columns.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from edgefl.devices.pool import DevicePool, DeviceState, StateMap, States
 from edgefl.experiment.energy import RoundEnergy
 from edgefl.methods.base import ClientPlan, Method, grouped
 from edgefl.runlog import Columns
+from edgefl.selection import Picked
 from edgefl.sim.bulk import Costs, Pricer, RoundPlan
 from edgefl.sim.engine import PHASES, Federation, Job
 from edgefl.sim.living import STATUSES
@@ -62,10 +63,12 @@ class RoundTable:
 
 
 def bulk_round(pool: DevicePool, method: Method, pricer: Pricer, fed: Federation, t: int,
-               server_s: Callable[[], float], energy: RoundEnergy | None = None) -> RoundTable:
-    """Round t in bulk; `server_s()` is asked once every client is planned. `energy` shares the
-    server's links, drops clients whose battery cannot cover the round and prices joules."""
-    states = pool.states(pool.sampled(t), t)
+               server_s: Callable[[], float], clients: np.ndarray,
+               energy: RoundEnergy | None = None) -> RoundTable:
+    """Round t of `clients` (ascending) in bulk; `server_s()` is asked once every client is planned.
+    `energy` shares the server's links, drops clients whose battery cannot cover the round and
+    prices joules."""
+    states = pool.states(clients, t)
     view = StateMap(pool, states)
     method.begin_round(t, view)
     plan = method.plan_round(t, states.clients, view)
@@ -81,9 +84,10 @@ def bulk_round(pool: DevicePool, method: Method, pricer: Pricer, fed: Federation
 
 
 def each_round(pool: DevicePool, method: Method, pricer: Pricer, fed: Federation, t: int,
-               server_s: Callable[[], float], energy: RoundEnergy | None = None) -> RoundTable:
-    """Round t client by client, with one SimPy process per client (the reference)."""
-    clients = pool.sampled(t)
+               server_s: Callable[[], float], clients: np.ndarray,
+               energy: RoundEnergy | None = None) -> RoundTable:
+    """Round t of `clients` (ascending) client by client, with one SimPy process per client (the
+    reference)."""
     states, plan, jobs = planned_jobs(pool, method, pricer, t, clients)
     table, dropped = pool.gathered(clients, list(states.values())), None
     if energy:
@@ -123,9 +127,13 @@ def names(codes: np.ndarray, table: list[str]) -> pa.Array:
         pa.string())
 
 
-def client_columns(r: RoundTable, pool: DevicePool, real_compute_s: np.ndarray) -> Columns:
-    """clients.csv's columns for the round (real_compute_s NaN where not measured)."""
+def client_columns(r: RoundTable, pool: DevicePool, real_compute_s: np.ndarray,
+                   picked: Picked | None = None) -> Columns:
+    """clients.csv's columns for the round (real_compute_s NaN where not measured), with why each
+    client was picked (`utility`, `picked_by`) when `picked` is given."""
     s, c, n = r.states, r.costs, len(r.states.clients)
+    why: Columns = {} if picked is None else {"utility": picked.utility,
+                                              "picked_by": pa.array(picked.reason, pa.string())}
     return {"round": np.full(n, r.round), "client": s.clients,
             "device": names(s.kind, [d.name for d in pool.kinds]),
             "app": names(s.app, [a.name for a in pool.apps]),
@@ -135,7 +143,7 @@ def client_columns(r: RoundTable, pool: DevicePool, real_compute_s: np.ndarray) 
             "compute_s": c.compute_s, "data_access_s": c.data_access_s, "download_s": c.download_s,
             "upload_s": c.upload_s, "wait_s": r.wait_s, "finish_s": r.finish_s,
             "read_bytes": c.read_bytes.astype(np.int64), "write_bytes": c.write_bytes.astype(np.int64),
-            "real_compute_s": real_compute_s, **living_columns(r), **energy_columns(r)}
+            "real_compute_s": real_compute_s, **why, **living_columns(r), **energy_columns(r)}
 
 
 def living_columns(r: RoundTable) -> Columns:

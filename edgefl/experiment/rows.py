@@ -7,6 +7,7 @@ import platform
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import torch
 
 from edgefl.config import Scenario
@@ -21,6 +22,8 @@ CLIENTS = ["round", "client", "device", "app", "network", "flops", "mem_avail_by
            "swapped", "compute_s", "data_access_s", "download_s", "upload_s", "wait_s",
            "finish_s", "read_bytes", "write_bytes", "real_compute_s"]
 EVENTS = ["round", "client", "phase", "start_s", "end_s"]  # events.csv: the spans of trace.json
+PICKED = ["utility", "picked_by"]  # clients.csv under a selection policy other than uniform
+PICKED_TYPES = {"utility": pa.float64(), "picked_by": pa.string()}
 
 
 def living_client_columns(s: Scenario) -> list[str]:
@@ -49,9 +52,9 @@ def output_format(s: Scenario) -> str:
 def open_log(out: Path, name: str, columns: list[str], kept: dict[str, bytes]) -> CsvLog | ParquetLog:
     """The per-client log `name` (clients or events, .csv or .parquet), from its kept bytes on resume."""
     if name.endswith(".parquet"):
-        known = {**CLIENT_TYPES, **ENERGY_TYPES} if name.startswith("clients") else EVENT_TYPES
-        types = {c: known[c] for c in columns}
-        return ParquetLog(out / name, types, kept.get(name))
+        clients = {**CLIENT_TYPES, **ENERGY_TYPES, **PICKED_TYPES}
+        known = clients if name.startswith("clients") else EVENT_TYPES
+        return ParquetLog(out / name, {c: known[c] for c in columns}, kept.get(name))
     return CsvLog(out / name, columns, kept.get(name))
 
 

@@ -3,7 +3,8 @@
 After FedProphet (Tang, Wang et al.): accuracy against simulated time and the speed-up over jFAT
 (§7.3), the time breakdown per method (Fig. 3, Fig. 8; beside it joules per device, where runs
 priced energy), the fleet's available memory against its performance with each method's memory
-need (Fig. 7), and APA's perturbation per round with the module boundaries (Fig. 11).
+need (Fig. 7), and APA's perturbation per round with the module boundaries (Fig. 11); with
+`edgefl plot`, each run's per-client timeline (edgefl.report.timeline).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from edgefl.report.compare import (
     memory,
     table,
 )
+from edgefl.report.timeline import timeline_figure, timeline_name
 from edgefl.rundir import claim, write_file
 
 PART_LABELS = {"compute": "compute", "data_access": "data access (swap, data)",
@@ -38,8 +40,11 @@ PART_LABELS = {"compute": "compute", "data_access": "data access (swap, data)",
 LINE_STYLES = ["--", ":", "-."]
 
 
-def make_figures(runs: list[Path], out_dir: Path, target: float | None = None) -> list[Path]:
-    """Every figure that applies to `runs`, as PNG and SVG in `out_dir`; returns the files written."""
+def make_figures(runs: list[Path], out_dir: Path, target: float | None = None,
+                 timeline_clients: int = 0) -> list[Path]:
+    """Every figure that applies to `runs`, as PNG and SVG in `out_dir`, with each run's per-client
+    timeline of its first `timeline_clients` clients (edgefl.report.timeline; 0: none); returns the
+    files written."""
     check_target(target)
     loaded = [load_run(p) for p in runs]
     labels = run_labels(loaded)
@@ -49,6 +54,8 @@ def make_figures(runs: list[Path], out_dir: Path, target: float | None = None) -
                "breakdown": breakdown_figure(loaded, labels),
                "memory": memory_figure(loaded),
                "epsilon": epsilon_figure(loaded, labels)}
+    if timeline_clients:
+        figures.update({timeline_name(p, len(runs) > 1): timeline_figure(p, timeline_clients) for p in runs})
     claim(out_dir, "figures")
     written = []
     for name, fig in figures.items():

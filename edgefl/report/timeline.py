@@ -1,0 +1,86 @@
+"""A run's per-client timeline: a Gantt chart of the first clients of the fleet, one row per client,
+one bar per span of events.csv (download, data access, compute, upload, wait) coloured by phase, and,
+when clients.csv has a `status` column (completed, dropped, late, offline), a marker at the end of
+each client-round coloured by its status."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+
+from edgefl.runlog import read_rows
+from edgefl.sim.engine import PHASES
+
+PHASE_COLOURS = {"download": "C0", "data_access": "C1", "compute": "C2", "upload": "C3", "wait": "0.8"}
+STATUS_MARKS = {"completed": ("C2", "o"), "dropped": ("C3", "x"), "late": ("C1", "v"),
+                "offline": ("0.3", "s")}
+Span = tuple[float, float]  # start, end (simulated seconds)
+
+
+def timeline_spans(run: Path, clients: int) -> dict[int, dict[str, list[Span]]]:
+    """The spans of the `clients` lowest-numbered clients in the run's events log, by client and phase
+    (none for a run without one: written by hand, or by an edgefl before events were logged)."""
+    if not any((run / f"events.{ext}").is_file() for ext in ("csv", "parquet")):
+        return {}
+    rows = read_rows(run, "events")[1]
+    shown = sorted({int(r["client"]) for r in rows})[:clients]
+    spans: dict[int, dict[str, list[Span]]] = {k: {} for k in shown}
+    for r in rows:
+        k = int(r["client"])
+        if k in spans:
+            spans[k].setdefault(r["phase"], []).append((float(r["start_s"]), float(r["end_s"])))
+    return spans
+
+
+def statuses(run: Path, spans: dict[int, dict[str, list[Span]]]) -> dict[str, list[tuple[float, int]]]:
+    """(end of the client-round's last span, row) of the shown clients' rounds, by status; empty when
+    clients.csv has no `status` column."""
+    header, rows = read_rows(run, "clients")
+    if "status" not in header:
+        return {}
+    row_of = {k: i for i, k in enumerate(spans)}
+    marks: dict[str, list[tuple[float, int]]] = {}
+    for r in rows:
+        k = int(r["client"])
+        if k in row_of and r.get("finish_s"):
+            marks.setdefault(r["status"], []).append((float(r["finish_s"]), row_of[k]))
+    return marks
+
+
+def timeline_figure(run: Path, clients: int) -> Figure | None:
+    """The Gantt chart of the run's first `clients` clients (None if the run logged no events)."""
+    spans = timeline_spans(run, clients)
+    if not spans:
+        return None
+    fig, ax = plt.subplots(figsize=(11, 1.2 + 0.35 * len(spans)))
+    for row, (client, phases) in enumerate(spans.items()):
+        for phase, bars in phases.items():
+            drawn = ax.broken_barh([(a, b - a) for a, b in bars], (row - 0.4, 0.8),
+                                   facecolors=PHASE_COLOURS.get(phase, "k"))
+            drawn.set_gid(f"{client}:{phase}")
+    handles: list[Patch | Line2D] = [Patch(color=PHASE_COLOURS[p], label=p.replace("_", " "))
+                                     for p in [*PHASES, "wait"]]
+    for status, points in statuses(run, spans).items():
+        colour, marker = STATUS_MARKS.get(status, ("k", "d"))
+        ax.scatter([p[0] for p in points], [p[1] for p in points], color=colour, marker=marker, s=18,
+                   zorder=3)
+        handles.append(Line2D([], [], color=colour, marker=marker, ls="", label=status))
+    ax.set_yticks(range(len(spans)), [f"client {k}" for k in spans])
+    ax.invert_yaxis()
+    ax.set(xlabel="simulated time (s)", title=f"Per-client timeline ({run.name}, first {len(spans)} clients)")
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(handles=handles, fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    return fig
+
+
+def timeline_name(run: Path, several: bool) -> str:
+    """`timeline`, or `timeline-<run folder>` (safe characters only) when several runs are plotted."""
+    return f"timeline-{re.sub(r'[^A-Za-z0-9_.-]', '_', run.name)}" if several else "timeline"

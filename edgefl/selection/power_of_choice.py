@@ -1,0 +1,37 @@
+"""Power-of-choice selection (Cho, Wang, Joshi: "Client Selection in Federated Learning: Convergence
+Analysis and Power-of-Choice Selection Strategies", 2020).
+
+The server samples d candidates without replacement with probability proportional to their data
+fraction p_k, then picks the m of them with the highest local loss F_k(w). Asking every candidate
+for its loss on the current model costs a round trip edgefl's server does not play, so the loss is
+the one the client last reported with its update (the paper's communication-free variant, rpow-d);
+a candidate that never reported one ranks first (ties keep the seeded candidates' order). In a dry
+run no loss exists, so the picks are the first m candidates of the data-size draw, and say so.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from edgefl.selection.base import SELECTORS, Ask, Known, Picked, Selector, weighted_draw
+
+
+@SELECTORS.register("power_of_choice")
+class PowerOfChoice(Selector):
+    """d candidates by data size, the m highest losses among them."""
+
+    def candidates(self, ask: Ask) -> int:
+        """d: `power_d`, or twice the clients picked; never more than the population."""
+        return min(ask.clients, self.cfg.power_d or 2 * ask.count)
+
+    def select(self, ask: Ask, known: Known) -> Picked:
+        sizes = ask.sizes().astype(np.float64)
+        drawn = weighted_draw(ask.rng(), np.arange(ask.clients), sizes, self.candidates(ask))
+        loss = known.loss[drawn]
+        rank = np.argsort(-np.where(np.isnan(loss), np.inf, loss), kind="stable")[:ask.count]
+        picked, utility = drawn[rank], loss[rank]
+        if ask.dry_run:
+            reason = ["dry run: no losses, drawn by data size"] * len(picked)
+        else:
+            reason = ["no loss yet" if np.isnan(u) else "highest loss" for u in utility.tolist()]
+        return Picked.of(picked, utility, reason)

@@ -1,0 +1,171 @@
+"""Client selection (edgefl.selection): Oort's utility by hand (Lai et al., OSDI 2021, Algorithm 1),
+power-of-choice's picks (Cho et al. 2020), memory_fit's preference, seeding, and resume."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgefl import checkpoint
+from edgefl.cli import main
+from edgefl.config import FleetConfig, SelectionConfig
+from edgefl.devices.catalog import load_catalog
+from edgefl.devices.pool import DevicePool
+from edgefl.errors import EdgeflError
+from edgefl.scenario import load_scenario
+from edgefl.selection import SELECTORS, Ask, Known, Picked
+from edgefl.selection.oort import exploration, oort_utility
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICKSTART = ROOT / "scenarios" / "quickstart.toml"
+
+
+def ask(clients: int, count: int, sizes: list[float], round_: int = 2, seed: int = 0, need: float = 1.0,
+        dry_run: bool = False) -> Ask:
+    fleet = FleetConfig(clients=clients, sample_fraction=count / clients, pool="low")
+    pool = DevicePool(load_catalog(), fleet, seed)
+    return Ask(round_, count, pool, dry_run, lambda: np.array(sizes), lambda: need)
+
+
+def known(loss: list[float], duration: list[float], last: list[int]) -> Known:
+    return Known(np.array(loss, dtype=float), np.array(duration, dtype=float), np.array(last))
+
+
+def pick(policy: str, a: Ask, k: Known, **cfg: float) -> Picked:
+    return SELECTORS.get(policy)(SelectionConfig(policy=policy, **cfg)).select(a, k)  # type: ignore[arg-type]
+
+
+def test_oort_utility_of_three_clients_by_hand():
+    """|B| = 10, 20, 40; loss 1, 0.5, 0.5; last picked in rounds 1, 2, 2 (1-based); now round R = 3;
+    durations 5, 20, 10 s against T = 10 s, alpha = 2:
+    U = 10, 10, 20; bonus sqrt(0.1 ln 3 / 1) = 0.331453, sqrt(0.1 ln 3 / 2) = 0.234373;
+    client 1 is slower than T: (10.234373) x (10 / 20)^2 = 2.558593."""
+    util = oort_utility(np.array([10.0, 20, 40]), np.array([1.0, 0.5, 0.5]), np.array([5.0, 20, 10]),
+                        np.array([0, 1, 1]), 2, 10.0, 2.0)
+    assert util == pytest.approx([10.331453, 2.558593, 20.234373], abs=1e-6)
+
+
+def test_oort_exploration_decays_to_its_floor():
+    assert exploration(0.9, 0.98, 0.2, 0) == 0.9
+    assert exploration(0.9, 0.98, 0.2, 2) == pytest.approx(0.9 * 0.9604)
+    assert exploration(0.9, 0.98, 0.2, 200) == 0.2
+
+
+def test_oort_exploits_the_highest_utility_and_explores_the_rest():
+    """The three clients above plus two never picked; K = 2 at epsilon 0.5: one exploit, one explore.
+    The cut-off is 0.95 x 20.23 (the 1st highest), so only client 2 qualifies. At K = 2 and epsilon 0
+    the cut-off is 0.95 x 10.33 (the 2nd highest) = 9.81: clients 0 and 2, never the slow client 1."""
+    k = known([1.0, 0.5, 0.5, np.nan, np.nan], [5.0, 20, 10, np.nan, np.nan], [0, 1, 1, -1, -1])
+    a = ask(5, 2, [10, 20, 40, 5, 5])
+    p = pick("oort", a, k, oort_epsilon=0.5, oort_epsilon_min=0.5, oort_round_s=10.0)
+    assert p.clients[0] == 2 and p.clients[1] in (3, 4)
+    assert p.reason == ["exploit", "explore"]
+    assert p.utility[0] == pytest.approx(20.234373, abs=1e-6) and np.isnan(p.utility[1])
+    p2 = pick("oort", ask(5, 2, [10, 20, 40, 5, 5]), k, oort_epsilon=0.0, oort_epsilon_min=0.0,
+              oort_round_s=10.0)
+    assert p2.clients.tolist() == [0, 2] and p2.reason == ["exploit"] * 2
+
+
+def test_oort_in_a_dry_run_uses_data_sizes_and_says_so():
+    """No losses: U(i) = |B_i|; T is the median duration (10 s), so client 1 (20 s) is penalised."""
+    k = known([np.nan] * 3, [5.0, 20, 10], [0, 1, 1])
+    p = pick("oort", ask(3, 1, [10, 20, 40], dry_run=True), k, oort_epsilon=0.0, oort_epsilon_min=0.0)
+    assert p.clients.tolist() == [2]
+    assert p.utility[0] == pytest.approx(40.234373, abs=1e-6)
+    assert "dry run" in p.reason[0]
+
+
+def test_power_of_choice_picks_the_highest_losses_among_the_candidates():
+    sizes = [1.0] * 6
+    losses = [0.1, 0.9, 0.3, 0.8, 0.2, 0.5]
+    k = known(losses, [1.0] * 6, [0] * 6)
+    assert pick("power_of_choice", ask(6, 2, sizes), k, power_d=6).clients.tolist() == [1, 3]
+    k.loss[0] = np.nan  # never reported a loss: ranks first
+    p = pick("power_of_choice", ask(6, 2, sizes), k, power_d=6)
+    assert p.clients.tolist() == [0, 1] and p.reason == ["no loss yet", "highest loss"]
+
+
+def test_power_of_choice_draws_candidates_by_data_size():
+    """Clients 0-2 hold no samples, so the d = 3 candidates are 3, 4, 5; of those, 4 has the highest
+    loss, though 0-2 have higher ones."""
+    k = known([0.9, 0.9, 0.9, 0.1, 0.5, 0.3], [1.0] * 6, [0] * 6)
+    p = pick("power_of_choice", ask(6, 1, [0, 0, 0, 1, 1, 1]), k, power_d=3)
+    assert p.clients.tolist() == [4] and p.utility.tolist() == [0.5]
+
+
+def test_memory_fit_prefers_clients_whose_memory_holds_the_workload():
+    a = ask(12, 3, [1.0] * 12, round_=1, seed=5)
+    memory = a.states.memory_bytes
+    top3 = sorted(np.argsort(-memory)[:3].tolist())
+    k = Known.empty(12)
+    # exactly three hold the need: they are the picks
+    exact = pick("memory_fit", ask(12, 3, [1.0] * 12, round_=1, seed=5, need=float(np.sort(memory)[-3])), k)
+    assert exact.clients.tolist() == top3 and exact.reason == ["fits"] * 3
+    # none holds it: the nearest misses, by available / needed
+    short = pick("memory_fit", ask(12, 3, [1.0] * 12, round_=1, seed=5, need=float(memory.max()) * 10), k)
+    assert short.clients.tolist() == top3 and short.reason == ["short of memory"] * 3
+    assert short.utility.tolist() == pytest.approx((memory[top3] / (memory.max() * 10)).tolist())
+    # all hold it: a seeded uniform draw, every ratio at least 1
+    loose = pick("memory_fit", ask(12, 3, [1.0] * 12, round_=1, seed=5, need=1.0), k)
+    assert (loose.utility >= 1).all() and len(set(loose.clients.tolist())) == 3
+
+
+@pytest.mark.parametrize("policy", ["uniform", "oort", "power_of_choice", "memory_fit"])
+def test_selection_is_seeded(policy):
+    k = known(list(np.linspace(0.1, 2, 50)), list(np.linspace(1, 50, 50)), [0] * 25 + [-1] * 25)
+    sizes = list(range(1, 51))
+    one, again = (pick(policy, ask(50, 10, sizes, seed=3, need=3e8), k) for _ in range(2))
+    other = [pick(policy, ask(50, 10, sizes, seed=s, need=3e8), k).clients.tolist() for s in (4, 5, 6)]
+    assert one.clients.tolist() == again.clients.tolist() and one.reason == again.reason
+    assert any(o != one.clients.tolist() for o in other)
+    assert len(one.clients) == 10 and list(one.clients) == sorted(set(one.clients.tolist()))
+
+
+def test_uniform_is_the_pools_draw():
+    a = ask(30, 7, [1.0] * 30, round_=4, seed=9)
+    assert pick("uniform", a, Known.empty(30)).clients.tolist() == a.pool.sampled(4).tolist()
+
+
+def test_a_bad_policy_is_one_line(tmp_path):
+    with pytest.raises(EdgeflError) as err:
+        load_scenario(QUICKSTART, ["selection.policy=fastest"])
+    assert err.value.key == "selection.policy" and "oort" in err.value.fix
+    with pytest.raises(EdgeflError) as err:
+        load_scenario(QUICKSTART, ["selection.power_d=3"])  # fewer than the 10 clients picked
+    assert err.value.key == "selection.power_d"
+
+
+SMALL = ["rounds=4", "fleet.clients=6", "training.local_iters=4", "attack.steps=2", "evaluation.steps=1",
+         "data.test_samples=16", "threads=1", 'selection.policy="oort"', "selection.oort_epsilon=0.5",
+         "selection.oort_epsilon_min=0.3"]
+
+
+def run_args(out: Path) -> list[str]:
+    return ["run", str(QUICKSTART), *[a for s in SMALL for a in ("--set", s)], "--out", str(out), "--quiet"]
+
+
+def test_selection_state_survives_resume(tmp_path, monkeypatch):
+    """Oort's picks depend on the losses and durations of past rounds: a run that dies after round 2's
+    checkpoint and resumes picks the same clients, for the same reasons, as one that never stopped."""
+    whole = tmp_path / "whole"
+    assert main(run_args(whole)) == 0
+    out, real_save = tmp_path / "late", checkpoint.save
+
+    def dies_at_round_3(path: Path, state: dict) -> None:
+        if state["next_round"] == 3:
+            raise KeyboardInterrupt
+        real_save(path, state)
+
+    monkeypatch.setattr(checkpoint, "save", dies_at_round_3)
+    assert main(run_args(out)) == 130
+    monkeypatch.setattr(checkpoint, "save", real_save)
+    assert main(["run", "--resume", str(out), "--quiet"]) == 0
+
+    def picks(run: Path) -> list[list[str]]:
+        lines = (run / "clients.csv").read_text().splitlines()
+        return [[row.split(",")[1], row.split(",", 18)[-1]] for row in lines]
+
+    assert picks(out) == picks(whole)
+    assert any("exploit" in r[1] for r in picks(whole)[-3:])
