@@ -230,8 +230,8 @@ def _check_living(s: Scenario, where: str) -> None:
         make_availability(s.fleet, s.seed, where)
     living = s.fleet.availability != "always" or s.round.mode != "sync"
     if living and s.selection.policy != "uniform":
-        raise EdgeflError(where, "selection.policy", f"{s.selection.policy!r} picks clients only in synchronous "
-                          f"rounds of an always-on fleet for now (this scenario has round.mode = "
+        raise EdgeflError(where, "selection.policy", f"{s.selection.policy!r} picks clients only in "
+                          f"synchronous rounds of an always-on fleet for now (this scenario has round.mode = "
                           f"{s.round.mode!r}, fleet.availability = {s.fleet.availability!r}): use uniform")
     if living and (s.energy.enabled or s.server.down_mbps or s.server.up_mbps):
         key = "energy.enabled" if s.energy.enabled else "server.down_mbps"
