@@ -234,7 +234,8 @@ def _check_living(s: Scenario, where: str) -> None:
                           f"synchronous rounds of an always-on fleet for now (this scenario has round.mode = "
                           f"{s.round.mode!r}, fleet.availability = {s.fleet.availability!r}): use uniform")
     if living and (s.energy.enabled or s.server.down_mbps or s.server.up_mbps):
-        key = "energy.enabled" if s.energy.enabled else "server.down_mbps"
+        key = ("energy.enabled" if s.energy.enabled else
+               "server.down_mbps" if s.server.down_mbps else "server.up_mbps")
         raise EdgeflError(where, key, f"energy and shared server links are priced only in synchronous "
                           f"rounds of an always-on fleet for now (this scenario has round.mode = "
                           f"{s.round.mode!r}, fleet.availability = {s.fleet.availability!r}): turn one off")
