@@ -119,7 +119,7 @@ class GroupedLinear(nn.Module):
         read in their channels_last order (each client's weight columns permuted to match) rather
         than copied to C, H, W order (a layout change that slows the backward of the layers below)."""
         g, out, feats = self.weight.shape
-        weight: torch.Tensor = self.weight
+        weight = self.weight
         if x.dim() == 4:
             b, _, h, w = x.shape
             xg = x.permute(0, 2, 3, 1).reshape(b, h * w, g, -1).permute(2, 0, 1, 3).reshape(g, b, feats)
