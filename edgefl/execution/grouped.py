@@ -115,21 +115,11 @@ class GroupedLinear(nn.Module):
                    torch.stack([m.bias.detach() for m in linears]).clone() if biased else None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x: (B, G x F) features, or the (B, G x C, H, W) maps a Flatten would make them from,
-        read in their channels_last order (each client's weight columns permuted to match) rather
-        than copied to C, H, W order (a layout change that slows the backward of the layers below)."""
         g, out, feats = self.weight.shape
-        weight = self.weight
-        if x.dim() == 4:
-            b, _, h, w = x.shape
-            xg = x.permute(0, 2, 3, 1).reshape(b, h * w, g, -1).permute(2, 0, 1, 3).reshape(g, b, feats)
-            weight = weight.view(g, out, -1, h, w).permute(0, 1, 3, 4, 2).reshape(g, out, feats)
-        else:
-            xg = x.view(len(x), g, feats).transpose(0, 1)  # (G, B, in)
-        if self.bias is None:
-            y = torch.bmm(xg, weight.transpose(1, 2))
-        else:
-            y = torch.baddbmm(self.bias[:, None], xg, weight.transpose(1, 2))
+        xg = x.view(len(x), g, feats).transpose(0, 1)  # (G, B, in)
+        y = torch.bmm(xg, self.weight.transpose(1, 2))
+        if self.bias is not None:
+            y = y + self.bias[:, None]
         return y.transpose(0, 1).reshape(len(x), g * out)
 
     def part(self, g: int, groups: int) -> State:
@@ -174,8 +164,7 @@ class GroupedSequential(nn.Sequential):
     """A grouped Sequential that runs two pairs of layers faster, with the same values and gradients:
     in eval mode (attack passes) a convolution followed by a BatchNorm with running statistics as
     one folded convolution; and ReLU then max-pooling as max-pooling then ReLU (ReLU is monotone,
-    so the maxima and the element each window's gradient goes to are the same, on 4x fewer values);
-    and Flatten then a linear layer as the linear layer on the maps as they lie (GroupedLinear)."""
+    so the maxima and the element each window's gradient goes to are the same, on 4x fewer values)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         layers = list(self)
@@ -187,8 +176,6 @@ class GroupedSequential(nn.Sequential):
                 x, i = layer.folded(x, after), i + 2
             elif type(layer) is nn.ReLU and type(after) is nn.MaxPool2d:
                 x, i = layer(after(x)), i + 2
-            elif type(layer) is nn.Flatten and isinstance(after, GroupedLinear) and x.dim() == 4:
-                x, i = after(x), i + 2
             else:
                 x, i = layer(x), i + 1
         return x
