@@ -25,7 +25,9 @@ one client after another by `FedAvgAT.train` (`training.group_clients = false`),
 by `FedAvgAT.train_group` (edgefl.execution.grouped). The two alternate in one process, `--repeats` times per
 thread count (1 and 2 by default, `--group-threads`); printed per thread count: the median seconds
 per round of each and the median of the per-repeat ratios one-by-one / grouped. While
-/tmp/edgefl-quiet exists (another timing on this machine) the bench waits before each timing.
+/tmp/edgefl-quiet exists (another timing on this machine) the bench waits before each timing;
+`--hold-quiet` makes the bench hold that file itself for its grouped timings (it then holds it with
+its process id, waits for no one else's, and removes it at the end).
 
 Run:
     .venv/bin/python bench/throughput.py                        # both cases, auto device
@@ -42,10 +44,12 @@ from __future__ import annotations
 
 import argparse
 import copy
+import os
 import platform
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -158,8 +162,22 @@ QUICKSTART = Path(__file__).resolve().parents[1] / "scenarios" / "quickstart.tom
 
 def wait_quiet() -> None:
     """Wait while another timing on this machine holds /tmp/edgefl-quiet."""
-    while QUIET.exists():
+    while QUIET.exists() and QUIET.read_text().strip() != str(os.getpid()):
         time.sleep(5)
+
+
+@contextmanager
+def quiet(hold: bool) -> Iterator[None]:
+    """Hold /tmp/edgefl-quiet (with this process id) while the body runs, when `hold`."""
+    if not hold:
+        yield
+        return
+    wait_quiet()
+    QUIET.write_text(str(os.getpid()))
+    try:
+        yield
+    finally:
+        QUIET.unlink(missing_ok=True)
 
 
 def round_sides(clients: int) -> tuple[dict[str, Callable[[], object]], str]:
@@ -213,9 +231,12 @@ def main() -> None:
                     help="torch CPU threads for grouped vs one-by-one")
     ap.add_argument("--group-repeats", type=int, default=5)
     ap.add_argument("--clients", type=int, default=10, help="clients in the grouped round")
+    ap.add_argument("--hold-quiet", action="store_true",
+                    help="hold /tmp/edgefl-quiet during grouped vs one-by-one (see the docstring)")
     args = ap.parse_args()
     if args.part != "bare":
-        bench_grouped(args.group_threads, args.group_repeats, args.clients)
+        with quiet(args.hold_quiet):
+            bench_grouped(args.group_threads, args.group_repeats, args.clients)
     if args.part == "grouped":
         return
     if args.threads:
