@@ -34,7 +34,7 @@ def case(model: str, dataset: str, batch: int, device: str, threads: int, repeat
     """(simulated, measured) seconds per iteration and the iterations each timed call ran."""
     from dataclasses import replace
 
-    from edgefl.execution.executor import train_timed
+    from edgefl.executors.executor import train_timed
     from edgefl.experiment import prepare
     from edgefl.scenario import load_scenario
     from edgefl.sim.cost import walk_compute_seconds

@@ -363,7 +363,14 @@ def cmd_devices_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_devices_calibrate(args: argparse.Namespace) -> int:
-    from edgefl.devices.calibrate import FULL, QUICK, calibrate, prepare_target, render_profile, write_profile
+    from edgefl.calibration.calibrate import (
+        FULL,
+        QUICK,
+        calibrate,
+        prepare_target,
+        render_profile,
+        write_profile,
+    )
     name = args.out.stem  # profiles are named by their file
     prepare_target(args.out, args.repeats, args.overwrite)
     if args.threads < 0:

@@ -11,9 +11,7 @@ from pathlib import Path
 import pytest
 from test_cli import one_error_line
 
-from edgefl.cli import main
-from edgefl.devices import catalog
-from edgefl.devices.calibrate import (
+from edgefl.calibration.calibrate import (
     QUICK,
     Calibration,
     Compute,
@@ -24,6 +22,8 @@ from edgefl.devices.calibrate import (
     render_profile,
     write_profile,
 )
+from edgefl.cli import main
+from edgefl.devices import catalog
 from edgefl.devices.catalog import load_profile
 from edgefl.devices.profile import DeviceProfile
 from edgefl.errors import EdgeflError

@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from edgefl.devices.classes import CLASS_DEFAULTS, device_rooflines
 from edgefl.devices.profile import DeviceProfile, Kernels
+from edgefl.sim.classes import CLASS_DEFAULTS, device_rooflines
 from edgefl.sim.compute import (
     FORWARD,
     INPUT_GRAD,

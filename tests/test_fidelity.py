@@ -12,9 +12,9 @@ import pytest
 import torch
 from test_quickstart import QUICKSTART, sets
 
+from edgefl.calibration.calibrate import Calibration, Compute, Storage, render_profile, write_profile
 from edgefl.cli import main
 from edgefl.devices import catalog
-from edgefl.devices.calibrate import Calibration, Compute, Storage, render_profile, write_profile
 from edgefl.sim.compute import FORWARD, Roofline
 
 TINY = ["rounds=1", "training.local_iters=2", "attack.steps=2", "evaluation.steps=2", "data.test_samples=32",

@@ -22,10 +22,10 @@ from torch import nn
 
 from edgefl.attacks import make_attack
 from edgefl.config import TrainingConfig
-from edgefl.execution.executor import LocalExecutor, train_timed_group
 from edgefl.execution.grouped import ClientJob, ClientStreams, GroupedNet, groupable, train_group
 from edgefl.execution.local import client_seed, make_optimizer, seed_everything, train_local
 from edgefl.execution.objectives import OBJECTIVES
+from edgefl.executors.executor import LocalExecutor, train_timed_group
 from edgefl.experiment import prepare
 from edgefl.methods import ClientPlan, ClientUpdate, fedavg
 from edgefl.methods.fedavg import FedAvgAT

@@ -117,10 +117,22 @@ def test_the_package_has_no_import_cycle() -> None:
     assert not found, "import cycles: " + "; ".join(" -> ".join(c) for c in found)
 
 
+def test_the_subpackages_form_no_cycle_either() -> None:
+    """Layers, not just modules: no subpackage (sim, devices, methods, executors, ...) or top-level
+    module reaches back into itself through another one."""
+    graph = import_graph(ROOT, "edgefl")
+    top = {name: ".".join(name.split(".")[:2]) for name in graph}
+    layers = {top[a]: set() for a in graph}
+    for a, deps in graph.items():
+        layers[top[a]] |= {top[b] for b in deps if b in top and top[b] != top[a]}
+    found = cycles(layers)
+    assert not found, "cycles between subpackages: " + "; ".join(" -> ".join(c) for c in found)
+
+
 def test_the_schema_is_a_leaf_and_the_executors_do_not_import_the_experiment() -> None:
     graph = import_graph(ROOT, "edgefl")
     assert graph["edgefl.config"] == set()  # the registries import it, never the reverse
-    for name in (n for n in graph if n.startswith("edgefl.execution")):
+    for name in (n for n in graph if n.startswith("edgefl.executors")):
         reached = _reach(graph, name)
         assert not {m for m in reached if m.startswith("edgefl.experiment")}, name
 

@@ -6,7 +6,7 @@ Units are in the key names. The numbers of FedProphet's pools and apps come from
 
 The compute model (edgefl.sim.compute) also reads a device's class, memory bandwidth, sustained
 efficiency and per-operator overhead (`compute_source` says where they come from); a figure a profile
-omits (0) is its class's default (edgefl.devices.classes). A calibrated host carries fitted
+omits (0) is its class's default (edgefl.sim.classes). A calibrated host carries fitted
 rooflines per layer kind and pass in its `[kernels]` table instead.
 
 The energy model (edgefl.sim.energy) reads a device's active and idle watts and storage energy per
@@ -49,7 +49,7 @@ class DeviceProfile:
     storage_latency_ms: float
     pools: list[str] = field(default_factory=list)
     networks: list[str] = field(default_factory=list)  # networks it may draw; omitted = every one found
-    device_class: str = "generic"  # one of DEVICE_CLASSES (edgefl.devices.classes says what each means)
+    device_class: str = "generic"  # one of DEVICE_CLASSES (edgefl.sim.classes says what each means)
     memory_bandwidth_gbps: float = 0.0  # 0 = the class default
     efficiency: float = 0.0  # sustained share of peak FLOP/s on conv and linear layers; 0 = class default
     op_overhead_us: float = 0.0  # fixed cost per operator launch; 0 = the class default

@@ -31,8 +31,8 @@ import torch
 
 from edgefl.devices.pool import SAMPLE, DevicePool, DeviceState, rng, selected_per_round
 from edgefl.errors import EdgeflError
-from edgefl.execution.executor import Executor
 from edgefl.execution.local import seed_everything
+from edgefl.executors.executor import Executor
 from edgefl.experiment.prepare import Experiment
 from edgefl.experiment.rounds import RoundTable, planned_jobs
 from edgefl.methods.base import ClientPlan, ClientUpdate, Method, grouped

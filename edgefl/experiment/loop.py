@@ -20,9 +20,9 @@ from tqdm import tqdm
 from edgefl import checkpoint, rundir
 from edgefl.attacks import make_attack
 from edgefl.errors import EdgeflError
-from edgefl.execution.executor import Executor, LocalExecutor
 from edgefl.execution.local import evaluate, seed_everything
-from edgefl.execution.ray import RayExecutor
+from edgefl.executors.executor import Executor, LocalExecutor
+from edgefl.executors.ray import RayExecutor
 from edgefl.experiment.energy import RoundEnergy
 from edgefl.experiment.living import AsyncRounds, Live, completed, is_living, live_round
 from edgefl.experiment.prepare import Experiment, Rebuild

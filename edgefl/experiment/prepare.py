@@ -1,7 +1,7 @@
 """Preparing an experiment: data (or its shapes, for a dry run), the clients' splits, the model's atom
 profile, the fleet and the method, and the check that every device can run the workload at all.
 
-`Rebuild` is the recipe a worker process (edgefl.execution.ray) remakes the method from: the same
+`Rebuild` is the recipe a worker process (edgefl.executors.ray) remakes the method from: the same
 data, splits, profile and model factory, without the fleet.
 """
 

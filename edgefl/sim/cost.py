@@ -25,9 +25,9 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from edgefl.config import CostConfig
-from edgefl.devices.classes import device_rooflines
 from edgefl.devices.pool import DeviceState
 from edgefl.devices.profile import DeviceProfile
+from edgefl.sim.classes import device_rooflines
 from edgefl.sim.compute import Rooflines, iteration_of, round_seconds
 from edgefl.sim.records import BYTES, AtomProfile, mem_req, paper_mem_req, paper_scale
 from edgefl.sim.swap import Traffic, footprint, min_budget, walk

@@ -18,7 +18,7 @@ is energy per byte):
 Where communication is not counted (`cost.communication = false`), neither are its bytes. One
 expression (`round_energy`) serves single clients (floats) and a round's columns (arrays), so the
 bulk path equals the per-client path to the bit. Figures and their sources: the device profiles and
-edgefl.devices.classes (power), the network profiles (radio).
+edgefl.sim.classes (power), the network profiles (radio).
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
-from edgefl.devices.classes import device_power
 from edgefl.devices.pool import DevicePool, DeviceState, States
 from edgefl.devices.profile import DeviceProfile, NetworkProfile
+from edgefl.sim.classes import device_power
 
 NJ = 1e-9  # joules per nanojoule
 X = TypeVar("X", float, np.ndarray)

@@ -1,6 +1,6 @@
 """Executors: where the clients' real local training runs.
 
-`local` trains the round's clients in this process. `ray` (edgefl.execution.ray) sends them to Ray
+`local` trains the round's clients in this process. `ray` (edgefl.executors.ray) sends them to Ray
 workers, which remake the method from a recipe the experiment gives. The run loop
 (edgefl.experiment.loop) picks one. Both call `Method.train` with each client's plan on the same
 method state, and training is seeded per (seed, round, client), so they produce the same updates.

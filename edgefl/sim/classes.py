@@ -59,7 +59,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from edgefl.devices.profile import KERNEL_KINDS, DeviceProfile
+from edgefl.devices.profile import DeviceProfile
 from edgefl.sim.compute import KINDS, PASSES, Roofline, Rooflines
 
 
@@ -117,7 +117,7 @@ def device_rooflines(p: DeviceProfile) -> Rooflines:
                     (p.memory_bandwidth_gbps or d.bandwidth_gbps) * 1e9,
                     (p.op_overhead_us or d.overhead_us) / 1e6)
     table = {(k, ps): base for k in KINDS for ps in PASSES}
-    for kind in KERNEL_KINDS:
+    for kind in KINDS:
         for ps, (gflops, gbps, us) in zip(PASSES, getattr(p.kernels, kind), strict=False):
             table[(kind, ps)] = Roofline(gflops * 1e9, gbps * 1e9, us / 1e6)
     return Rooflines(tuple(table.items()))

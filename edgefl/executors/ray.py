@@ -1,4 +1,4 @@
-"""The Ray executor: each selected client's local training (each group's, edgefl.execution.executor
+"""The Ray executor: each selected client's local training (each group's, edgefl.executors.executor
 `groups`) runs as a Ray task.
 
 Every round the driver puts one snapshot of the method's state (edgefl.snapshot) in Ray's object
@@ -25,7 +25,7 @@ from typing import Any
 
 from edgefl.config import RayConfig
 from edgefl.errors import EdgeflError
-from edgefl.execution.executor import groups, in_order, train_timed_group
+from edgefl.executors.executor import groups, in_order, train_timed_group
 from edgefl.methods import ClientPlan, ClientUpdate, Method
 from edgefl.snapshot import plain, restore
 

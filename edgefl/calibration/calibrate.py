@@ -4,7 +4,7 @@
 reads (FedProphet's T = FLOPs / P_k + storage traffic / bandwidth, Tang et al. §4 and §7.1) from
 measurements instead of datasheets: total memory through psutil, FLOP/s by timed fp32 matmul and
 conv2d in PyTorch, the compute model's rooflines per layer kind and pass fitted on a grid of layer
-shapes (edgefl.devices.kernels), storage bandwidth and per-access latency by timed file I/O. Every
+shapes (edgefl.calibration.kernels), storage bandwidth and per-access latency by timed file I/O. Every
 timing is repeated and the median kept, so one slow repeat (another process, a frequency step) does
 not move the figure.
 """
@@ -29,7 +29,7 @@ import psutil
 import torch
 import torch.nn.functional as F
 
-from edgefl.devices import kernels
+from edgefl.calibration import kernels
 from edgefl.devices.catalog import load_profile
 from edgefl.devices.profile import KERNEL_KINDS, DeviceProfile
 from edgefl.errors import EdgeflError
@@ -229,7 +229,7 @@ def _drop_cache(fd: int, random_access: bool = False) -> None:
 
 def measure_rooflines(sizes: Sizes, repeats: int, peak_gflops: float,
                       clock: Clock = time.perf_counter) -> Fitted:
-    """The compute model's rooflines, fitted on the layer grid (edgefl.devices.kernels)."""
+    """The compute model's rooflines, fitted on the layer grid (edgefl.calibration.kernels)."""
     def timer(fn: Callable[[], object], n: int) -> float:
         return median_time(fn, n, clock)
 

@@ -1,0 +1,2 @@
+"""Calibration: time this machine's kernels and fit a device profile's rooflines
+(`edgefl devices calibrate`)."""
