@@ -233,12 +233,14 @@ def _check_living(s: Scenario, where: str) -> None:
         raise EdgeflError(where, "selection.policy", f"{s.selection.policy!r} picks clients only in "
                           f"synchronous rounds of an always-on fleet for now (this scenario has round.mode = "
                           f"{s.round.mode!r}, fleet.availability = {s.fleet.availability!r}): use uniform")
-    if living and (s.energy.enabled or s.server.down_mbps or s.server.up_mbps):
-        key = ("energy.enabled" if s.energy.enabled else
-               "server.down_mbps" if s.server.down_mbps else "server.up_mbps")
-        raise EdgeflError(where, key, f"energy and shared server links are priced only in synchronous "
-                          f"rounds of an always-on fleet for now (this scenario has round.mode = "
-                          f"{s.round.mode!r}, fleet.availability = {s.fleet.availability!r}): turn one off")
+    if living and (s.server.down_mbps or s.server.up_mbps):
+        key = "server.down_mbps" if s.server.down_mbps else "server.up_mbps"
+        raise EdgeflError(where, key, f"shared server links are priced only in synchronous rounds of an "
+                          f"always-on fleet for now (this scenario has round.mode = {s.round.mode!r}, "
+                          f"fleet.availability = {s.fleet.availability!r}): set it to 0")
+    if s.round.mode == "async" and s.energy.batteries:
+        raise EdgeflError(where, "energy.batteries", "batteries are tracked in sync and deadline rounds, "
+                          "not in async mode for now: set it to false (energy.enabled prices joules)")
 
 
 def _selection_checks(s: Scenario) -> list[Check]:

@@ -88,9 +88,37 @@ class RoundEnergy:
             self.battery.drain(s.clients, joules)
         return joules
 
+    def living(self, s: States, plan: RoundPlan, costs: Costs, elapsed: np.ndarray, wait_s: np.ndarray,
+               dropped: np.ndarray) -> np.ndarray | None:
+        """A living fleet's joules per client for the work each did in its `elapsed` seconds (its
+        stop less its start; edgefl.sim.living) and its waiting, batteries drained; None without
+        energy."""
+        if self.power is None:
+            return None
+        done, down_share, up_share = worked(costs, elapsed)
+        down, up = self.sent(plan)
+        joules = self.power.energy(s, done, down * down_share, up * up_share, wait_s)
+        return self._drain(s, np.where(dropped, 0.0, joules))
+
     def charge(self, s: States) -> np.ndarray | None:
         """The selected clients' charge left, J (inf: mains powered; None: batteries not tracked)."""
         return None if self.battery is None else self.battery.charge_j[s.clients].copy()
+
+
+def worked(c: Costs, elapsed: np.ndarray) -> tuple[Costs, np.ndarray, np.ndarray]:
+    """The part of each client's phases (download, data access, compute, upload, back to back) done
+    in its first `elapsed` seconds, and the shares of its download and upload done: a client stopped
+    early (offline, late, dropped) is charged for the phases up to there, its storage bytes in
+    proportion to its data access and compute done, its radio bytes to its transfers done."""
+    spans = [c.download_s, c.data_access_s, c.compute_s, c.upload_s]
+    begin = np.cumsum([np.zeros_like(elapsed), *spans[:-1]], axis=0)
+    done = [np.clip(elapsed - b, 0.0, s) for b, s in zip(begin, spans, strict=True)]
+    share = [np.divide(d, s, out=(elapsed >= b).astype(np.float64), where=s > 0)
+             for d, b, s in zip(done, begin, spans, strict=True)]
+    busy = spans[1] + spans[2]
+    walk = np.divide(done[1] + done[2], busy, out=share[2].copy(), where=busy > 0)
+    return (replace(c, download_s=done[0], data_access_s=done[1], compute_s=done[2], upload_s=done[3],
+                    read_bytes=c.read_bytes * walk, write_bytes=c.write_bytes * walk), share[0], share[3])
 
 
 def _put(column: np.ndarray, rows: np.ndarray, values: np.ndarray) -> np.ndarray:

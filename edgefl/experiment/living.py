@@ -33,6 +33,7 @@ from edgefl.devices.pool import SAMPLE, DevicePool, DeviceState, rng, selected_p
 from edgefl.errors import EdgeflError
 from edgefl.execution.local import seed_everything
 from edgefl.executors.executor import Executor
+from edgefl.experiment.energy import RoundEnergy
 from edgefl.experiment.prepare import Experiment
 from edgefl.experiment.rounds import RoundTable, planned_jobs
 from edgefl.methods.base import ClientPlan, ClientUpdate, Method, grouped
@@ -41,7 +42,7 @@ from edgefl.sim.availability import Availability, make_availability
 from edgefl.sim.bulk import Costs, Pricer
 from edgefl.sim.cost import ClientCost
 from edgefl.sim.engine import Federation
-from edgefl.sim.living import COMPLETED, Buffered, Stalled, Started, play_round, staleness_weight
+from edgefl.sim.living import COMPLETED, DROPPED, Buffered, Stalled, Started, play_round, staleness_weight
 
 ASYNC = 5  # the random stream of async picks (edgefl.devices.pool's streams, then availability's)
 Trained = tuple[float, np.ndarray]  # a round's mean loss ("" if none) and each client's measured seconds
@@ -102,18 +103,30 @@ def select_online(live: Live, pool: DevicePool, fed: Federation, t: int, where: 
 
 
 def live_round(exp: Experiment, live: Live, pricer: Pricer, fed: Federation, t: int,
-               server_s: Callable[[], float]) -> RoundTable:
-    """Round t of a sync or deadline round on a living fleet."""
+               server_s: Callable[[], float], energy: RoundEnergy | None = None) -> RoundTable:
+    """Round t of a sync or deadline round on a living fleet; `energy` drops the clients whose
+    battery cannot cover their whole work (status `dropped`, nothing done) and prices the work each
+    other client did."""
     clients = select_online(live, exp.pool, fed, t, exp.where)
     states, plan, jobs = planned_jobs(exp.pool, exp.method, pricer, t, clients)
-    costs = [c for _, _, c in jobs]
-    r = play_round(fed, [(k, phases(c)) for k, _, c in jobs], live.avail, live.target, live.deadline_s,
-                   server := server_s())
-    status = np.array([o.status for o in r.outcomes], dtype=np.int64)
-    stop = np.array([o.stop_s for o in r.outcomes])
+    gathered = exp.pool.gathered(clients, list(states.values()))
+    costs = Costs.of([c for _, _, c in jobs])
+    dropped = np.zeros(len(jobs), dtype=bool)
+    if energy is not None:
+        costs, dropped = energy.before(gathered, plan, costs)
+    played = [i for i in range(len(jobs)) if not dropped[i]]
+    r = play_round(fed, [(jobs[i][0], phases(costs.cost(i))) for i in played], live.avail, live.target,
+                   live.deadline_s, server := server_s())
+    status, stop = np.full(len(jobs), DROPPED, dtype=np.int64), np.full(len(jobs), r.start_s)
+    status[played] = [o.status for o in r.outcomes]
+    stop[played] = [o.stop_s for o in r.outcomes]
     wait = np.where(status == COMPLETED, r.close_s - stop, 0.0)
-    return RoundTable(t, r.start_s, r.end_s, server, exp.pool.gathered(clients, list(states.values())), plan,
-                      Costs.of(costs), stop, wait, status)
+    table = RoundTable(t, r.start_s, r.end_s, server, gathered, plan, costs, stop, wait, status)
+    if energy is not None:
+        table.dropped = dropped
+        table.energy_j = energy.living(gathered, plan, costs, stop - r.start_s, wait, dropped)
+        table.charge_j = energy.charge(gathered)
+    return table
 
 
 def completed(table: RoundTable) -> list[int]:
@@ -139,10 +152,11 @@ class AsyncRounds:
     its mean loss and each ended client's measured training seconds."""
 
     def __init__(self, exp: Experiment, executor: Executor, fed: Federation, pricer: Pricer,
-                 server_s: Callable[[int], float]) -> None:
+                 server_s: Callable[[int], float], energy: RoundEnergy | None = None) -> None:
         s = exp.scenario
         check_mode(s, exp.method.modes, exp.where)  # a method made by a factory (sfat's base) is known now
         self.exp, self.executor, self.fed, self.pricer, self.server_s = exp, executor, fed, pricer, server_s
+        self.energy = energy  # prices each ended client's work (batteries: not in async mode)
         self.avail = make_availability(s.fleet, s.seed, exp.where)
         self.starts, self.last_end = 0, fed.now
         self.done: list[tuple[RoundTable, float | str, np.ndarray]] = []
@@ -194,14 +208,17 @@ class AsyncRounds:
     def table(self, version: int, ended: list[Started]) -> RoundTable:
         pending = [job_of(j) for j in ended]
         clients = np.array([j.client for j in ended], dtype=np.int64)
-        return RoundTable(version, self.last_end, self.fed.now, self.server_s(version),
-                          self.exp.pool.gathered(clients, [p.state for p in pending]),
-                          grouped([p.plan for p in pending]),
-                          Costs.of([p.cost for p in pending]),
-                          np.array([j.outcome.stop_s for j in ended]), np.zeros(len(ended)),
-                          np.array([j.outcome.status for j in ended], dtype=np.int64),
-                          np.array([j.outcome.staleness for j in ended], dtype=np.int64),
-                          np.array([p.start_s for p in pending]))
+        states = self.exp.pool.gathered(clients, [p.state for p in pending])
+        plan, costs = grouped([p.plan for p in pending]), Costs.of([p.cost for p in pending])
+        stop, begin = np.array([j.outcome.stop_s for j in ended]), np.array([p.start_s for p in pending])
+        table = RoundTable(version, self.last_end, self.fed.now, self.server_s(version), states, plan, costs,
+                           stop, np.zeros(len(ended)),
+                           np.array([j.outcome.status for j in ended], dtype=np.int64),
+                           np.array([j.outcome.staleness for j in ended], dtype=np.int64), begin)
+        if self.energy is not None:  # an async client never waits for a round to close
+            table.energy_j = self.energy.living(states, plan, costs, stop - begin, table.wait_s,
+                                                np.zeros(len(ended), dtype=bool))
+        return table
 
 
 def job_of(job: Started) -> Pending:

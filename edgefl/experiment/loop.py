@@ -201,7 +201,7 @@ def _player(exp: Experiment, executor: Executor, fed: Federation, pricer: Pricer
         return s.cost.server_s + m.server_flops(t) / (s.cost.server_gflops * 1e9)
 
     if s.round.mode == "async":
-        rounds = AsyncRounds(exp, executor, fed, pricer, server_s)
+        rounds = AsyncRounds(exp, executor, fed, pricer, server_s, energy)
         return lambda t, _: rounds.next(t)
     live = Live.of(exp) if is_living(exp) else None
 
@@ -212,7 +212,7 @@ def _player(exp: Experiment, executor: Executor, fed: Federation, pricer: Pricer
                                                              picked.clients, energy)
             kept = table.states.clients if table.dropped is None else table.states.clients[~table.dropped]
             return _trained(exp, executor, table, kept.tolist(), selection)
-        table = live_round(exp, live, pricer, fed, t, lambda: server_s(t))
+        table = live_round(exp, live, pricer, fed, t, lambda: server_s(t), energy)
         return _trained(exp, executor, table, completed(table))
 
     return play

@@ -1,0 +1,73 @@
+"""Energy on a living fleet: a client stopped early is charged for the work it did, worked by hand
+from edgefl.sim.energy's formula on the 3-client deadline round of tests/test_living.py."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgefl.experiment import prepare, run
+from edgefl.experiment.energy import worked
+from edgefl.scenario import load_scenario
+from edgefl.sim.availability import Always
+from edgefl.sim.bulk import Costs
+from edgefl.sim.energy import Power, round_energy
+from edgefl.sim.engine import Federation
+from edgefl.sim.living import COMPLETED, LATE, play_round
+
+ROOT = Path(__file__).resolve().parent.parent
+# A ends its upload at 1+0+2+1 = 4 s, B at 7 s, C at 13 s
+JOBS = [(0, (1.0, 0.0, 2.0, 1.0)), (1, (1.0, 0.0, 5.0, 1.0)), (2, (2.0, 0.0, 10.0, 1.0))]
+
+
+def test_a_deadline_round_charges_each_client_for_the_work_it_did() -> None:
+    """Deadline 6 s, target 2: A completes at 4 s and waits 2 s; B (download 1, compute 5 of 5, no
+    upload) and C (download 2, compute 4 of 10) are late at 6 s. Each reads 1 MB and writes 2 MB
+    over its data access and compute, downloads 1 MB and uploads 0.5 MB; training gets half the
+    processor. With idle 0.2 W, active 4 W, 1 / 3 nJ per byte read / written, 416 / 3507 nJ per
+    byte received / sent and radio 1.288 W:
+    A: 0.2 (4 + 2) + 3.8 x 0.5 x 2 + 0.007 + 0.416 + 1.7535 + 1.288 x 2 = 9.7525 J
+    B: 0.2 x 6 + 3.8 x 0.5 x 5 + 0.007 + 0.416 + 1.288 x 1 = 12.411 J
+    C: 0.2 x 6 + 3.8 x 0.5 x 4 + 0.4 x 0.007 + 0.416 + 1.288 x 2 = 11.7948 J"""
+    r = play_round(Federation(100.0), JOBS, Always(), target=2, deadline_s=6.0, server_s=0.5)
+    assert [o.status for o in r.outcomes] == [COMPLETED, LATE, LATE]
+    stop = np.array([o.stop_s for o in r.outcomes])
+    wait = np.where(stop < r.close_s, r.close_s - stop, 0.0)
+    spans = np.array([p for _, p in JOBS]).T
+    three = np.ones(3)
+    costs = Costs(compute_s=spans[2], data_access_s=spans[1], download_s=spans[0], upload_s=spans[3],
+                  mem_req_bytes=0 * three, swapped=three > 0, read_bytes=1e6 * three,
+                  write_bytes=2e6 * three)
+    done, down_share, up_share = worked(costs, stop - r.start_s)
+    p = Power(4.0, 0.2, 1.0, 3.0, 416.0, 3507.0, 1.288)
+    joules = round_energy(p, done, 0.5, 1e6 * down_share, 5e5 * up_share, wait)
+    assert joules == pytest.approx([9.7525, 12.411, 11.7948], rel=1e-12)
+
+
+def test_a_completed_client_is_charged_its_whole_work() -> None:
+    c = Costs(*(np.array([v]) for v in (3.0, 1.0, 2.0, 0.5, 0.0)), np.array([False]), np.array([4.0]),
+              np.array([8.0]))
+    done, down, up = worked(c, np.array([6.5]))
+    assert (done, down.tolist(), up.tolist()) == (c, [1.0], [1.0])
+
+
+@pytest.mark.parametrize(("name", "overrides"), [
+    ("deadline-diurnal-digits", ["energy.enabled=true", "energy.batteries=true",
+                                 "energy.battery_start=[0.0005,0.001]"]),
+    ("async-digits", ["energy.enabled=true"]),
+])
+def test_living_runs_write_joules(tmp_path: Path, name: str, overrides: list[str]) -> None:
+    path = ROOT / "scenarios" / f"{name}.toml"
+    exp = prepare(load_scenario(path, ["rounds=4", *overrides]), str(path), dry_run=True)
+    run(exp, tmp_path / "out", progress=False)
+    rows = list(csv.DictReader((tmp_path / "out" / "clients.csv").open()))
+    joules = [float(r["energy_j"]) for r in rows]
+    assert all(j >= 0 for j in joules) and sum(joules) > 0
+    metrics = list(csv.DictReader((tmp_path / "out" / "metrics.csv").open()))
+    assert sum(float(m["energy_j"]) for m in metrics) == pytest.approx(sum(joules))
+    if "battery_dropped" in rows[0]:  # batteries nearly empty: some clients cannot pay for a round
+        flat = [r for r in rows if r["battery_dropped"] == "1"]
+        assert flat and all(r["status"] == "dropped" and float(r["energy_j"]) == 0 for r in flat)
