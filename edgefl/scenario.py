@@ -229,10 +229,9 @@ def _check_living(s: Scenario, where: str) -> None:
 
         make_availability(s.fleet, s.seed, where)
     living = s.fleet.availability != "always" or s.round.mode != "sync"
-    if living and s.selection.policy != "uniform":
-        raise EdgeflError(where, "selection.policy", f"{s.selection.policy!r} picks clients only in "
-                          f"synchronous rounds of an always-on fleet for now (this scenario has round.mode = "
-                          f"{s.round.mode!r}, fleet.availability = {s.fleet.availability!r}): use uniform")
+    if s.round.mode == "async" and s.selection.policy != "uniform":
+        raise EdgeflError(where, "selection.policy", f"{s.selection.policy!r} picks a round's clients "
+                          "in sync and deadline rounds; async mode starts one client at a time: use uniform")
     if living and (s.server.down_mbps or s.server.up_mbps):
         key = "server.down_mbps" if s.server.down_mbps else "server.up_mbps"
         raise EdgeflError(where, key, f"shared server links are priced only in synchronous rounds of an "

@@ -11,6 +11,7 @@ import pytest
 
 from edgefl.experiment import prepare, run
 from edgefl.experiment.energy import worked
+from edgefl.experiment.living import Live
 from edgefl.scenario import load_scenario
 from edgefl.sim.availability import Always
 from edgefl.sim.bulk import Costs
@@ -71,3 +72,25 @@ def test_living_runs_write_joules(tmp_path: Path, name: str, overrides: list[str
     if "battery_dropped" in rows[0]:  # batteries nearly empty: some clients cannot pay for a round
         flat = [r for r in rows if r["battery_dropped"] == "1"]
         assert flat and all(r["status"] == "dropped" and float(r["energy_j"]) == 0 for r in flat)
+
+
+@pytest.mark.parametrize("policy", ["oort", "memory_fit", "power_of_choice"])
+def test_a_policy_picks_among_the_online_clients_seeded(tmp_path: Path, policy: str) -> None:
+    path = ROOT / "scenarios" / "deadline-diurnal-digits.toml"
+    s = load_scenario(path, ["rounds=5", f"selection.policy={policy}"])
+    texts = []
+    for out in ("a", "b"):
+        exp = prepare(s, str(path), dry_run=True)
+        run(exp, tmp_path / out, progress=False)
+        texts.append([(tmp_path / out / f).read_text() for f in ("metrics.csv", "clients.csv")])
+    assert texts[0] == texts[1]
+    avail = Live.of(exp).avail
+    start = {int(m["round"]): float(m["sim_time_s"]) - float(m["round_time_s"])
+             for m in csv.DictReader((tmp_path / "a" / "metrics.csv").open())}
+    rows = list(csv.DictReader((tmp_path / "a" / "clients.csv").open()))
+    assert rows and all(avail.online(int(r["client"]), start[int(r["round"])]) for r in rows)
+    assert {r["picked_by"] for r in rows} != {""}
+    live, clients = Live.of(exp), s.fleet.clients
+    for t, at in start.items():  # over-selected, or every client online when fewer are
+        online = sum(avail.online(k, at) for k in range(clients))
+        assert sum(int(r["round"]) == t for r in rows) == min(live.selected, online)

@@ -89,9 +89,14 @@ def online_pick(avail: Availability, order: np.ndarray, now: float, count: int,
 NEVER_ONLINE = "no device of the fleet comes online again; give a trace with online intervals for them"
 
 
-def select_online(live: Live, pool: DevicePool, fed: Federation, t: int, where: str) -> np.ndarray:
+Choose = Callable[[np.ndarray], np.ndarray]  # a policy's pick among the online clients (bool mask)
+
+
+def select_online(live: Live, pool: DevicePool, fed: Federation, t: int, where: str,
+                  choose: Choose | None = None) -> np.ndarray:
     """Round t's clients, ascending: the first online ones of a seeded permutation, the clock moved
-    on to when one comes online if none is."""
+    on to when one comes online if none is; or, with `choose` (a selection policy), its pick among
+    the clients online then."""
     order = rng(pool.seed, SAMPLE, t).permutation(pool.fleet.clients)
     picked, when = online_pick(live.avail, order, fed.now, live.selected)
     if not picked:
@@ -99,15 +104,18 @@ def select_online(live: Live, pool: DevicePool, fed: Federation, t: int, where: 
             raise EdgeflError(where, "fleet.availability", NEVER_ONLINE)
         fed.env.run(until=when)
         picked, _ = online_pick(live.avail, order, fed.now, live.selected)
+    if choose is not None:
+        return choose(np.array([live.avail.online(k, fed.now) for k in range(pool.fleet.clients)]))
     return np.array(sorted(picked), dtype=np.int64)
 
 
 def live_round(exp: Experiment, live: Live, pricer: Pricer, fed: Federation, t: int,
-               server_s: Callable[[], float], energy: RoundEnergy | None = None) -> RoundTable:
+               server_s: Callable[[], float], energy: RoundEnergy | None = None,
+               choose: Choose | None = None) -> RoundTable:
     """Round t of a sync or deadline round on a living fleet; `energy` drops the clients whose
     battery cannot cover their whole work (status `dropped`, nothing done) and prices the work each
-    other client did."""
-    clients = select_online(live, exp.pool, fed, t, exp.where)
+    other client did; `choose` picks the round's clients among those online (select_online)."""
+    clients = select_online(live, exp.pool, fed, t, exp.where, choose)
     states, plan, jobs = planned_jobs(exp.pool, exp.method, pricer, t, clients)
     gathered = exp.pool.gathered(clients, list(states.values()))
     costs = Costs.of([c for _, _, c in jobs])
