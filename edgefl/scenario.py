@@ -228,15 +228,13 @@ def _check_living(s: Scenario, where: str) -> None:
         from edgefl.sim.availability import make_availability
 
         make_availability(s.fleet, s.seed, where)
-    living = s.fleet.availability != "always" or s.round.mode != "sync"
     if s.round.mode == "async" and s.selection.policy != "uniform":
         raise EdgeflError(where, "selection.policy", f"{s.selection.policy!r} picks a round's clients "
                           "in sync and deadline rounds; async mode starts one client at a time: use uniform")
-    if living and (s.server.down_mbps or s.server.up_mbps):
+    if s.round.mode == "async" and (s.server.down_mbps or s.server.up_mbps):
         key = "server.down_mbps" if s.server.down_mbps else "server.up_mbps"
-        raise EdgeflError(where, key, f"shared server links are priced only in synchronous rounds of an "
-                          f"always-on fleet for now (this scenario has round.mode = {s.round.mode!r}, "
-                          f"fleet.availability = {s.fleet.availability!r}): set it to 0")
+        raise EdgeflError(where, key, "shared server links are played in sync and deadline rounds, not "
+                          "in async mode for now: set it to 0")
     if s.round.mode == "async" and s.energy.batteries:
         raise EdgeflError(where, "energy.batteries", "batteries are tracked in sync and deadline rounds, "
                           "not in async mode for now: set it to false (energy.enabled prices joules)")

@@ -22,6 +22,7 @@ from edgefl.sim.battery import Battery
 from edgefl.sim.bulk import Costs, RoundPlan
 from edgefl.sim.energy import FleetPower, client_energy
 from edgefl.sim.links import Links, shared_round
+from edgefl.sim.living import Transfer
 
 WORK = ("compute_s", "data_access_s", "download_s", "upload_s", "read_bytes", "write_bytes")
 
@@ -43,17 +44,19 @@ class RoundEnergy:
         up = np.array([x.upload_bytes * on for x in w])[plan.which]
         return down, up
 
-    def before(self, s: States, plan: RoundPlan, costs: Costs) -> tuple[Costs, np.ndarray]:
-        """The round's costs on the shared links, and which clients are dropped (bool)."""
+    def before(self, s: States, plan: RoundPlan, costs: Costs,
+               share: bool = True) -> tuple[Costs, np.ndarray]:
+        """The round's costs on the shared links (`share`: a synchronous round's, worked out in
+        advance), and which clients are dropped (bool)."""
         dropped = np.zeros(len(s.clients), dtype=bool)
-        costs = self._shared(s, plan, costs, ~dropped)
+        costs = self._shared(s, plan, costs, ~dropped) if share else costs
         if self.battery is not None and self.power is not None:
             need = self.power.energy(s, costs, *self.sent(plan), np.zeros(len(s.clients)))
             dropped = ~self.battery.covers(s.clients, need)
             if dropped.any():
                 zeroed = {k: np.where(dropped, 0.0, getattr(costs, k)) for k in WORK}
                 kept = replace(costs, swapped=costs.swapped & ~dropped, **zeroed)
-                costs = self._shared(s, plan, kept, ~dropped)
+                costs = self._shared(s, plan, kept, ~dropped) if share else kept
         return costs, dropped
 
     def _shared(self, s: States, plan: RoundPlan, c: Costs, live: np.ndarray) -> Costs:
@@ -65,6 +68,15 @@ class RoundEnergy:
         d, u = shared_round(self.links, phases, (down[live], up[live]),
                             (s.down_bps[live], s.up_bps[live]), s.latency_s[live])
         return replace(c, download_s=_put(c.download_s, live, d), upload_s=_put(c.upload_s, live, u))
+
+    def transfers(self, s: States, plan: RoundPlan, rows: list[int]) -> tuple[Links, list[Transfer]] | None:
+        """The server's links and the transfers of the round's clients `rows`, for a living round's
+        SimPy processes (edgefl.sim.living); None where the links are unlimited or not counted."""
+        if self.links.unlimited or not self.communication:
+            return None
+        down, up = self.sent(plan)
+        return self.links, [Transfer(float(down[i]), float(up[i]), float(s.down_bps[i]), float(s.up_bps[i]),
+                                     float(s.latency_s[i])) for i in rows]
 
     def bulk(self, s: States, plan: RoundPlan, costs: Costs, wait_s: np.ndarray,
              dropped: np.ndarray) -> np.ndarray | None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import islice
 
 import numpy as np
@@ -42,7 +42,16 @@ from edgefl.sim.availability import Availability, make_availability
 from edgefl.sim.bulk import Costs, Pricer
 from edgefl.sim.cost import ClientCost
 from edgefl.sim.engine import Federation
-from edgefl.sim.living import COMPLETED, DROPPED, Buffered, Stalled, Started, play_round, staleness_weight
+from edgefl.sim.living import (
+    COMPLETED,
+    DROPPED,
+    Buffered,
+    Outcome,
+    Stalled,
+    Started,
+    play_round,
+    staleness_weight,
+)
 
 ASYNC = 5  # the random stream of async picks (edgefl.devices.pool's streams, then availability's)
 Trained = tuple[float, np.ndarray]  # a round's mean loss ("" if none) and each client's measured seconds
@@ -121,13 +130,15 @@ def live_round(exp: Experiment, live: Live, pricer: Pricer, fed: Federation, t: 
     costs = Costs.of([c for _, _, c in jobs])
     dropped = np.zeros(len(jobs), dtype=bool)
     if energy is not None:
-        costs, dropped = energy.before(gathered, plan, costs)
+        costs, dropped = energy.before(gathered, plan, costs, share=False)
     played = [i for i in range(len(jobs)) if not dropped[i]]
     r = play_round(fed, [(jobs[i][0], phases(costs.cost(i))) for i in played], live.avail, live.target,
-                   live.deadline_s, server := server_s())
+                   live.deadline_s, server := server_s(),
+                   energy.transfers(gathered, plan, played) if energy is not None else None)
     status, stop = np.full(len(jobs), DROPPED, dtype=np.int64), np.full(len(jobs), r.start_s)
     status[played] = [o.status for o in r.outcomes]
     stop[played] = [o.stop_s for o in r.outcomes]
+    costs = on_links(costs, played, r.outcomes)
     wait = np.where(status == COMPLETED, r.close_s - stop, 0.0)
     table = RoundTable(t, r.start_s, r.end_s, server, gathered, plan, costs, stop, wait, status)
     if energy is not None:
@@ -135,6 +146,16 @@ def live_round(exp: Experiment, live: Live, pricer: Pricer, fed: Federation, t: 
         table.energy_j = energy.living(gathered, plan, costs, stop - r.start_s, wait, dropped)
         table.charge_j = energy.charge(gathered)
     return table
+
+
+def on_links(costs: Costs, rows: list[int], outcomes: list[Outcome]) -> Costs:
+    """The costs with the seconds each transfer took on the shared links where it ended (a transfer
+    that did not end keeps its time alone, what its energy is prorated on)."""
+    down, up = costs.download_s.copy(), costs.upload_s.copy()
+    for i, o in zip(rows, outcomes, strict=True):
+        down[i] = down[i] if math.isnan(o.download_s) else o.download_s
+        up[i] = up[i] if math.isnan(o.upload_s) else o.upload_s
+    return replace(costs, download_s=down, upload_s=up)
 
 
 def completed(table: RoundTable) -> list[int]:
