@@ -121,3 +121,15 @@ def test_a_living_run_on_limited_links_is_slower_and_seeded(tmp_path: Path) -> N
         metrics = csv.DictReader((tmp_path / links / "metrics.csv").open())
         times.append([float(m["sim_time_s"]) for m in metrics])
     assert times[1][0] > times[0][0]
+
+
+def test_the_living_digits_scenario_is_seeded_with_everything_on(tmp_path: Path) -> None:
+    path = ROOT / "scenarios" / "living-digits.toml"
+    texts = []
+    for out in ("a", "b"):
+        exp = prepare(load_scenario(path, ["rounds=3"]), str(path), dry_run=True)
+        run(exp, tmp_path / out, progress=False)
+        texts.append([(tmp_path / out / f).read_text() for f in ("metrics.csv", "clients.csv", "events.csv")])
+    assert texts[0] == texts[1]
+    head = texts[0][1].splitlines()[0].split(",")
+    assert {"status", "energy_j", "battery_j", "picked_by"} <= set(head)
