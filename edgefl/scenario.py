@@ -222,7 +222,8 @@ def check_mode(s: Scenario, modes: tuple[str, ...], where: str) -> None:
 
 
 def _check_living(s: Scenario, where: str) -> None:
-    """The method runs in the round mode, and a trace given as availability reads."""
+    """The method runs in the round mode, a trace given as availability reads, and async mode asks for
+    nothing it does not play yet (a selection policy, shared server links, batteries)."""
     check_mode(s, getattr(METHODS.get(s.method), "modes", MODES), where)  # a factory's: once it is made
     if s.fleet.availability not in ("always", "diurnal"):
         from edgefl.sim.availability import make_availability
