@@ -222,23 +222,23 @@ def check_mode(s: Scenario, modes: tuple[str, ...], where: str) -> None:
 
 
 def _check_living(s: Scenario, where: str) -> None:
-    """The method runs in the round mode, and a trace given as availability reads."""
+    """The method runs in the round mode, a trace given as availability reads, and async mode asks for
+    nothing it does not play yet (a selection policy, shared server links, batteries)."""
     check_mode(s, getattr(METHODS.get(s.method), "modes", MODES), where)  # a factory's: once it is made
     if s.fleet.availability not in ("always", "diurnal"):
         from edgefl.sim.availability import make_availability
 
         make_availability(s.fleet, s.seed, where)
-    living = s.fleet.availability != "always" or s.round.mode != "sync"
-    if living and s.selection.policy != "uniform":
-        raise EdgeflError(where, "selection.policy", f"{s.selection.policy!r} picks clients only in "
-                          f"synchronous rounds of an always-on fleet for now (this scenario has round.mode = "
-                          f"{s.round.mode!r}, fleet.availability = {s.fleet.availability!r}): use uniform")
-    if living and (s.energy.enabled or s.server.down_mbps or s.server.up_mbps):
-        key = ("energy.enabled" if s.energy.enabled else
-               "server.down_mbps" if s.server.down_mbps else "server.up_mbps")
-        raise EdgeflError(where, key, f"energy and shared server links are priced only in synchronous "
-                          f"rounds of an always-on fleet for now (this scenario has round.mode = "
-                          f"{s.round.mode!r}, fleet.availability = {s.fleet.availability!r}): turn one off")
+    if s.round.mode == "async" and s.selection.policy != "uniform":
+        raise EdgeflError(where, "selection.policy", f"{s.selection.policy!r} picks a round's clients "
+                          "in sync and deadline rounds; async mode starts one client at a time: use uniform")
+    if s.round.mode == "async" and (s.server.down_mbps or s.server.up_mbps):
+        key = "server.down_mbps" if s.server.down_mbps else "server.up_mbps"
+        raise EdgeflError(where, key, "shared server links are played in sync and deadline rounds, not "
+                          "in async mode for now: set it to 0")
+    if s.round.mode == "async" and s.energy.batteries:
+        raise EdgeflError(where, "energy.batteries", "batteries are tracked in sync and deadline rounds, "
+                          "not in async mode for now: set it to false (energy.enabled prices joules)")
 
 
 def _selection_checks(s: Scenario) -> list[Check]:

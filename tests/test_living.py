@@ -189,8 +189,8 @@ def test_a_pickled_trace_needs_the_opt_in_and_holds_plain_data_only(tmp_path: Pa
     (["round.concurrency=0"], "round.concurrency"),
     (["fleet.online_hours=0"], "fleet.online_hours"),
     (["fleet.availability=no-such-trace.csv"], "fleet.availability"),
-    (["round.mode=deadline", "energy.enabled=true"], "energy.enabled"),  # not yet on a living fleet
-    (["fleet.availability=diurnal", "server.up_mbps=10"], "server.up_mbps"),
+    (["round.mode=async", "energy.enabled=true", "energy.batteries=true"], "energy.batteries"),
+    (["round.mode=async", "server.up_mbps=10"], "server.up_mbps"),
     (["round.mode=async", "selection.policy=oort"], "selection.policy"),
 ])
 def test_refusals(overrides: list[str], key: str) -> None:

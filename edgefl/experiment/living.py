@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import islice
 
 import numpy as np
@@ -33,6 +33,7 @@ from edgefl.devices.pool import SAMPLE, DevicePool, DeviceState, rng, selected_p
 from edgefl.errors import EdgeflError
 from edgefl.execution.local import seed_everything
 from edgefl.executors.executor import Executor
+from edgefl.experiment.energy import RoundEnergy
 from edgefl.experiment.prepare import Experiment
 from edgefl.experiment.rounds import RoundTable, planned_jobs
 from edgefl.methods.base import ClientPlan, ClientUpdate, Method, grouped
@@ -41,7 +42,16 @@ from edgefl.sim.availability import Availability, make_availability
 from edgefl.sim.bulk import Costs, Pricer
 from edgefl.sim.cost import ClientCost
 from edgefl.sim.engine import Federation
-from edgefl.sim.living import COMPLETED, Buffered, Stalled, Started, play_round, staleness_weight
+from edgefl.sim.living import (
+    COMPLETED,
+    DROPPED,
+    Buffered,
+    Outcome,
+    Stalled,
+    Started,
+    play_round,
+    staleness_weight,
+)
 
 ASYNC = 5  # the random stream of async picks (edgefl.devices.pool's streams, then availability's)
 Trained = tuple[float, np.ndarray]  # a round's mean loss ("" if none) and each client's measured seconds
@@ -88,9 +98,14 @@ def online_pick(avail: Availability, order: np.ndarray, now: float, count: int,
 NEVER_ONLINE = "no device of the fleet comes online again; give a trace with online intervals for them"
 
 
-def select_online(live: Live, pool: DevicePool, fed: Federation, t: int, where: str) -> np.ndarray:
+Choose = Callable[[np.ndarray], np.ndarray]  # a policy's pick among the online clients (bool mask)
+
+
+def select_online(live: Live, pool: DevicePool, fed: Federation, t: int, where: str,
+                  choose: Choose | None = None) -> np.ndarray:
     """Round t's clients, ascending: the first online ones of a seeded permutation, the clock moved
-    on to when one comes online if none is."""
+    on to when one comes online if none is; or, with `choose` (a selection policy), its pick among
+    the clients online then."""
     order = rng(pool.seed, SAMPLE, t).permutation(pool.fleet.clients)
     picked, when = online_pick(live.avail, order, fed.now, live.selected)
     if not picked:
@@ -98,22 +113,49 @@ def select_online(live: Live, pool: DevicePool, fed: Federation, t: int, where: 
             raise EdgeflError(where, "fleet.availability", NEVER_ONLINE)
         fed.env.run(until=when)
         picked, _ = online_pick(live.avail, order, fed.now, live.selected)
+    if choose is not None:
+        return choose(np.array([live.avail.online(k, fed.now) for k in range(pool.fleet.clients)]))
     return np.array(sorted(picked), dtype=np.int64)
 
 
 def live_round(exp: Experiment, live: Live, pricer: Pricer, fed: Federation, t: int,
-               server_s: Callable[[], float]) -> RoundTable:
-    """Round t of a sync or deadline round on a living fleet."""
-    clients = select_online(live, exp.pool, fed, t, exp.where)
+               server_s: Callable[[], float], energy: RoundEnergy | None = None,
+               choose: Choose | None = None) -> RoundTable:
+    """Round t of a sync or deadline round on a living fleet; `energy` drops the clients whose
+    battery cannot cover their whole work (status `dropped`, nothing done) and prices the work each
+    other client did; `choose` picks the round's clients among those online (select_online)."""
+    clients = select_online(live, exp.pool, fed, t, exp.where, choose)
     states, plan, jobs = planned_jobs(exp.pool, exp.method, pricer, t, clients)
-    costs = [c for _, _, c in jobs]
-    r = play_round(fed, [(k, phases(c)) for k, _, c in jobs], live.avail, live.target, live.deadline_s,
-                   server := server_s())
-    status = np.array([o.status for o in r.outcomes], dtype=np.int64)
-    stop = np.array([o.stop_s for o in r.outcomes])
+    gathered = exp.pool.gathered(clients, list(states.values()))
+    costs = Costs.of([c for _, _, c in jobs])
+    dropped = np.zeros(len(jobs), dtype=bool)
+    if energy is not None:
+        costs, dropped = energy.before(gathered, plan, costs, share=False)
+    played = [i for i in range(len(jobs)) if not dropped[i]]
+    r = play_round(fed, [(jobs[i][0], phases(costs.cost(i))) for i in played], live.avail, live.target,
+                   live.deadline_s, server := server_s(),
+                   energy.transfers(gathered, plan, played) if energy is not None else None)
+    status, stop = np.full(len(jobs), DROPPED, dtype=np.int64), np.full(len(jobs), r.start_s)
+    status[played] = [o.status for o in r.outcomes]
+    stop[played] = [o.stop_s for o in r.outcomes]
+    costs = on_links(costs, played, r.outcomes)
     wait = np.where(status == COMPLETED, r.close_s - stop, 0.0)
-    return RoundTable(t, r.start_s, r.end_s, server, exp.pool.gathered(clients, list(states.values())), plan,
-                      Costs.of(costs), stop, wait, status)
+    table = RoundTable(t, r.start_s, r.end_s, server, gathered, plan, costs, stop, wait, status)
+    if energy is not None:
+        table.dropped = dropped
+        table.energy_j = energy.living(gathered, plan, costs, stop - r.start_s, wait, dropped)
+        table.charge_j = energy.charge(gathered)
+    return table
+
+
+def on_links(costs: Costs, rows: list[int], outcomes: list[Outcome]) -> Costs:
+    """The costs with the seconds each transfer took on the shared links where it ended (a transfer
+    that did not end keeps its time alone, what its energy is prorated on)."""
+    down, up = costs.download_s.copy(), costs.upload_s.copy()
+    for i, o in zip(rows, outcomes, strict=True):
+        down[i] = down[i] if math.isnan(o.download_s) else o.download_s
+        up[i] = up[i] if math.isnan(o.upload_s) else o.upload_s
+    return replace(costs, download_s=down, upload_s=up)
 
 
 def completed(table: RoundTable) -> list[int]:
@@ -139,10 +181,11 @@ class AsyncRounds:
     its mean loss and each ended client's measured training seconds."""
 
     def __init__(self, exp: Experiment, executor: Executor, fed: Federation, pricer: Pricer,
-                 server_s: Callable[[int], float]) -> None:
+                 server_s: Callable[[int], float], energy: RoundEnergy | None = None) -> None:
         s = exp.scenario
         check_mode(s, exp.method.modes, exp.where)  # a method made by a factory (sfat's base) is known now
         self.exp, self.executor, self.fed, self.pricer, self.server_s = exp, executor, fed, pricer, server_s
+        self.energy = energy  # prices each ended client's work (batteries: not in async mode)
         self.avail = make_availability(s.fleet, s.seed, exp.where)
         self.starts, self.last_end = 0, fed.now
         self.done: list[tuple[RoundTable, float | str, np.ndarray]] = []
@@ -194,14 +237,17 @@ class AsyncRounds:
     def table(self, version: int, ended: list[Started]) -> RoundTable:
         pending = [job_of(j) for j in ended]
         clients = np.array([j.client for j in ended], dtype=np.int64)
-        return RoundTable(version, self.last_end, self.fed.now, self.server_s(version),
-                          self.exp.pool.gathered(clients, [p.state for p in pending]),
-                          grouped([p.plan for p in pending]),
-                          Costs.of([p.cost for p in pending]),
-                          np.array([j.outcome.stop_s for j in ended]), np.zeros(len(ended)),
-                          np.array([j.outcome.status for j in ended], dtype=np.int64),
-                          np.array([j.outcome.staleness for j in ended], dtype=np.int64),
-                          np.array([p.start_s for p in pending]))
+        states = self.exp.pool.gathered(clients, [p.state for p in pending])
+        plan, costs = grouped([p.plan for p in pending]), Costs.of([p.cost for p in pending])
+        stop, begin = np.array([j.outcome.stop_s for j in ended]), np.array([p.start_s for p in pending])
+        table = RoundTable(version, self.last_end, self.fed.now, self.server_s(version), states, plan, costs,
+                           stop, np.zeros(len(ended)),
+                           np.array([j.outcome.status for j in ended], dtype=np.int64),
+                           np.array([j.outcome.staleness for j in ended], dtype=np.int64), begin)
+        if self.energy is not None:  # an async client never waits for a round to close
+            table.energy_j = self.energy.living(states, plan, costs, stop - begin, table.wait_s,
+                                                np.zeros(len(ended), dtype=bool))
+        return table
 
 
 def job_of(job: Started) -> Pending:

@@ -131,7 +131,7 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
                                 sim_h=f"{fed.now / 3600:.2f}")
             metrics.write([row])
             clients.write_columns(client_columns(table, exp.pool, real,
-                                                 picked if selection.logged else None))
+                                                 selection.last if selection.logged else None))
             spans = event_columns(table)
             events.write_columns(spans)
             sample.add_columns(spans)  # nothing is kept across rounds but the trace's sample
@@ -201,7 +201,7 @@ def _player(exp: Experiment, executor: Executor, fed: Federation, pricer: Pricer
         return s.cost.server_s + m.server_flops(t) / (s.cost.server_gflops * 1e9)
 
     if s.round.mode == "async":
-        rounds = AsyncRounds(exp, executor, fed, pricer, server_s)
+        rounds = AsyncRounds(exp, executor, fed, pricer, server_s, energy)
         return lambda t, _: rounds.next(t)
     live = Live.of(exp) if is_living(exp) else None
 
@@ -212,8 +212,10 @@ def _player(exp: Experiment, executor: Executor, fed: Federation, pricer: Pricer
                                                              picked.clients, energy)
             kept = table.states.clients if table.dropped is None else table.states.clients[~table.dropped]
             return _trained(exp, executor, table, kept.tolist(), selection)
-        table = live_round(exp, live, pricer, fed, t, lambda: server_s(t))
-        return _trained(exp, executor, table, completed(table))
+        choose = None if not selection.logged else (
+            lambda online: selection.pick(t, online, live.selected).clients)
+        table = live_round(exp, live, pricer, fed, t, lambda: server_s(t), energy, choose)
+        return _trained(exp, executor, table, completed(table), selection)
 
     return play
 

@@ -69,10 +69,15 @@ class Ask:
     dry_run: bool  # no losses exist: policies say what they use instead
     sizes: Callable[[], np.ndarray]  # every client's training samples |B_i|
     need_bytes: Callable[[], float]  # the memory the method's workload asks this round
+    online: np.ndarray | None = None  # bool per client: who can be picked (a living fleet); None: all
 
     @property
     def clients(self) -> int:
         return self.pool.fleet.clients
+
+    def candidates(self, clients: np.ndarray) -> np.ndarray:
+        """Those of `clients` that can be picked (all where the whole fleet can)."""
+        return clients if self.online is None else clients[self.online[clients]]
 
     def rng(self) -> np.random.Generator:
         """The round's selection stream, from the scenario seed."""

@@ -23,7 +23,7 @@ class MemoryFit(Selector):
     """Fitting clients first, uniformly; then the nearest misses."""
 
     def select(self, ask: Ask, known: Known) -> Picked:
-        order = ask.rng().permutation(ask.clients)
+        order = ask.candidates(ask.rng().permutation(ask.clients))
         ratio = ask.states.memory_bytes[order] / ask.need_bytes()
         fits = ratio >= 1
         ranked = np.concatenate([np.flatnonzero(fits),

@@ -47,8 +47,8 @@ class Oort(Selector):
 
     def select(self, ask: Ask, known: Known) -> Picked:
         c, rng, sizes = self.cfg, ask.rng(), ask.sizes().astype(np.float64)
-        explored = np.flatnonzero(known.last_round >= 0)
-        fresh = np.flatnonzero(known.last_round < 0)
+        explored = ask.candidates(np.flatnonzero(known.last_round >= 0))
+        fresh = ask.candidates(np.flatnonzero(known.last_round < 0))
         eps = exploration(c.oort_epsilon, c.oort_epsilon_decay, c.oort_epsilon_min, ask.round)
         n_exploit = min(ask.count - min(round(eps * ask.count), len(fresh)), len(explored))
         n_explore = ask.count - n_exploit

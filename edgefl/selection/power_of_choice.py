@@ -26,7 +26,8 @@ class PowerOfChoice(Selector):
 
     def select(self, ask: Ask, known: Known) -> Picked:
         sizes = ask.sizes().astype(np.float64)
-        drawn = weighted_draw(ask.rng(), np.arange(ask.clients), sizes, self.candidates(ask))
+        pool = ask.candidates(np.arange(ask.clients))
+        drawn = weighted_draw(ask.rng(), pool, sizes[pool], min(len(pool), self.candidates(ask)))
         loss = known.loss[drawn]
         rank = np.argsort(-np.where(np.isnan(loss), np.inf, loss), kind="stable")[:ask.count]
         picked, utility = drawn[rank], loss[rank]

@@ -36,6 +36,7 @@ class Selection:
         self.cfg, self.pool, self.dry_run, self.need = cfg, pool, dry_run, need
         self.policy = SELECTORS.get(cfg.policy)(cfg)
         self.known = Known.empty(pool.fleet.clients)
+        self.last: Picked | None = None  # the latest pick
         self.sizes = cache(lambda: np.array([len(s.train) for s in splits], dtype=np.int64))
 
     @property
@@ -44,10 +45,15 @@ class Selection:
         whose logs stay as they were)."""
         return self.cfg.policy != "uniform"
 
-    def pick(self, round_: int) -> Picked:
-        ask = Ask(round_, selected_per_round(self.pool.fleet), self.pool, self.dry_run, self.sizes,
-                  lambda: self.need(round_))
-        return self.policy.select(ask, self.known)
+    def pick(self, round_: int, online: np.ndarray | None = None, count: int = 0) -> Picked:
+        """Round t's clients: `count` (0: the fleet's clients per round) of those `online` (bool per
+        client; None: every client), fewer where fewer are online."""
+        count = count or selected_per_round(self.pool.fleet)
+        if online is not None:
+            count = min(count, int(online.sum()))
+        ask = Ask(round_, count, self.pool, self.dry_run, self.sizes, lambda: self.need(round_), online)
+        self.last = self.policy.select(ask, self.known)
+        return self.last
 
     def record(self, round_: int, clients: np.ndarray, duration_s: np.ndarray,
                loss: dict[int, float]) -> None:

@@ -129,7 +129,13 @@ class SharedLink:
         t = _Transfer(float(nbytes), float(client_bps), env.event())
         self.active.append(t)
         self._schedule()
-        yield t.done
+        try:
+            yield t.done
+        except simpy.Interrupt:  # its client stopped: the others share the link without it
+            self._advance()
+            self.active.remove(t)
+            self._schedule()
+            raise
 
     def _advance(self) -> None:
         dt, self._last = float(self.env.now) - self._last, float(self.env.now)

@@ -32,6 +32,7 @@ import simpy
 
 from edgefl.sim.availability import Availability
 from edgefl.sim.engine import Federation, busy_end
+from edgefl.sim.links import Links, SharedLink
 
 STATUSES = ("completed", "dropped", "late", "offline")
 COMPLETED, DROPPED, LATE, OFFLINE = range(4)
@@ -46,6 +47,29 @@ class Outcome:
     status: int = COMPLETED
     stop_s: float = 0.0
     staleness: int = 0  # async: aggregations between its download and its upload
+    download_s: float = math.nan  # on shared links: its download's seconds, once it has ended
+    upload_s: float = math.nan  # the same for its upload
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """A client's transfers on the server's shared links: bytes, its own bandwidths (bytes/s) and the
+    latency added after each transfer's bytes (edgefl.sim.links)."""
+
+    down_bytes: float
+    up_bytes: float
+    down_bps: float
+    up_bps: float
+    latency_s: float
+
+
+@dataclass(frozen=True)
+class Net:
+    """A round's shared links and one client's transfers on them."""
+
+    down: SharedLink
+    up: SharedLink
+    transfer: Transfer
 
 
 def staleness_weight(tau: int) -> float:
@@ -53,12 +77,27 @@ def staleness_weight(tau: int) -> float:
     return 1 / math.sqrt(1 + tau)
 
 
+def _send(env: simpy.Environment, net: Net, up: bool, out: Outcome) -> Generator[simpy.Event, Any, None]:
+    """The client's download (or upload) on its shared link, then its latency; its seconds noted."""
+    t, begin = net.transfer, float(env.now)
+    if up:
+        yield from net.up.transfer(env, t.up_bytes, t.up_bps)
+    else:
+        yield from net.down.transfer(env, t.down_bytes, t.down_bps)
+    yield env.timeout(t.latency_s)
+    setattr(out, "upload_s" if up else "download_s", float(env.now) - begin)
+
+
 def _work(env: simpy.Environment, phases: Sequence[float], out: Outcome,
-          reported: Callable[[Outcome], None]) -> Generator[simpy.Event, Any, None]:
-    """The client's phases back to back; an interrupt (its cause a status) stops it."""
+          reported: Callable[[Outcome], None], net: Net | None = None) -> Generator[simpy.Event, Any, None]:
+    """The client's phases back to back (with `net`, its download and upload on the shared links);
+    an interrupt (its cause a status) stops it."""
     try:
-        for seconds in phases:
-            yield env.timeout(seconds)
+        for i, seconds in enumerate(phases):
+            if net is not None and i in (0, 3):
+                yield from _send(env, net, i == 3, out)
+            else:
+                yield env.timeout(seconds)
     except simpy.Interrupt as stop:
         out.status, out.stop_s = int(stop.cause or 0), float(env.now)
         return
@@ -74,11 +113,12 @@ def _unplug(env: simpy.Environment, proc: simpy.Process, at: float) -> Generator
 
 
 def start_client(env: simpy.Environment, phases: Sequence[float], avail: Availability, out: Outcome,
-                 reported: Callable[[Outcome], None]) -> simpy.Process:
-    """The client's process, with the interrupt of its device going offline before it would finish."""
-    proc = env.process(_work(env, phases, out, reported))
+                 reported: Callable[[Outcome], None], net: Net | None = None) -> simpy.Process:
+    """The client's process, with the interrupt of its device going offline before it would finish
+    (on shared links, when it finishes is not known in advance: whenever it goes offline)."""
+    proc = env.process(_work(env, phases, out, reported, net))
     off = avail.offline_at(out.client, float(env.now))
-    if off < busy_end(float(env.now), *phases):
+    if off < (math.inf if net is not None else busy_end(float(env.now), *phases)):
         env.process(_unplug(env, proc, off))
     return proc
 
@@ -92,10 +132,17 @@ class LiveRound:
 
 
 def play_round(fed: Federation, jobs: Sequence[tuple[int, Sequence[float]]], avail: Availability,
-               target: int, deadline_s: float, server_s: float) -> LiveRound:
+               target: int, deadline_s: float, server_s: float,
+               shared: tuple[Links, Sequence[Transfer]] | None = None) -> LiveRound:
     """One round of `jobs` (client, phase seconds): closed at `deadline_s` (inf: none), once `target`
-    clients have uploaded, or once every client has stopped; then the server spends `server_s`."""
+    clients have uploaded, or once every client has stopped; then the server spends `server_s`.
+    With `shared` (the server's links, each job's transfers) downloads and uploads share the links
+    (their seconds in each Outcome)."""
     env = fed.env
+    nets: list[Net | None] = [None] * len(jobs)
+    if shared is not None:
+        down, up = SharedLink(env, shared[0].down_bps), SharedLink(env, shared[0].up_bps)
+        nets = [Net(down, up, t) for t in shared[1]]
     result: list[LiveRound] = []
 
     def round_() -> Generator[simpy.Event, Any, None]:
@@ -110,8 +157,8 @@ def play_round(fed: Federation, jobs: Sequence[tuple[int, Sequence[float]]], ava
             elif count[0] == target:
                 enough.succeed()
 
-        procs = [start_client(env, phases, avail, o, reported) for (_, phases), o in zip(jobs, outcomes,
-                                                                                          strict=True)]
+        procs = [start_client(env, phases, avail, o, reported, net)
+                 for (_, phases), o, net in zip(jobs, outcomes, nets, strict=True)]
         ends: list[simpy.Event] = [simpy.AllOf(env, procs), enough]
         if math.isfinite(deadline_s):
             ends.append(env.timeout(deadline_s))

@@ -1,0 +1,135 @@
+"""Energy on a living fleet: a client stopped early is charged for the work it did, worked by hand
+from edgefl.sim.energy's formula on the 3-client deadline round of tests/test_living.py."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgefl.experiment import prepare, run
+from edgefl.experiment.energy import worked
+from edgefl.experiment.living import Live
+from edgefl.scenario import load_scenario
+from edgefl.sim.availability import Always
+from edgefl.sim.bulk import Costs
+from edgefl.sim.energy import Power, round_energy
+from edgefl.sim.engine import Federation
+from edgefl.sim.links import Links
+from edgefl.sim.living import COMPLETED, LATE, Transfer, play_round
+
+ROOT = Path(__file__).resolve().parent.parent
+# A ends its upload at 1+0+2+1 = 4 s, B at 7 s, C at 13 s
+JOBS = [(0, (1.0, 0.0, 2.0, 1.0)), (1, (1.0, 0.0, 5.0, 1.0)), (2, (2.0, 0.0, 10.0, 1.0))]
+
+
+def test_a_deadline_round_charges_each_client_for_the_work_it_did() -> None:
+    """Deadline 6 s, target 2: A completes at 4 s and waits 2 s; B (download 1, compute 5 of 5, no
+    upload) and C (download 2, compute 4 of 10) are late at 6 s. Each reads 1 MB and writes 2 MB
+    over its data access and compute, downloads 1 MB and uploads 0.5 MB; training gets half the
+    processor. With idle 0.2 W, active 4 W, 1 / 3 nJ per byte read / written, 416 / 3507 nJ per
+    byte received / sent and radio 1.288 W:
+    A: 0.2 (4 + 2) + 3.8 x 0.5 x 2 + 0.007 + 0.416 + 1.7535 + 1.288 x 2 = 9.7525 J
+    B: 0.2 x 6 + 3.8 x 0.5 x 5 + 0.007 + 0.416 + 1.288 x 1 = 12.411 J
+    C: 0.2 x 6 + 3.8 x 0.5 x 4 + 0.4 x 0.007 + 0.416 + 1.288 x 2 = 11.7948 J"""
+    r = play_round(Federation(100.0), JOBS, Always(), target=2, deadline_s=6.0, server_s=0.5)
+    assert [o.status for o in r.outcomes] == [COMPLETED, LATE, LATE]
+    stop = np.array([o.stop_s for o in r.outcomes])
+    wait = np.where(stop < r.close_s, r.close_s - stop, 0.0)
+    spans = np.array([p for _, p in JOBS]).T
+    three = np.ones(3)
+    costs = Costs(compute_s=spans[2], data_access_s=spans[1], download_s=spans[0], upload_s=spans[3],
+                  mem_req_bytes=0 * three, swapped=three > 0, read_bytes=1e6 * three,
+                  write_bytes=2e6 * three)
+    done, down_share, up_share = worked(costs, stop - r.start_s)
+    p = Power(4.0, 0.2, 1.0, 3.0, 416.0, 3507.0, 1.288)
+    joules = round_energy(p, done, 0.5, 1e6 * down_share, 5e5 * up_share, wait)
+    assert joules == pytest.approx([9.7525, 12.411, 11.7948], rel=1e-12)
+
+
+def test_a_completed_client_is_charged_its_whole_work() -> None:
+    c = Costs(*(np.array([v]) for v in (3.0, 1.0, 2.0, 0.5, 0.0)), np.array([False]), np.array([4.0]),
+              np.array([8.0]))
+    done, down, up = worked(c, np.array([6.5]))
+    assert (done, down.tolist(), up.tolist()) == (c, [1.0], [1.0])
+
+
+@pytest.mark.parametrize(("name", "overrides"), [
+    ("deadline-diurnal-digits", ["energy.enabled=true", "energy.batteries=true",
+                                 "energy.battery_start=[0.0005,0.001]"]),
+    ("async-digits", ["energy.enabled=true"]),
+])
+def test_living_runs_write_joules(tmp_path: Path, name: str, overrides: list[str]) -> None:
+    path = ROOT / "scenarios" / f"{name}.toml"
+    exp = prepare(load_scenario(path, ["rounds=4", *overrides]), str(path), dry_run=True)
+    run(exp, tmp_path / "out", progress=False)
+    rows = list(csv.DictReader((tmp_path / "out" / "clients.csv").open()))
+    joules = [float(r["energy_j"]) for r in rows]
+    assert all(j >= 0 for j in joules) and sum(joules) > 0
+    metrics = list(csv.DictReader((tmp_path / "out" / "metrics.csv").open()))
+    assert sum(float(m["energy_j"]) for m in metrics) == pytest.approx(sum(joules))
+    if "battery_dropped" in rows[0]:  # batteries nearly empty: some clients cannot pay for a round
+        flat = [r for r in rows if r["battery_dropped"] == "1"]
+        assert flat and all(r["status"] == "dropped" and float(r["energy_j"]) == 0 for r in flat)
+
+
+@pytest.mark.parametrize("policy", ["oort", "memory_fit", "power_of_choice"])
+def test_a_policy_picks_among_the_online_clients_seeded(tmp_path: Path, policy: str) -> None:
+    path = ROOT / "scenarios" / "deadline-diurnal-digits.toml"
+    s = load_scenario(path, ["rounds=5", f"selection.policy={policy}"])
+    texts = []
+    for out in ("a", "b"):
+        exp = prepare(s, str(path), dry_run=True)
+        run(exp, tmp_path / out, progress=False)
+        texts.append([(tmp_path / out / f).read_text() for f in ("metrics.csv", "clients.csv")])
+    assert texts[0] == texts[1]
+    avail = Live.of(exp).avail
+    start = {int(m["round"]): float(m["sim_time_s"]) - float(m["round_time_s"])
+             for m in csv.DictReader((tmp_path / "a" / "metrics.csv").open())}
+    rows = list(csv.DictReader((tmp_path / "a" / "clients.csv").open()))
+    assert rows and all(avail.online(int(r["client"]), start[int(r["round"])]) for r in rows)
+    assert {r["picked_by"] for r in rows} != {""}
+    live, clients = Live.of(exp), s.fleet.clients
+    for t, at in start.items():  # over-selected, or every client online when fewer are
+        online = sum(avail.online(k, at) for k in range(clients))
+        assert sum(int(r["round"]) == t for r in rows) == min(live.selected, online)
+
+
+def test_three_clients_share_the_server_links_in_a_deadline_round() -> None:
+    """Each downloads 4 B at its own 4 B/s on a 4 B/s link: 4/3 B/s each, through at 3 s, +0.5 s
+    latency. A computes 1 s and uploads 2 B (own 2 B/s, link 2 B/s) from 4.5 s: alone to 5 s (1 B),
+    then 1 B/s each with B until 6 s, +0.5: 6.5 s. B from 5 s: 1 B by 6 s, the last 1 B alone at 2 B/s
+    by 6.5 s, +0.5: 7 s. C computes 4 s, starts its upload at 7.5 s and is late at the 8 s deadline."""
+    jobs = [(0, (1.5, 0.0, 1.0, 1.5)), (1, (1.5, 0.0, 1.5, 1.5)), (2, (1.5, 0.0, 4.0, 1.5))]
+    t = Transfer(down_bytes=4.0, up_bytes=2.0, down_bps=4.0, up_bps=2.0, latency_s=0.5)
+    r = play_round(Federation(), jobs, Always(), target=3, deadline_s=8.0, server_s=0.0,
+                   shared=(Links(4.0, 2.0), [t, t, t]))
+    assert [(o.status, o.stop_s) for o in r.outcomes] == [(COMPLETED, 6.5), (COMPLETED, 7.0), (LATE, 8.0)]
+    assert [o.download_s for o in r.outcomes] == [3.5, 3.5, 3.5]
+    assert [o.upload_s for o in r.outcomes][:2] == [2.0, 2.0] and math.isnan(r.outcomes[2].upload_s)
+
+
+def test_a_living_run_on_limited_links_is_slower_and_seeded(tmp_path: Path) -> None:
+    path = ROOT / "scenarios" / "deadline-diurnal-digits.toml"
+    times = []
+    for links in ("0", "1"):
+        exp = prepare(load_scenario(path, ["rounds=3", f"server.down_mbps={links}"]), str(path), dry_run=True)
+        run(exp, tmp_path / links, progress=False)
+        metrics = csv.DictReader((tmp_path / links / "metrics.csv").open())
+        times.append([float(m["sim_time_s"]) for m in metrics])
+    assert times[1][0] > times[0][0]
+
+
+def test_the_living_digits_scenario_is_seeded_with_everything_on(tmp_path: Path) -> None:
+    path = ROOT / "scenarios" / "living-digits.toml"
+    texts = []
+    for out in ("a", "b"):
+        exp = prepare(load_scenario(path, ["rounds=3"]), str(path), dry_run=True)
+        run(exp, tmp_path / out, progress=False)
+        texts.append([(tmp_path / out / f).read_text() for f in ("metrics.csv", "clients.csv", "events.csv")])
+    assert texts[0] == texts[1]
+    head = texts[0][1].splitlines()[0].split(",")
+    assert {"status", "energy_j", "battery_j", "picked_by"} <= set(head)
