@@ -22,8 +22,7 @@ from typing import Generic, Protocol, TypeVar
 import numpy as np
 
 from edgefl.devices.pool import DevicePool, States
-from edgefl.sim.cost import ClientCost, CostModel, WalkCost, _full_speed_seconds, _rooflines
-from edgefl.sim.records import mem_req
+from edgefl.sim.cost import ClientCost, CostModel, WalkCost, full_speed_seconds, profile_rooflines
 from edgefl.sim.swap import Traffic, Trail, footprint, traced_walk
 from edgefl.sim.workload import Workload
 
@@ -207,8 +206,7 @@ class Pricer:
             down = up = np.zeros(len(rows))
         return {"compute_s": self._compute(w, kind, micro) / (s.flops[rows] / self.pool.kind_flops[kind]),
                 "data_access_s": access, "download_s": down, "upload_s": up,
-                "mem_req_bytes": np.full(len(rows), mem_req(w.atoms, w.batch, w.slots,
-                                                           adversarial=w.attack_steps > 0)),
+                "mem_req_bytes": np.full(len(rows), self.model.memory_need(w)),
                 "swapped": np.array([r[1] > 0 for r in results])[ids],
                 "read_bytes": read, "write_bytes": write}
 
@@ -216,6 +214,6 @@ class Pricer:
         """Full-speed compute seconds per client, one roofline sum per (device kind, micro)."""
         base = w.batch + 1  # micro-batches divide the batch
         pairs, inverse = np.unique(kind * base + micro, return_inverse=True)
-        full = [_full_speed_seconds(w, _rooflines(self.pool.kinds[k]), int(m))
+        full = [full_speed_seconds(w, profile_rooflines(self.pool.kinds[k]), int(m))
                 for k, m in zip(*divmod(pairs, base), strict=True)]
         return np.array(full)[inverse]

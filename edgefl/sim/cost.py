@@ -140,15 +140,16 @@ class WalkCost:
 def walk_compute_seconds(w: Workload, state: DeviceState, micro: int = 1) -> float:
     """Compute seconds of the round by the roofline model (in `micro` micro-batches per batch when
     the swap walk splits the batch), slowed by the co-running app's share."""
-    return _full_speed_seconds(w, _rooflines(state.device), micro) / (state.flops / state.device.flops)
+    return full_speed_seconds(w, profile_rooflines(state.device), micro) / (state.flops / state.device.flops)
 
 
 @functools.lru_cache(maxsize=65536)
-def _full_speed_seconds(w: Workload, roof: Rooflines, micro: int) -> float:
+def full_speed_seconds(w: Workload, roof: Rooflines, micro: int) -> float:
+    """Seconds of `w` on rooflines `roof` at full speed (no co-running app), in `micro` micro-batches."""
     return round_seconds(iteration_of(w, micro), w.iterations, w.extra_flops, roof, 1.0)
 
 
-def _rooflines(device: DeviceProfile) -> Rooflines:
+def profile_rooflines(device: DeviceProfile) -> Rooflines:
     """A profile's rooflines, built once per profile object (profiles are immutable)."""
     key = id(device)
     if key not in _ROOFLINES or _ROOFLINES[key][0] is not device:
