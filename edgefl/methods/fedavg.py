@@ -103,7 +103,7 @@ class FedAvgAT(Method):
         """In bulk, unless a subclass plans per client otherwise: clients differ only in their local
         iterations and whether they hold their own BatchNorm (FedBN), so one `plan` per distinct pair
         serves every client that has it."""
-        if any(getattr(type(self), hook) is not getattr(FedAvgAT, hook) for hook in PLAN_HOOKS):
+        if self.overrides(PLAN_HOOKS):
             return super().plan_round(round_, clients, states)
         ks, n, t = clients.tolist(), len(clients), self.ctx.scenario.training
         iters = (np.fromiter((self.iterations(round_, k) for k in ks), np.int64, n) if t.local_epochs
@@ -112,6 +112,11 @@ class FedAvgAT(Method):
         _, first, which = np.unique(2 * iters + held, return_index=True, return_inverse=True)
         plans = [self.plan(round_, ks[i], states[ks[i]]) for i in first]
         return RoundPlan(plans, which.reshape(-1).astype(np.int64))
+
+    def overrides(self, names: tuple[str, ...]) -> bool:
+        """Whether this method's class replaces any of FedAvgAT's `names` (then the shortcuts that
+        assume FedAvgAT's behaviour, bulk planning and grouped training, step aside)."""
+        return any(getattr(type(self), name) is not getattr(FedAvgAT, name) for name in names)
 
     def kept_bytes(self, client: int) -> float:
         """What the client already holds locally (FedBN), so it does not download it."""
@@ -138,8 +143,7 @@ class FedAvgAT(Method):
     def group_key(self, round_: int, client: int, plan: ClientPlan) -> Hashable | None:
         """Plain local training (no hooks, nothing after it, the scenario's optimizer) of a model
         with a grouped form groups clients by their iterations and batch size."""
-        cls = type(self)
-        if any(getattr(cls, name) is not getattr(FedAvgAT, name) for name in PLAIN) or not self.groupable:
+        if self.overrides(PLAIN) or not self.groupable:
             return None
         w = plan.workload
         return w.iterations, min(w.batch, len(self.ctx.splits[client].train))

@@ -52,7 +52,7 @@ class GMAConfig(Knobs):
     def checks(self) -> list[Check]:
         return [
             ("tau", 0 <= self.tau <= 1, "must be in [0, 1]"),
-            ("base", self.base in ("fedavg", "fedprox"), "must be fedavg or fedprox"),
+            ("base", self.base in BASES, f"must be one of: {', '.join(BASES)}"),
             ("server", self.server in ("sgd", "adam", "yogi"), "must be sgd, adam or yogi"),
             ("server_lr", self.server_lr > 0, "must be positive"),
             ("beta1", 0 <= self.beta1 < 1, "must be in [0, 1)"),

@@ -50,8 +50,7 @@ class SFATConfig(Knobs):
         return [
             ("alpha", 0 <= self.alpha < 1, "must be in [0, 1)"),
             ("k_hat", self.k_hat >= 1, "must be at least 1"),
-            ("base", self.base in ("fedavg", "fedprox", "scaffold"),
-             "must be fedavg, fedprox or scaffold"),
+            ("base", self.base in BASES, f"must be one of: {', '.join(BASES)}"),
         ]
 
 
