@@ -124,9 +124,13 @@ class EnergyConfig:
     """Each client's joules per round (edgefl.sim.energy) and the devices' batteries."""
 
     enabled: bool = False  # price energy: clients.csv and metrics.csv gain `energy_j` (and battery columns)
-    batteries: bool = False  # battery devices drain; one that cannot cover its round is dropped
+    batteries: bool = False  # battery devices drain (a living fleet: edgefl.sim.battery); one that
+    #   cannot cover its round is dropped, an empty one is offline until it charges
     battery_start: list[float] = field(default_factory=lambda: [1.0, 1.0])  # charge at the start,
     #   U(lo, hi) x capacity per device, seeded
+    charge_w: float = 0.0  # watts a battery gains while its device is plugged in (0: never charges)
+    charge_start_h: float = 22.0  # local hour devices are plugged in (time zones: fleet.tz_spread_h)
+    charge_hours: float = 8.0  # hours a day they stay plugged in
 
 
 @dataclass

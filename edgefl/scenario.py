@@ -169,6 +169,12 @@ def validate(s: Scenario, where: str) -> None:
          "must be [low, high] with 0 <= low <= high <= 1 (a share of the battery's capacity)"),
         ("energy.batteries", s.energy.enabled or not s.energy.batteries,
          "needs energy.enabled = true (batteries drain by the energy model's joules)"),
+        ("energy.charge_w", s.energy.charge_w >= 0, "must be 0 (never charges) or positive (watts)"),
+        ("energy.charge_w", s.energy.batteries or not s.energy.charge_w,
+         "charges batteries: set energy.batteries = true, or leave it 0"),
+        ("energy.charge_start_h", 0 <= s.energy.charge_start_h < 24, "must be a local hour in [0, 24)"),
+        ("energy.charge_hours", 0 < s.energy.charge_hours <= 24,
+         "must be in (0, 24] (24: always plugged in)"),
         ("server.down_mbps", 0 <= s.server.down_mbps <= MAX_LINK_MBPS, f"must be 0 (unlimited) or "
          f"positive, at most {MAX_LINK_MBPS:g} (Mbit/s)"),
         ("server.up_mbps", 0 <= s.server.up_mbps <= MAX_LINK_MBPS, f"must be 0 (unlimited) or "
@@ -222,23 +228,12 @@ def check_mode(s: Scenario, modes: tuple[str, ...], where: str) -> None:
 
 
 def _check_living(s: Scenario, where: str) -> None:
-    """The method runs in the round mode, a trace given as availability reads, and async mode asks for
-    nothing it does not play yet (a selection policy, shared server links, batteries)."""
+    """The method runs in the round mode, and a trace given as availability reads."""
     check_mode(s, getattr(METHODS.get(s.method), "modes", MODES), where)  # a factory's: once it is made
     if s.fleet.availability not in ("always", "diurnal"):
         from edgefl.sim.availability import make_availability
 
         make_availability(s.fleet, s.seed, where)
-    if s.round.mode == "async" and s.selection.policy != "uniform":
-        raise EdgeflError(where, "selection.policy", f"{s.selection.policy!r} picks a round's clients "
-                          "in sync and deadline rounds; async mode starts one client at a time: use uniform")
-    if s.round.mode == "async" and (s.server.down_mbps or s.server.up_mbps):
-        key = "server.down_mbps" if s.server.down_mbps else "server.up_mbps"
-        raise EdgeflError(where, key, "shared server links are played in sync and deadline rounds, not "
-                          "in async mode for now: set it to 0")
-    if s.round.mode == "async" and s.energy.batteries:
-        raise EdgeflError(where, "energy.batteries", "batteries are tracked in sync and deadline rounds, "
-                          "not in async mode for now: set it to false (energy.enabled prices joules)")
 
 
 def _selection_checks(s: Scenario) -> list[Check]:

@@ -15,7 +15,8 @@ from edgefl.devices.catalog import ENV, load_catalog
 from edgefl.errors import EdgeflError
 from edgefl.experiment import prepare, run
 from edgefl.scenario import load_scenario
-from edgefl.sim.battery import WH, Battery
+from edgefl.sim.availability import Always, Diurnal
+from edgefl.sim.battery import WH, Battery, Powered
 from edgefl.sim.classes import POWER_DEFAULTS, device_power
 from edgefl.sim.cost import ClientCost
 from edgefl.sim.energy import Power, client_power, round_energy
@@ -51,16 +52,39 @@ def test_profiles_carry_power_and_radio_figures() -> None:
 
 
 def test_a_battery_drains_dies_and_recharges() -> None:
-    b = Battery(np.array([1.0 * WH, math.inf]), np.array([0.5, 1.0]))
+    """1 Wh at half charge; plugged in daily from 01:00 for 2 h at 0.5 W: an hour on the charger
+    gains 1800 J, two hours fill it (3600 J) and more is capped; empty, the device is offline until
+    01:00, when it runs on its charger."""
+    charger = Diurnal(seed=0, start_h=1.0, hours=2.0, spread_h=0.0)
+    b = Battery(np.array([1.0 * WH, math.inf]), np.array([0.5, 1.0]), charger, charge_w=0.5)
     assert b.charge_j.tolist() == [1800.0, math.inf]
-    assert b.covers(np.array([0, 1]), np.array([1799.0, 1e12])).tolist() == [True, True]
-    assert b.covers(np.array([0]), np.array([1800.0])).tolist() == [False]  # it would end empty
-    b.drain(np.array([0, 1]), np.array([1000.0, 1e12]))
-    assert b.charge_j.tolist() == [800.0, math.inf] and b.alive(0) and b.alive(1)
-    b.drain(np.array([0]), np.array([900.0]))
-    assert b.charge_j[0] == 0.0 and not b.alive(0)
-    b.recharge(0, 5000.0)
-    assert b.charge_j[0] == WH and b.alive(0)  # up to its capacity
+    assert b.covers(np.array([0, 1]), np.array([1799.0, 1e12]), 0.0).tolist() == [True, True]
+    assert b.covers(np.array([0]), np.array([1800.0]), 0.0).tolist() == [False]  # it would end empty
+    b.drain(np.array([0, 1]), np.array([1000.0, 1e12]), 0.0)
+    assert b.charge_j.tolist() == [800.0, math.inf] and b.powered(0, 0.0) and b.powered(1, 0.0)
+    b.drain(np.array([0]), np.array([900.0]), 0.0)
+    assert b.charge_j[0] == 0.0 and not b.powered(0, 0.0) and b.powered_at(0, 0.0) == 3600.0
+    powered = Powered(Always(), b)
+    assert not powered.online(0, 1800.0) and powered.online_at(0, 1800.0) == 3600.0
+    assert powered.online(0, 3600.0)
+    assert b.covers(np.array([0]), np.array([1e6]), 5400.0).tolist() == [True]  # on its charger
+    assert b.level(np.array([0]), 5400.0).tolist() == [900.0]
+    assert b.level(np.array([0]), 7200.0).tolist() == [1800.0]
+    assert b.level(np.array([0]), 20000.0).tolist() == [WH]  # full at 03:00, capped after
+    b.settle(np.array([0]), 5400.0)
+    assert b.charge_j[0] == 900.0 and b.level(np.array([0]), 86400.0 + 4500.0).tolist() == [WH]
+    assert Battery(np.array([WH]), np.array([0.0])).powered_at(0, 0.0) == math.inf  # no charger
+
+
+def test_seconds_online_follow_the_window() -> None:
+    """Diurnal.online_seconds against a one-second count of `online`, time zones spread."""
+    d = Diurnal(seed=3, start_h=22.0, hours=8.0, spread_h=24.0)
+    clients = np.arange(5)
+    a, b = np.array([0.0, 5000.0, 30000.0, 70000.0, 100.0]), 2 * 86400.0 + 1234.0
+    counted = [sum(d.online(int(k), s + 0.5) for s in range(int(a0), int(b)))
+               for k, a0 in zip(clients, a, strict=True)]
+    assert np.abs(d.online_seconds(clients, a, b) - np.array(counted)).max() <= 1.0
+    assert d.online_seconds(clients, a, a + 86400.0).tolist() == pytest.approx([8 * 3600.0] * 5)
 
 
 def dry(tmp_path: Path, bulk: bool, *overrides: str) -> Path:
@@ -85,10 +109,11 @@ def test_bulk_and_per_client_joules_are_equal_to_the_bit(tmp_path: Path, monkeyp
 
 def test_batteries_drain_by_energy_and_drop_who_cannot_pay(tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each battery client's charge falls by its joules round by round; a dropped client does nothing
-    and spends nothing; mains devices never drop; the round's energy_j is its clients' sum."""
+    """Each battery client's charge falls by its joules round by round; a client whose charge cannot
+    pay for its work is dropped, does nothing and spends nothing; an emptied one is never picked
+    again; mains devices never drop; the round's energy_j is its clients' sum."""
     monkeypatch.setenv(ENV, str(PROFILES))
-    out = dry(tmp_path, True, "rounds=12")
+    out = dry(tmp_path, True, "rounds=12", "energy.battery_start=[0.0,0.0001]")  # 0-3.9 J in an iPhone 12
     rows = list(csv.DictReader((out / "clients.csv").open()))
     left: dict[str, float] = {}
     drops = 0
@@ -98,6 +123,7 @@ def test_batteries_drain_by_energy_and_drop_who_cannot_pay(tmp_path: Path,
             assert r["battery_dropped"] == "0"
             continue
         if r["client"] in left:
+            assert left[r["client"]] > 0  # an empty battery's device is offline
             assert charge == pytest.approx(max(left[r["client"]] - joules, 0.0), rel=1e-12, abs=1e-9)
         left[r["client"]] = charge
         if r["battery_dropped"] == "1":
@@ -122,8 +148,8 @@ def test_a_shared_link_slows_the_downloads(tmp_path: Path, monkeypatch: pytest.M
 
 def test_a_damaged_checkpoint_battery_is_refused() -> None:
     b = Battery(np.array([WH, math.inf]), np.array([1.0, 1.0]))
-    b.restore([5.0, math.inf], "ckpt")
+    b.restore([5.0, math.inf], "ckpt", 0.0)
     assert b.charge_j.tolist() == [5.0, math.inf]
     for bad in (None, [5.0], [5.0, -1.0], [5.0, "x"]):
         with pytest.raises(EdgeflError, match="battery"):
-            b.restore(bad, "ckpt")
+            b.restore(bad, "ckpt", 0.0)

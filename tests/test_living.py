@@ -17,6 +17,7 @@ import torch
 from edgefl.devices import draws
 from edgefl.errors import EdgeflError
 from edgefl.experiment import prepare, run
+from edgefl.experiment.energy import RoundEnergy
 from edgefl.experiment.living import Live, Pending, rebased
 from edgefl.methods.aggregate import fedavg
 from edgefl.methods.base import ClientUpdate
@@ -189,9 +190,9 @@ def test_a_pickled_trace_needs_the_opt_in_and_holds_plain_data_only(tmp_path: Pa
     (["round.concurrency=0"], "round.concurrency"),
     (["fleet.online_hours=0"], "fleet.online_hours"),
     (["fleet.availability=no-such-trace.csv"], "fleet.availability"),
-    (["round.mode=async", "energy.enabled=true", "energy.batteries=true"], "energy.batteries"),
-    (["round.mode=async", "server.up_mbps=10"], "server.up_mbps"),
-    (["round.mode=async", "selection.policy=oort"], "selection.policy"),
+    (["energy.charge_w=10"], "energy.charge_w"),
+    (["energy.enabled=true", "energy.batteries=true", "energy.charge_w=-1"], "energy.charge_w"),
+    (["energy.charge_hours=0"], "energy.charge_hours"),
 ])
 def test_refusals(overrides: list[str], key: str) -> None:
     with pytest.raises(EdgeflError) as info:
@@ -247,5 +248,6 @@ def test_the_trace_shows_a_stopped_client_as_an_instant_named_after_its_status()
 def test_over_selection_rounds_up_from_the_exact_product() -> None:
     # 1.1 x 10 is 11.000000000000002 in floating point: still 11 clients, not 12
     s = load_scenario(QUICKSTART, ["round.mode=deadline", "round.over_selection=1.1"])
-    live = Live.of(prepare(s, str(QUICKSTART), dry_run=True))
+    exp = prepare(s, str(QUICKSTART), dry_run=True)
+    live = Live.of(exp, RoundEnergy(s, exp.pool))
     assert (live.target, live.selected, live.deadline_s) == (10, 11, 600.0)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from edgefl.experiment import prepare, run
-from edgefl.experiment.energy import worked
+from edgefl.experiment.energy import RoundEnergy, worked
 from edgefl.experiment.living import Live
 from edgefl.scenario import load_scenario
 from edgefl.sim.availability import Always
@@ -57,12 +57,17 @@ def test_a_completed_client_is_charged_its_whole_work() -> None:
     assert (done, down.tolist(), up.tolist()) == (c, [1.0], [1.0])
 
 
+NEARLY_EMPTY = ["energy.enabled=true", "energy.batteries=true", "energy.battery_start=[0.0005,0.001]"]
+
+
 @pytest.mark.parametrize(("name", "overrides"), [
-    ("deadline-diurnal-digits", ["energy.enabled=true", "energy.batteries=true",
-                                 "energy.battery_start=[0.0005,0.001]"]),
+    ("deadline-diurnal-digits", NEARLY_EMPTY),
     ("async-digits", ["energy.enabled=true"]),
+    ("async-digits", [*NEARLY_EMPTY, "energy.battery_start=[0.00005,0.0001]"]),  # an async client never waits
 ])
 def test_living_runs_write_joules(tmp_path: Path, name: str, overrides: list[str]) -> None:
+    """Joules are non-negative and the rounds' sums; a battery client is dropped only with nothing
+    done, and a battery emptied (no charger) leaves its device offline for good: it never reappears."""
     path = ROOT / "scenarios" / f"{name}.toml"
     exp = prepare(load_scenario(path, ["rounds=4", *overrides]), str(path), dry_run=True)
     run(exp, tmp_path / "out", progress=False)
@@ -71,9 +76,13 @@ def test_living_runs_write_joules(tmp_path: Path, name: str, overrides: list[str
     assert all(j >= 0 for j in joules) and sum(joules) > 0
     metrics = list(csv.DictReader((tmp_path / "out" / "metrics.csv").open()))
     assert sum(float(m["energy_j"]) for m in metrics) == pytest.approx(sum(joules))
-    if "battery_dropped" in rows[0]:  # batteries nearly empty: some clients cannot pay for a round
+    if "battery_dropped" in rows[0]:
         flat = [r for r in rows if r["battery_dropped"] == "1"]
-        assert flat and all(r["status"] == "dropped" and float(r["energy_j"]) == 0 for r in flat)
+        assert all(r["status"] == "dropped" and float(r["energy_j"]) == 0 for r in flat)
+        emptied = [i for i, r in enumerate(rows) if float(r["battery_j"]) == 0]
+        assert emptied  # the phones start nearly empty
+        for i in emptied:
+            assert all(r["client"] != rows[i]["client"] for r in rows[i + 1:])
 
 
 @pytest.mark.parametrize("policy", ["oort", "memory_fit", "power_of_choice"])
@@ -86,13 +95,13 @@ def test_a_policy_picks_among_the_online_clients_seeded(tmp_path: Path, policy: 
         run(exp, tmp_path / out, progress=False)
         texts.append([(tmp_path / out / f).read_text() for f in ("metrics.csv", "clients.csv")])
     assert texts[0] == texts[1]
-    avail = Live.of(exp).avail
+    live = Live.of(exp, RoundEnergy(s, exp.pool))
+    avail, clients = live.avail, s.fleet.clients
     start = {int(m["round"]): float(m["sim_time_s"]) - float(m["round_time_s"])
              for m in csv.DictReader((tmp_path / "a" / "metrics.csv").open())}
     rows = list(csv.DictReader((tmp_path / "a" / "clients.csv").open()))
     assert rows and all(avail.online(int(r["client"]), start[int(r["round"])]) for r in rows)
     assert {r["picked_by"] for r in rows} != {""}
-    live, clients = Live.of(exp), s.fleet.clients
     for t, at in start.items():  # over-selected, or every client online when fewer are
         online = sum(avail.online(k, at) for k in range(clients))
         assert sum(int(r["round"]) == t for r in rows) == min(live.selected, online)

@@ -1,13 +1,15 @@
-"""A synchronous round's shared server links, batteries and joules, for both round paths.
+"""A round's shared server links, batteries and joules.
 
-Before the round is played: every selected client's transfers share the server's links
-(edgefl.sim.links.shared_round); with batteries (`energy.batteries`), a client whose charge cannot
-pay for its own work this round (its joules without waiting, edgefl.sim.energy) is dropped: it does
-nothing (its phases and traffic are zero, it sends no update), and the others share the links
-without it. After the round: each client's joules (0 for a dropped one) and the batteries drain.
-A battery emptied by the round's waiting leaves its device offline from the next round
-(edgefl.sim.battery). The bulk path prices joules as columns (FleetPower.energy), the per-client
-path client by client (client_energy); both equal to the bit (tests/test_energy.py).
+Synchronous rounds (edgefl.experiment.rounds): every selected client's transfers share the server's
+links, worked out in advance (edgefl.sim.links.shared_round), and each client's joules are priced
+after the round; the bulk path prices them as columns (FleetPower.energy), the per-client path
+client by client (client_energy), both equal to the bit (tests/test_energy.py).
+
+Batteries make a fleet living (edgefl.experiment.living, edgefl.sim.battery): a round's client whose
+charge cannot pay for its own work (its joules without waiting) is dropped at the round's start: it
+does nothing (its phases and traffic are zero, it sends no update). Each client's joules are priced
+for the work it did before it stopped (`worked`) and drained from its battery; an async client's
+battery may run out mid-work (`runs_out`).
 """
 
 from __future__ import annotations
@@ -44,73 +46,93 @@ class RoundEnergy:
         up = np.array([x.upload_bytes * on for x in w])[plan.which]
         return down, up
 
-    def before(self, s: States, plan: RoundPlan, costs: Costs,
-               share: bool = True) -> tuple[Costs, np.ndarray]:
-        """The round's costs on the shared links (`share`: a synchronous round's, worked out in
-        advance), and which clients are dropped (bool)."""
+    def unpaid(self, s: States, plan: RoundPlan, costs: Costs, now: float) -> tuple[Costs, np.ndarray]:
+        """A living round's clients whose battery cannot pay for their work from `now` (bool; none
+        without batteries), their costs zeroed: they do nothing."""
         dropped = np.zeros(len(s.clients), dtype=bool)
-        costs = self._shared(s, plan, costs, ~dropped) if share else costs
-        if self.battery is not None and self.power is not None:
-            need = self.power.energy(s, costs, *self.sent(plan), np.zeros(len(s.clients)))
-            dropped = ~self.battery.covers(s.clients, need)
-            if dropped.any():
-                zeroed = {k: np.where(dropped, 0.0, getattr(costs, k)) for k in WORK}
-                kept = replace(costs, swapped=costs.swapped & ~dropped, **zeroed)
-                costs = self._shared(s, plan, kept, ~dropped) if share else kept
-        return costs, dropped
+        if self.battery is None or self.power is None:
+            return costs, dropped
+        need = self.power.energy(s, costs, *self.sent(plan), np.zeros(len(s.clients)))
+        dropped = ~self.battery.covers(s.clients, need, now)
+        zeroed = {k: np.where(dropped, 0.0, getattr(costs, k)) for k in WORK}
+        return replace(costs, swapped=costs.swapped & ~dropped, **zeroed), dropped
 
-    def _shared(self, s: States, plan: RoundPlan, c: Costs, live: np.ndarray) -> Costs:
-        """Transfers of the `live` clients on the shared links (the others send nothing)."""
+    def shared(self, s: States, plan: RoundPlan, c: Costs) -> Costs:
+        """A synchronous round's costs with every client's transfers on the shared links, worked out
+        in advance."""
         if self.links.unlimited or not self.communication:
             return c
         down, up = self.sent(plan)
-        phases = (c.download_s[live], c.data_access_s[live], c.compute_s[live], c.upload_s[live])
-        d, u = shared_round(self.links, phases, (down[live], up[live]),
-                            (s.down_bps[live], s.up_bps[live]), s.latency_s[live])
-        return replace(c, download_s=_put(c.download_s, live, d), upload_s=_put(c.upload_s, live, u))
+        d, u = shared_round(self.links, (c.download_s, c.data_access_s, c.compute_s, c.upload_s), (down, up),
+                            (s.down_bps, s.up_bps), s.latency_s)
+        return replace(c, download_s=d, upload_s=u)
 
-    def transfers(self, s: States, plan: RoundPlan, rows: list[int]) -> tuple[Links, list[Transfer]] | None:
-        """The server's links and the transfers of the round's clients `rows`, for a living round's
+    def transfers(self, s: States, plan: RoundPlan, rows: list[int]) -> list[Transfer] | None:
+        """The transfers of the clients `rows` on the server's links (`links`), for a living fleet's
         SimPy processes (edgefl.sim.living); None where the links are unlimited or not counted."""
         if self.links.unlimited or not self.communication:
             return None
         down, up = self.sent(plan)
-        return self.links, [Transfer(float(down[i]), float(up[i]), float(s.down_bps[i]), float(s.up_bps[i]),
-                                     float(s.latency_s[i])) for i in rows]
+        return [Transfer(float(down[i]), float(up[i]), float(s.down_bps[i]), float(s.up_bps[i]),
+                         float(s.latency_s[i])) for i in rows]
 
-    def bulk(self, s: States, plan: RoundPlan, costs: Costs, wait_s: np.ndarray,
-             dropped: np.ndarray) -> np.ndarray | None:
-        """The round's joules per client (columns), batteries drained; None without energy."""
+    def bulk(self, s: States, plan: RoundPlan, costs: Costs, wait_s: np.ndarray) -> np.ndarray | None:
+        """The round's joules per client (columns); None without energy."""
         if self.power is None:
             return None
-        return self._drain(s, np.where(dropped, 0.0, self.power.energy(s, costs, *self.sent(plan), wait_s)))
+        return self.power.energy(s, costs, *self.sent(plan), wait_s)
 
     def each(self, s: States, states: list[DeviceState], plan: RoundPlan, costs: Costs,
-             wait_s: np.ndarray, dropped: np.ndarray) -> np.ndarray | None:
+             wait_s: np.ndarray) -> np.ndarray | None:
         """The same, client by client (the reference)."""
         if self.power is None:
             return None
         down, up = self.sent(plan)
-        joules = [0.0 if dropped[i] else client_energy(self.pool, st, costs.cost(i), (down[i], up[i]),
-                                                       float(wait_s[i])) for i, st in enumerate(states)]
-        return self._drain(s, np.array(joules))
+        return np.array([client_energy(self.pool, st, costs.cost(i), (down[i], up[i]), float(wait_s[i]))
+                         for i, st in enumerate(states)])
 
-    def _drain(self, s: States, joules: np.ndarray) -> np.ndarray:
-        if self.battery is not None:
-            self.battery.drain(s.clients, joules)
-        return joules
-
-    def living(self, s: States, plan: RoundPlan, costs: Costs, elapsed: np.ndarray, wait_s: np.ndarray,
-               dropped: np.ndarray) -> np.ndarray | None:
-        """A living fleet's joules per client for the work each did in its `elapsed` seconds (its
-        stop less its start; edgefl.sim.living) and its waiting, batteries drained; None without
-        energy."""
-        if self.power is None:
-            return None
+    def work_j(self, s: States, plan: RoundPlan, costs: Costs, elapsed: np.ndarray,
+               wait_s: np.ndarray) -> np.ndarray:
+        """Joules per client for the work each did in its first `elapsed` seconds (worked) and its
+        waiting (energy priced)."""
+        assert self.power is not None
         done, down_share, up_share = worked(costs, elapsed)
         down, up = self.sent(plan)
-        joules = self.power.energy(s, done, down * down_share, up * up_share, wait_s)
-        return self._drain(s, np.where(dropped, 0.0, joules))
+        return self.power.energy(s, done, down * down_share, up * up_share, wait_s)
+
+    def living(self, s: States, plan: RoundPlan, costs: Costs, elapsed: np.ndarray, wait_s: np.ndarray,
+               dropped: np.ndarray, end_s: np.ndarray | float) -> np.ndarray | None:
+        """A living fleet's joules per client for the work each did in its `elapsed` seconds (its
+        stop less its start; edgefl.sim.living) and its waiting, ended by `end_s`, batteries
+        drained; None without energy."""
+        if self.power is None:
+            return None
+        joules = np.where(dropped, 0.0, self.work_j(s, plan, costs, elapsed, wait_s))
+        if self.battery is not None:
+            self.battery.drain(s.clients, joules, end_s)
+        return joules
+
+    def runs_out(self, s: States, plan: RoundPlan, costs: Costs, now: float) -> np.ndarray:
+        """Seconds into its work (starting `now`) at which each client's battery is empty (inf:
+        never, or on its charger). The joules of the work done by a time grow linearly within each
+        phase (edgefl.sim.energy prices seconds and bytes), so the moment they reach the charge is
+        interpolated between the phases' ends. Charging meanwhile is not counted here (the device is
+        not plugged in at `now`) and credited when the battery drains."""
+        n = len(s.clients)
+        out = np.full(n, np.inf)
+        if self.battery is None or self.power is None:
+            return out
+        level = self.battery.level(s.clients, now)
+        spans = [costs.download_s, costs.data_access_s, costs.compute_s, costs.upload_s]
+        points = np.cumsum([np.zeros(n), *spans], axis=0)  # 5 x n: 0 and each phase's end
+        joules = np.array([self.work_j(s, plan, costs, p, np.zeros(n)) for p in points])
+        for i, k in enumerate(s.clients.tolist()):
+            j = int(np.searchsorted(joules[:, i], level[i]))
+            if j < len(points) and not self.battery.plugged(k, now):
+                j = max(j, 1)
+                frac = (level[i] - joules[j - 1, i]) / max(joules[j, i] - joules[j - 1, i], 1e-300)
+                out[i] = points[j - 1, i] + frac * (points[j, i] - points[j - 1, i])
+        return out
 
     def charge(self, s: States) -> np.ndarray | None:
         """The selected clients' charge left, J (inf: mains powered; None: batteries not tracked)."""
@@ -131,9 +153,3 @@ def worked(c: Costs, elapsed: np.ndarray) -> tuple[Costs, np.ndarray, np.ndarray
     walk = np.divide(done[1] + done[2], busy, out=share[2].copy(), where=busy > 0)
     return (replace(c, download_s=done[0], data_access_s=done[1], compute_s=done[2], upload_s=done[3],
                     read_bytes=c.read_bytes * walk, write_bytes=c.write_bytes * walk), share[0], share[3])
-
-
-def _put(column: np.ndarray, rows: np.ndarray, values: np.ndarray) -> np.ndarray:
-    out = column.copy()
-    out[rows] = values
-    return out

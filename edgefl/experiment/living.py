@@ -38,7 +38,10 @@ from edgefl.experiment.prepare import Experiment
 from edgefl.experiment.rounds import RoundTable, planned_jobs
 from edgefl.methods.base import ClientPlan, ClientUpdate, Method, grouped
 from edgefl.scenario import check_mode
+from edgefl.selection import Picked
+from edgefl.selection.server import Selection
 from edgefl.sim.availability import Availability, make_availability
+from edgefl.sim.battery import Powered
 from edgefl.sim.bulk import Costs, Pricer
 from edgefl.sim.cost import ClientCost
 from edgefl.sim.engine import Federation
@@ -57,12 +60,6 @@ ASYNC = 5  # the random stream of async picks (edgefl.devices.pool's streams, th
 Trained = tuple[float, np.ndarray]  # a round's mean loss ("" if none) and each client's measured seconds
 
 
-def is_living(exp: Experiment) -> bool:
-    """Whether the scenario needs a living fleet (any availability or round mode but the defaults)."""
-    s = exp.scenario
-    return s.fleet.availability != "always" or s.round.mode != "sync"
-
-
 def phases(c: ClientCost) -> tuple[float, float, float, float]:
     return c.download_s, c.data_access_s, c.compute_s, c.upload_s
 
@@ -77,13 +74,20 @@ class Live:
     deadline_s: float  # inf: none
 
     @classmethod
-    def of(cls, exp: Experiment) -> Live:
+    def of(cls, exp: Experiment, energy: RoundEnergy) -> Live:
         s = exp.scenario
         n = selected_per_round(s.fleet)
         deadline = s.round.mode == "deadline"
-        return cls(make_availability(s.fleet, s.seed, exp.where), n,
+        return cls(fleet_availability(exp, energy), n,
                    min(s.fleet.clients, math.ceil(round(s.round.over_selection * n, 9))) if deadline else n,
                    s.round.deadline_s if deadline else math.inf)
+
+
+def fleet_availability(exp: Experiment, energy: RoundEnergy) -> Availability:
+    """When each device is online: `fleet.availability`, and with batteries only while it has
+    charge or is plugged in (edgefl.sim.battery.Powered)."""
+    avail = make_availability(exp.scenario.fleet, exp.scenario.seed, exp.where)
+    return avail if energy.battery is None else Powered(avail, energy.battery)
 
 
 def online_pick(avail: Availability, order: np.ndarray, now: float, count: int,
@@ -119,32 +123,30 @@ def select_online(live: Live, pool: DevicePool, fed: Federation, t: int, where: 
 
 
 def live_round(exp: Experiment, live: Live, pricer: Pricer, fed: Federation, t: int,
-               server_s: Callable[[], float], energy: RoundEnergy | None = None,
+               server_s: Callable[[], float], energy: RoundEnergy,
                choose: Choose | None = None) -> RoundTable:
     """Round t of a sync or deadline round on a living fleet; `energy` drops the clients whose
-    battery cannot cover their whole work (status `dropped`, nothing done) and prices the work each
-    other client did; `choose` picks the round's clients among those online (select_online)."""
+    battery cannot cover their whole work (status `dropped`, nothing done), shares the server's
+    links and prices the work each other client did; `choose` picks the round's clients among those
+    online (select_online)."""
     clients = select_online(live, exp.pool, fed, t, exp.where, choose)
     states, plan, jobs = planned_jobs(exp.pool, exp.method, pricer, t, clients)
     gathered = exp.pool.gathered(clients, list(states.values()))
-    costs = Costs.of([c for _, _, c in jobs])
-    dropped = np.zeros(len(jobs), dtype=bool)
-    if energy is not None:
-        costs, dropped = energy.before(gathered, plan, costs, share=False)
+    costs, dropped = energy.unpaid(gathered, plan, Costs.of([c for _, _, c in jobs]), fed.now)
     played = [i for i in range(len(jobs)) if not dropped[i]]
+    transfers = energy.transfers(gathered, plan, played)
     r = play_round(fed, [(jobs[i][0], phases(costs.cost(i))) for i in played], live.avail, live.target,
                    live.deadline_s, server := server_s(),
-                   energy.transfers(gathered, plan, played) if energy is not None else None)
+                   None if transfers is None else (energy.links, transfers))
     status, stop = np.full(len(jobs), DROPPED, dtype=np.int64), np.full(len(jobs), r.start_s)
     status[played] = [o.status for o in r.outcomes]
     stop[played] = [o.stop_s for o in r.outcomes]
     costs = on_links(costs, played, r.outcomes)
     wait = np.where(status == COMPLETED, r.close_s - stop, 0.0)
     table = RoundTable(t, r.start_s, r.end_s, server, gathered, plan, costs, stop, wait, status)
-    if energy is not None:
-        table.dropped = dropped
-        table.energy_j = energy.living(gathered, plan, costs, stop - r.start_s, wait, dropped)
-        table.charge_j = energy.charge(gathered)
+    table.energy_j = energy.living(gathered, plan, costs, stop - r.start_s, wait, dropped, stop + wait)
+    if energy.battery is not None:
+        table.dropped, table.charge_j = dropped, energy.charge(gathered)
     return table
 
 
@@ -165,8 +167,8 @@ def completed(table: RoundTable) -> list[int]:
 
 @dataclass
 class Pending:
-    """An async client's round: its draw, plan, cost, when it started, and (training for real) its
-    update and the model it downloaded."""
+    """An async client's round: its draw, plan, cost, when it started, why it was picked, (training
+    for real) its update and the model it downloaded, and, once it ended, its joules and charge."""
 
     state: DeviceState
     plan: ClientPlan
@@ -174,23 +176,31 @@ class Pending:
     start_s: float
     update: ClientUpdate | None
     downloaded: dict[str, torch.Tensor] | None
+    utility: float = math.nan
+    reason: str = "uniform"
+    energy_j: float = math.nan
+    charge_j: float = math.nan
 
 
 class AsyncRounds:
     """FedBuff on the experiment: `next()` plays on to the next aggregation and gives its table,
-    its mean loss and each ended client's measured training seconds."""
+    its mean loss and each ended client's measured training seconds. A selection policy other than
+    uniform picks each client among the devices online and not working (`Selection.pick` of one);
+    the server's links are shared by the transfers in flight; a battery that runs out mid-work
+    stops its client there (status `offline`)."""
 
     def __init__(self, exp: Experiment, executor: Executor, fed: Federation, pricer: Pricer,
-                 server_s: Callable[[int], float], energy: RoundEnergy | None = None) -> None:
+                 server_s: Callable[[int], float], energy: RoundEnergy, selection: Selection) -> None:
         s = exp.scenario
         check_mode(s, exp.method.modes, exp.where)  # a method made by a factory (sfat's base) is known now
         self.exp, self.executor, self.fed, self.pricer, self.server_s = exp, executor, fed, pricer, server_s
-        self.energy = energy  # prices each ended client's work (batteries: not in async mode)
-        self.avail = make_availability(s.fleet, s.seed, exp.where)
+        self.energy, self.selection = energy, selection
+        self.avail = fleet_availability(exp, energy)
         self.starts, self.last_end = 0, fed.now
         self.done: list[tuple[RoundTable, float | str, np.ndarray]] = []
         self.server = Buffered(fed, self.avail, s.round.concurrency, s.round.buffer, s.round.max_staleness,
-                               self.pick, self.fold, lambda: server_s(self.server.version))
+                               self.pick, self.fold, lambda: server_s(self.server.version), self.heard,
+                               None if energy.links.unlimited or not energy.communication else energy.links)
 
     def next(self, t: int) -> tuple[RoundTable, float | str, np.ndarray]:
         """Aggregation t (the t-th row: an async run is never resumed, so rows and aggregations
@@ -202,23 +212,61 @@ class AsyncRounds:
                 raise EdgeflError(self.exp.where, "fleet.availability", NEVER_ONLINE) from None
         return self.done.pop(0)
 
+    def choose(self, version: int, busy: set[int]) -> tuple[int, float, str] | float:
+        """The client to start on model `version` (with its utility and why), or when one comes
+        online: the first online device of a seeded permutation not already working, or the
+        selection policy's pick among them."""
+        s, now = self.exp.scenario, self.fed.now
+        order = rng(s.seed, ASYNC, self.starts).permutation(s.fleet.clients)
+        picked, when = online_pick(self.avail, order, now, 1, busy)
+        if not picked:
+            return when
+        if not self.selection.logged:
+            return picked[0], math.nan, "uniform"
+        free = np.array([k not in busy and self.avail.online(k, now) for k in range(s.fleet.clients)])
+        p = self.selection.pick(version, free, 1)
+        return int(p.clients[0]), float(p.utility[0]), p.reason[0]
+
     def pick(self, version: int, busy: set[int]) -> Started | float:
         """Start a client on model `version`, or say when one comes online."""
         exp, m = self.exp, self.exp.method
-        order = rng(exp.scenario.seed, ASYNC, self.starts).permutation(exp.scenario.fleet.clients)
-        picked, when = online_pick(self.avail, order, self.fed.now, 1, busy)
-        if not picked:
-            return when
+        chosen = self.choose(version, busy)
+        if not isinstance(chosen, tuple):
+            return chosen
+        k, utility, reason = chosen
         self.starts += 1
-        k = picked[0]
-        states, plan, jobs = planned_jobs(exp.pool, m, self.pricer, version, np.array(picked, dtype=np.int64))
-        cost = jobs[0][2]
+        clients = np.array([k], dtype=np.int64)
+        states, plan, jobs = planned_jobs(exp.pool, m, self.pricer, version, clients)
+        gathered, cost = exp.pool.gathered(clients, [states[k]]), jobs[0][2]
         update, downloaded = None, None
         if not exp.dry_run:
             downloaded = {n: v.detach().clone() for n, v in start_state(m, k).items()}
             update = self.executor.train(version, {k: plan.plan(0)})[0]
-        pending = Pending(states[k], plan.plan(0), cost, self.fed.now, update, downloaded)
-        return Started(k, phases(cost), pending)
+        pending = Pending(states[k], plan.plan(0), cost, self.fed.now, update, downloaded, utility, reason)
+        transfers = self.energy.transfers(gathered, plan, [0])
+        runs_out = self.energy.runs_out(gathered, plan, Costs.of([cost]), self.fed.now)
+        return Started(k, phases(cost), pending, None if transfers is None else transfers[0],
+                       float(runs_out[0]))
+
+    def heard(self, job: Started) -> None:
+        """A client ended: its joules drained from its battery, what it showed the selection."""
+        p, out = job_of(job), job.outcome
+        clients = np.array([job.client], dtype=np.int64)
+        states, costs = self.exp.pool.gathered(clients, [p.state]), self.costs([job])
+        joules = self.energy.living(states, grouped([p.plan]), costs, np.array([out.stop_s - p.start_s]),
+                                    np.zeros(1), np.zeros(1, dtype=bool), out.stop_s)
+        if joules is not None:
+            p.energy_j = float(joules[0])
+        charge = self.energy.charge(states)
+        if charge is not None:
+            p.charge_j = float(charge[0])
+        loss = {} if p.update is None or out.status != COMPLETED else {job.client: p.update.loss}
+        self.selection.record(job.version, clients, np.array([out.stop_s - p.start_s]), loss)
+
+    def costs(self, jobs: list[Started]) -> Costs:
+        """The jobs' costs with the seconds their transfers took on the shared links."""
+        return on_links(Costs.of([job_of(j).cost for j in jobs]), list(range(len(jobs))),
+                        [j.outcome for j in jobs])
 
     def fold(self, version: int, batch: list[Started], ended: list[Started]) -> None:
         """Aggregate the buffer as model version `version` + 1 and record the window's clients."""
@@ -238,15 +286,20 @@ class AsyncRounds:
         pending = [job_of(j) for j in ended]
         clients = np.array([j.client for j in ended], dtype=np.int64)
         states = self.exp.pool.gathered(clients, [p.state for p in pending])
-        plan, costs = grouped([p.plan for p in pending]), Costs.of([p.cost for p in pending])
+        plan = grouped([p.plan for p in pending])
         stop, begin = np.array([j.outcome.stop_s for j in ended]), np.array([p.start_s for p in pending])
-        table = RoundTable(version, self.last_end, self.fed.now, self.server_s(version), states, plan, costs,
-                           stop, np.zeros(len(ended)),
+        table = RoundTable(version, self.last_end, self.fed.now, self.server_s(version), states, plan,
+                           self.costs(ended), stop, np.zeros(len(ended)),
                            np.array([j.outcome.status for j in ended], dtype=np.int64),
                            np.array([j.outcome.staleness for j in ended], dtype=np.int64), begin)
-        if self.energy is not None:  # an async client never waits for a round to close
-            table.energy_j = self.energy.living(states, plan, costs, stop - begin, table.wait_s,
-                                                np.zeros(len(ended), dtype=bool))
+        if self.selection.logged:
+            table.picked = Picked(clients, np.array([p.utility for p in pending]),
+                                  [p.reason for p in pending])
+        if self.energy.power is not None:  # an async client never waits for a round to close
+            table.energy_j = np.array([p.energy_j for p in pending])
+        if self.energy.battery is not None:  # nor is it dropped for its battery: it runs until empty
+            table.dropped = np.zeros(len(ended), dtype=bool)
+            table.charge_j = np.array([p.charge_j for p in pending])
         return table
 
 

@@ -24,7 +24,7 @@ from edgefl.execution.local import evaluate, seed_everything
 from edgefl.executors.executor import Executor, LocalExecutor
 from edgefl.executors.ray import RayExecutor
 from edgefl.experiment.energy import RoundEnergy
-from edgefl.experiment.living import AsyncRounds, Live, completed, is_living, live_round
+from edgefl.experiment.living import AsyncRounds, Live, completed, live_round
 from edgefl.experiment.prepare import Experiment, Rebuild
 from edgefl.experiment.resume import resume_state
 from edgefl.experiment.rounds import (
@@ -43,6 +43,7 @@ from edgefl.experiment.rows import (
     PICKED,
     emulates_host,
     energy_headers,
+    is_living,
     living_client_columns,
     open_log,
     output_format,
@@ -97,9 +98,9 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
         rows, first = saved.state["rows"], saved.state["next_round"]
         fed = Federation(saved.state["clock"])
         if energy.battery is not None:
-            energy.battery.restore(saved.state.get("battery"), str(out / checkpoint.FILE))
+            energy.battery.restore(saved.state.get("battery"), str(out / checkpoint.FILE), fed.now)
     started = time.perf_counter()
-    living = is_living(exp)
+    living = is_living(s)
     extra = (evaluator.columns if evaluator else []) + list(exp.method.round_info()) + (
         list(STATUSES) if living else [])
     executor = _executor(exp, text)
@@ -130,8 +131,8 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
                 bar.set_postfix(clean=f"{row['clean_acc']:.3f}", adv=f"{row['adv_acc']:.3f}",
                                 sim_h=f"{fed.now / 3600:.2f}")
             metrics.write([row])
-            clients.write_columns(client_columns(table, exp.pool, real,
-                                                 selection.last if selection.logged else None))
+            why = (table.picked or selection.last) if selection.logged else None
+            clients.write_columns(client_columns(table, exp.pool, real, why))
             spans = event_columns(table)
             events.write_columns(spans)
             sample.add_columns(spans)  # nothing is kept across rounds but the trace's sample
@@ -140,7 +141,7 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
                 checkpoint.save(out, {"next_round": t + 1, "method": exp.method.state(), "rows": rows,
                                       "selection": selection.state(),
                                       "clock": fed.now, "fingerprint": fingerprint,
-                                      "battery": energy.battery.state() if energy.battery else [],
+                                      "battery": energy.battery.state(fed.now) if energy.battery else [],
                                       "logs": {log.path.name: log.seal() for log in logs}})
                 for log in logs:
                     log.commit()
@@ -193,25 +194,24 @@ Played = tuple[RoundTable, float | str, np.ndarray]  # a round's table, mean los
 
 def _player(exp: Experiment, executor: Executor, fed: Federation, pricer: Pricer, energy: RoundEnergy,
             selection: Selection) -> Callable[[int, Picked | None], Played]:
-    """What plays round t: the default rounds of the clients `selection` picked (on the shared links,
-    with batteries), a living fleet's rounds, or FedBuff's aggregations."""
+    """What plays round t: the default rounds of the clients `selection` picked (on the shared links),
+    a living fleet's rounds (with batteries), or FedBuff's aggregations."""
     s, m = exp.scenario, exp.method
 
     def server_s(t: int) -> float:
         return s.cost.server_s + m.server_flops(t) / (s.cost.server_gflops * 1e9)
 
     if s.round.mode == "async":
-        rounds = AsyncRounds(exp, executor, fed, pricer, server_s, energy)
+        rounds = AsyncRounds(exp, executor, fed, pricer, server_s, energy, selection)
         return lambda t, _: rounds.next(t)
-    live = Live.of(exp) if is_living(exp) else None
+    live = Live.of(exp, energy) if is_living(s) else None
 
     def play(t: int, picked: Picked | None) -> Played:
         if live is None:
             assert picked is not None
             table = (bulk_round if exp.bulk else each_round)(exp.pool, m, pricer, fed, t, lambda: server_s(t),
                                                              picked.clients, energy)
-            kept = table.states.clients if table.dropped is None else table.states.clients[~table.dropped]
-            return _trained(exp, executor, table, kept.tolist(), selection)
+            return _trained(exp, executor, table, table.states.clients.tolist(), selection)
         choose = None if not selection.logged else (
             lambda online: selection.pick(t, online, live.selected).clients)
         table = live_round(exp, live, pricer, fed, t, lambda: server_s(t), energy, choose)
@@ -222,8 +222,8 @@ def _player(exp: Experiment, executor: Executor, fed: Federation, pricer: Pricer
 
 def _trained(exp: Experiment, executor: Executor, table: RoundTable, clients: list[int],
              selection: Selection | None = None) -> Played:
-    """Train `clients` of the round (those whose updates arrive: not offline, late, or dropped for
-    their battery) and aggregate: the round's table, its mean training loss and each client's
+    """Train `clients` of the round (those whose updates arrive: not offline, late, or dropped) and
+    aggregate: the round's table, its mean training loss and each client's
     measured training seconds (NaN where none was); `selection` records what the round showed."""
     s, m, t = exp.scenario, exp.method, table.round
     n, durations = len(table.states.clients), table.finish_s - table.start_s

@@ -48,6 +48,7 @@ class RoundTable:
     dropped: np.ndarray | None = None  # bool: clients whose battery could not cover the round
     energy_j: np.ndarray | None = None  # joules per client (None: energy not priced)
     charge_j: np.ndarray | None = None  # battery left after the round, J (None: not tracked)
+    picked: Picked | None = None  # why each client was picked, row by row, where the round says it
 
     @property
     def duration_s(self) -> float:
@@ -66,20 +67,18 @@ def bulk_round(pool: DevicePool, method: Method, pricer: Pricer, fed: Federation
                server_s: Callable[[], float], clients: np.ndarray,
                energy: RoundEnergy | None = None) -> RoundTable:
     """Round t of `clients` (ascending) in bulk; `server_s()` is asked once every client is planned.
-    `energy` shares the server's links, drops clients whose battery cannot cover the round and
-    prices joules."""
+    `energy` shares the server's links and prices joules."""
     states = pool.states(clients, t)
     view = StateMap(pool, states)
     method.begin_round(t, view)
     plan = method.plan_round(t, states.clients, view)
     method.planned(t, by_client(plan, states.clients))
     costs, server = pricer.price(plan, states), server_s()
-    costs, dropped = energy.before(states, plan, costs) if energy else (costs, None)
+    costs = energy.shared(states, plan, costs) if energy else costs
     start, finish, last = fed.play(costs.download_s, costs.data_access_s, costs.compute_s,
                                    costs.upload_s, server)
-    r = RoundTable(t, start, fed.now, server, states, plan, costs, finish, last - finish, dropped=dropped)
-    if energy and dropped is not None:
-        r.energy_j, r.charge_j = energy.bulk(states, plan, costs, r.wait_s, dropped), energy.charge(states)
+    r = RoundTable(t, start, fed.now, server, states, plan, costs, finish, last - finish)
+    r.energy_j = energy.bulk(states, plan, costs, r.wait_s) if energy else None
     return r
 
 
@@ -89,17 +88,14 @@ def each_round(pool: DevicePool, method: Method, pricer: Pricer, fed: Federation
     """Round t of `clients` (ascending) client by client, with one SimPy process per client (the
     reference)."""
     states, plan, jobs = planned_jobs(pool, method, pricer, t, clients)
-    table, dropped = pool.gathered(clients, list(states.values())), None
+    table = pool.gathered(clients, list(states.values()))
     if energy:
-        settled, dropped = energy.before(table, plan, Costs.of([c for _, _, c in jobs]))
+        settled = energy.shared(table, plan, Costs.of([c for _, _, c in jobs]))
         jobs = [(k, st, settled.cost(i)) for i, (k, st, _) in enumerate(jobs)]
     r = fed.run_round(t, jobs, server_s())
     out = RoundTable(t, r.start_s, r.end_s, r.server_s, table, plan, Costs.of([c.cost for c in r.clients]),
-                     np.array([c.finish_s for c in r.clients]), np.array([c.wait_s for c in r.clients]),
-                     dropped=dropped)
-    if energy and dropped is not None:
-        out.energy_j = energy.each(table, list(states.values()), plan, out.costs, out.wait_s, dropped)
-        out.charge_j = energy.charge(table)
+                     np.array([c.finish_s for c in r.clients]), np.array([c.wait_s for c in r.clients]))
+    out.energy_j = energy.each(table, list(states.values()), plan, out.costs, out.wait_s) if energy else None
     return out
 
 

@@ -75,10 +75,13 @@ class Diurnal:
     hours: float
     spread_h: float
 
+    def offsets_h(self, clients: np.ndarray) -> np.ndarray:
+        """o_k: each device's time-zone offset in hours."""
+        keys = [draws.key(self.seed, AVAILABILITY, int(k)) for k in clients.tolist()]
+        return self.spread_h * (draws.uniform(np.array(keys, dtype=np.uint64)) - 0.5)
+
     def offset_h(self, client: int) -> float:
-        """o_k: the device's time-zone offset in hours."""
-        u = float(draws.uniform(np.array([draws.key(self.seed, AVAILABILITY, client)], dtype=np.uint64))[0])
-        return self.spread_h * (u - 0.5)
+        return float(self.offsets_h(np.array([client]))[0])
 
     def _into(self, client: int, t: float) -> float:
         """Hours since the device's last online_start (local), in [0, 24)."""
@@ -92,6 +95,20 @@ class Diurnal:
 
     def online_at(self, client: int, t: float) -> float:
         return t if self.online(client, t) else t + (24 - self._into(client, t)) * 3600
+
+    def online_seconds(self, clients: np.ndarray, a: np.ndarray, b: np.ndarray | float) -> np.ndarray:
+        """Seconds each client is online in [a_k, b] (a_k <= b): F(b - s_k) - F(a_k - s_k), with
+        s_k = 3600 (start_h - o_k), when its window opens, and F(y) = floor(y / 86400) x H +
+        min(y mod 86400, H) the online seconds in [0, y) of a day-periodic window [0, H)."""
+        if self.hours >= 24:
+            return np.maximum(b - a, 0.0)
+        opens = 3600 * (self.start_h - self.offsets_h(clients))
+        h = self.hours * 3600
+
+        def f(y: np.ndarray) -> np.ndarray:
+            return np.floor(y / DAY_S) * h + np.minimum(np.mod(y, DAY_S), h)
+
+        return f(b - opens) - f(a - opens)
 
 
 @dataclass(frozen=True)

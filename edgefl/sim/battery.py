@@ -1,68 +1,139 @@
-"""Batteries: each device's charge in joules, drained by the energy model's joules per round.
+"""Batteries: each device's charge in joules, drained by the energy model's joules, refilled while
+the device is plugged in.
 
 A device with `battery_wh = 0` is mains powered: its charge is infinite and never runs out. The
-others start at a seeded share of capacity (`energy.battery_start`, U(lo, hi)). A battery that
-reaches 0 J leaves its device offline: `alive(client)` is the hook availability code asks, and
-`recharge(client, joules)` the hook charging (e.g. a diurnal pattern) calls. Synchronous rounds
-(edgefl.experiment.rounds) drop, at the round's start, every selected client whose charge cannot
+others start at a seeded share of capacity (`energy.battery_start`, U(lo, hi)).
+
+Charging (`energy.charge_w` > 0): every device is plugged in daily from local hour
+`energy.charge_start_h` for `energy.charge_hours`, in the time zone the fleet's diurnal pattern gives
+it (edgefl.sim.availability.Diurnal with `fleet.tz_spread_h` and the scenario seed: a phone's night
+is the same night in both), and its battery gains `charge_w` watts meanwhile, up to its capacity. A
+charge is brought up to date lazily: `level(t)` adds the watts times the seconds plugged in since it
+was last settled; `drain` settles to the moment the work ended first, so charging during the work
+counts. A plugged-in device runs on its charger: it can always pay for its work.
+
+An empty battery leaves its device offline (`Powered`, the fleet's availability with batteries)
+until it is plugged in again. Rounds drop, at their start, every selected client whose charge cannot
 cover the round's joules: it does no work, spends nothing and sends no update, as an FL client that
 checks its battery before accepting a task (Bonawitz et al., "Towards Federated Learning at Scale",
-MLSys 2019: devices take part only when their state allows it).
+MLSys 2019: devices take part only when their state allows it). Async clients, started one by one,
+accept whenever their battery is not empty and go offline where it runs out
+(edgefl.experiment.living).
 """
 
 from __future__ import annotations
+
+import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from edgefl.config import EnergyConfig
 from edgefl.devices.pool import DevicePool, rng
 from edgefl.errors import EdgeflError
+from edgefl.sim.availability import Availability, Diurnal
 
 BATTERY = 41  # the random stream of the starting charges (edgefl.devices.pool.rng)
 WH = 3600.0  # joules per watt-hour
+EMPTY_J = 1e-6  # a charge this low is empty (what rounding leaves of a battery drained to its end)
 
 
 class Battery:
-    """Every client's charge (J), inf for mains-powered devices."""
+    """Every client's charge (J), inf for mains-powered devices, and the charger that refills it."""
 
-    def __init__(self, capacity_j: np.ndarray, start: np.ndarray) -> None:
+    def __init__(self, capacity_j: np.ndarray, start: np.ndarray, charger: Diurnal | None = None,
+                 charge_w: float = 0.0) -> None:
         self.capacity_j = capacity_j
         mains = np.isinf(capacity_j)
         self.charge_j = np.where(mains, np.inf, np.where(mains, 0.0, capacity_j) * start)
+        self.since_s = np.zeros(len(capacity_j))  # when each charge was last brought up to date
+        self.charger = charger if charge_w > 0 else None
+        self.charge_w = charge_w
 
     @classmethod
     def of_pool(cls, pool: DevicePool, cfg: EnergyConfig, seed: int) -> Battery:
-        """The fleet's batteries: capacity from each device's `battery_wh`, a seeded start share."""
+        """The fleet's batteries: capacity from each device's `battery_wh`, a seeded start share, the
+        daily charging window in each device's time zone."""
         wh = np.array([d.battery_wh for d in pool.devices])
         lo, hi = cfg.battery_start
         start = rng(seed, BATTERY).uniform(lo, hi, size=len(wh))
-        return cls(np.where(wh > 0, wh * WH, np.inf), start)
+        charger = Diurnal(seed, cfg.charge_start_h, cfg.charge_hours, pool.fleet.tz_spread_h)
+        return cls(np.where(wh > 0, wh * WH, np.inf), start, charger, cfg.charge_w)
 
-    def alive(self, client: int) -> bool:
-        """Whether the client's device has charge left (mains-powered devices always do)."""
-        return bool(self.charge_j[client] > 0)
+    def level(self, clients: np.ndarray, t: np.ndarray | float) -> np.ndarray:
+        """Each client's charge at `t` (not before it was last settled): its charge then plus the
+        charger's watts times the seconds plugged in since, at most its capacity."""
+        q = self.charge_j[clients]
+        if self.charger is None:
+            return q.copy()
+        gained = self.charge_w * self.charger.online_seconds(clients, self.since_s[clients], t)
+        return np.minimum(self.capacity_j[clients], q + gained)
 
-    def covers(self, clients: np.ndarray, joules: np.ndarray) -> np.ndarray:
-        """Per client, whether its charge pays for `joules` (and leaves it alive)."""
-        return np.asarray(self.charge_j[clients] > joules)
+    def settle(self, clients: np.ndarray, t: np.ndarray | float) -> None:
+        """Bring the clients' charges up to `t`."""
+        self.charge_j[clients] = self.level(clients, t)
+        self.since_s[clients] = t
 
-    def drain(self, clients: np.ndarray, joules: np.ndarray) -> None:
-        """Take each client's joules from its charge (never below 0)."""
-        self.charge_j[clients] = np.maximum(self.charge_j[clients] - joules, 0.0)
+    def plugged(self, client: int, t: float) -> bool:
+        """Whether the client's device is on its charger at `t`."""
+        return self.charger is not None and self.charger.online(client, t)
 
-    def recharge(self, client: int, joules: float) -> None:
-        """Give the client's battery `joules`, up to its capacity (the charging hook)."""
-        self.charge_j[client] = min(self.capacity_j[client], self.charge_j[client] + joules)
+    def powered(self, client: int, t: float) -> bool:
+        """Whether the device can run at `t`: charge left, or on its charger."""
+        return bool(self.level(np.array([client]), t)[0] > 0) or self.plugged(client, t)
 
-    def state(self) -> list[float]:
-        """The charges, for a checkpoint (inf where mains powered)."""
+    def powered_at(self, client: int, t: float) -> float:
+        """When the device can next run: `t` if it can now, else when it is next plugged in (inf:
+        never, without a charger)."""
+        if self.powered(client, t):
+            return t
+        return math.inf if self.charger is None else self.charger.online_at(client, t)
+
+    def covers(self, clients: np.ndarray, joules: np.ndarray, t: float) -> np.ndarray:
+        """Per client, whether it pays for `joules` of work starting at `t`: its charge then exceeds
+        them (it would not end empty), or it is on its charger."""
+        plugged = np.array([self.plugged(k, t) for k in clients.tolist()], dtype=bool)
+        return np.asarray(self.level(clients, t) > joules) | plugged
+
+    def drain(self, clients: np.ndarray, joules: np.ndarray, t: np.ndarray | float) -> None:
+        """Take each client's joules, spent by `t`, from its charge settled to `t` (never below 0; a
+        microjoule left is none)."""
+        self.settle(clients, t)
+        left = self.charge_j[clients] - joules
+        self.charge_j[clients] = np.where(left > EMPTY_J, left, 0.0)
+
+    def state(self, t: float) -> list[float]:
+        """The charges at `t`, for a checkpoint (inf where mains powered)."""
+        every = np.arange(len(self.charge_j))
+        self.settle(every, t)
         return [float(v) for v in self.charge_j]
 
-    def restore(self, charges: object, where: str) -> None:
-        """Charges back from a checkpoint (`state`'s list), checked: one non-negative number per client."""
+    def restore(self, charges: object, where: str, t: float) -> None:
+        """Charges at `t` back from a checkpoint (`state`'s list), checked: one non-negative number
+        per client."""
         ok = (isinstance(charges, list) and len(charges) == len(self.charge_j)
               and all(isinstance(c, float) and c >= 0 for c in charges))
         if not ok:
             raise EdgeflError(where, "battery", "the checkpoint's battery charges are missing or damaged; "
                               "start the run again")
         self.charge_j = np.array(charges, dtype=np.float64)
+        self.since_s = np.full(len(self.charge_j), t)
+
+
+@dataclass(frozen=True)
+class Powered:
+    """The fleet's availability with its batteries: a device whose battery is empty is offline
+    until it is plugged in (then it has charge at once: the charger's watts are positive)."""
+
+    avail: Availability
+    battery: Battery
+
+    def online(self, client: int, t: float) -> bool:
+        return self.avail.online(client, t) and self.battery.powered(client, t)
+
+    def offline_at(self, client: int, t: float) -> float:
+        return self.avail.offline_at(client, t)
+
+    def online_at(self, client: int, t: float) -> float:
+        powered = self.battery.powered_at(client, t)
+        return powered if math.isinf(powered) else self.avail.online_at(client, powered)

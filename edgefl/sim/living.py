@@ -113,11 +113,13 @@ def _unplug(env: simpy.Environment, proc: simpy.Process, at: float) -> Generator
 
 
 def start_client(env: simpy.Environment, phases: Sequence[float], avail: Availability, out: Outcome,
-                 reported: Callable[[Outcome], None], net: Net | None = None) -> simpy.Process:
+                 reported: Callable[[Outcome], None], net: Net | None = None,
+                 runs_out_s: float = math.inf) -> simpy.Process:
     """The client's process, with the interrupt of its device going offline before it would finish
-    (on shared links, when it finishes is not known in advance: whenever it goes offline)."""
+    (on shared links, when it finishes is not known in advance: whenever it goes offline), or its
+    battery running out `runs_out_s` into its work."""
     proc = env.process(_work(env, phases, out, reported, net))
-    off = avail.offline_at(out.client, float(env.now))
+    off = min(avail.offline_at(out.client, float(env.now)), float(env.now) + runs_out_s)
     if off < (math.inf if net is not None else busy_end(float(env.now), *phases)):
         env.process(_unplug(env, proc, off))
     return proc
@@ -186,6 +188,8 @@ class Started:
     client: int
     phases: Sequence[float]
     payload: Any = None
+    transfer: Transfer | None = None  # its transfers on the server's shared links (None: unlimited)
+    runs_out_s: float = math.inf  # its battery is empty this many seconds into its work
     version: int = 0  # the model version it downloaded
     outcome: Outcome = field(init=False)
 
@@ -198,17 +202,21 @@ class Buffered:
 
     `pick(version, busy)` starts a client not in `busy` on the current version (a `Started`), or
     says when to look again (a time in seconds; inf: never, and the slot closes) when no device
-    is online; `aggregate(version,
-    buffer, ended)` folds the buffer's uploads into the model as version `version` + 1, given every
-    client that ended since the last aggregation, after the server's `server_s()` seconds."""
+    is online; `ended(job)` hears of each client that stopped, at once; `aggregate(version, buffer,
+    ended)` folds the buffer's uploads into the model as version `version` + 1, given every client
+    that ended since the last aggregation, after the server's `server_s()` seconds. With `links`
+    the clients' transfers share the server's links (each Started's `transfer`)."""
 
     def __init__(self, fed: Federation, avail: Availability, concurrency: int, buffer: int,
                  max_staleness: int, pick: Callable[[int, set[int]], Started | float],
                  aggregate: Callable[[int, list[Started], list[Started]], None],
-                 server_s: Callable[[], float]) -> None:
+                 server_s: Callable[[], float], ended: Callable[[Started], None] = lambda _: None,
+                 links: Links | None = None) -> None:
         self.env, self.avail = fed.env, avail
         self.size, self.max_staleness = buffer, max_staleness
-        self.pick, self.fold, self.server_s = pick, aggregate, server_s
+        self.pick, self.fold, self.server_s, self.heard = pick, aggregate, server_s, ended
+        self.links = None if links is None else (SharedLink(self.env, links.down_bps),
+                                                 SharedLink(self.env, links.up_bps))
         self.version, self.busy = 0, set[int]()
         self.buffer: list[Started] = []
         self.ended: list[Started] = []
@@ -239,7 +247,9 @@ class Buffered:
                 continue
             job.version = self.version
             self.busy.add(job.client)
-            yield start_client(self.env, job.phases, self.avail, job.outcome, lambda _: None)
+            net = None if self.links is None or job.transfer is None else Net(*self.links, job.transfer)
+            yield start_client(self.env, job.phases, self.avail, job.outcome, lambda _: None, net,
+                               job.runs_out_s)
             self.busy.discard(job.client)
             self._ended(job)
 
@@ -248,6 +258,7 @@ class Buffered:
         out.staleness = self.version - job.version
         if out.status == COMPLETED and out.staleness > self.max_staleness:
             out.status = DROPPED
+        self.heard(job)
         self.ended.append(job)
         if out.status == COMPLETED:
             self.buffer.append(job)
