@@ -19,16 +19,20 @@ from edgefl.errors import EdgeflError
 from edgefl.experiment import prepare, run
 from edgefl.experiment.energy import RoundEnergy
 from edgefl.experiment.living import Live, Pending, rebased
+from edgefl.experiment.rounds import planned_jobs
 from edgefl.methods.aggregate import fedavg
 from edgefl.methods.base import ClientUpdate
 from edgefl.report.trace import chrome_trace
 from edgefl.scenario import load_scenario
 from edgefl.sim.availability import Always, Diurnal, from_mapping, read_trace
+from edgefl.sim.bulk import Costs, Pricer
 from edgefl.sim.engine import Federation, Span
-from edgefl.sim.living import COMPLETED, DROPPED, LATE, OFFLINE, Buffered, Started, play_round
+from edgefl.sim.links import Links
+from edgefl.sim.living import COMPLETED, DROPPED, LATE, OFFLINE, Buffered, Started, Transfer, play_round
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "scenarios" / "quickstart.toml"
+ASYNC = ROOT / "scenarios" / "async-digits.toml"
 # three clients: A ends its upload at 1+0+2+1 = 4 s, B at 7 s, C at 13 s
 JOBS = [(0, (1.0, 0.0, 2.0, 1.0)), (1, (1.0, 0.0, 5.0, 1.0)), (2, (2.0, 0.0, 10.0, 1.0))]
 
@@ -135,6 +139,51 @@ def test_fedbuff_drops_an_update_staler_than_max_staleness() -> None:
     fed.env.run(until=6)
     dropped = [j for j in server.ended if j.client == 0]
     assert dropped and dropped[0].outcome.status == DROPPED and dropped[0].outcome.staleness == 4
+
+
+def test_fedbuff_transfers_share_the_server_links_and_a_battery_stops_its_client() -> None:
+    """Concurrency 3, buffer 2, links 4 B/s down and 2 B/s up, no latency; each client downloads
+    4 B (own 4 B/s), computes 1 s, uploads 2 B (own 2 B/s). c2's battery runs out 1.5 s into its
+    work: offline at 1.5 s. Until then the three share the down link, 4/3 B/s each (2 B each by
+    1.5 s); then c0 and c1 get 2 B/s each: through at 2.5 s, compute to 3.5 s, upload at 1 B/s each
+    (2 B/s shared) to 5.5 s: one aggregation of c0 and c1."""
+    fed, order = Federation(), iter([(0, math.inf), (1, math.inf), (2, 1.5)])
+    t = Transfer(down_bytes=4.0, up_bytes=2.0, down_bps=4.0, up_bps=2.0, latency_s=0.0)
+
+    def pick(version: int, busy: set[int]) -> Started | float:
+        nxt = next(order, None)
+        return math.inf if nxt is None else Started(nxt[0], (0.0, 0.0, 1.0, 0.0), None, t, nxt[1])
+
+    folded: list[list[Started]] = []
+    server = Buffered(fed, Always(), 3, 2, 8, pick, lambda v, b, e: folded.append(e), lambda: 0.0,
+                      links=Links(4.0, 2.0))
+    server.next_aggregation()
+    ended = {j.client: j.outcome for j in folded[0]}
+    assert (ended[2].status, ended[2].stop_s) == (OFFLINE, 1.5)
+    assert [(ended[k].status, ended[k].stop_s) for k in (0, 1)] == [(COMPLETED, 5.5), (COMPLETED, 5.5)]
+    assert [ended[k].download_s for k in (0, 1)] == [2.5, 2.5]
+    assert [ended[k].upload_s for k in (0, 1)] == [2.0, 2.0]
+
+
+def test_an_async_clients_battery_runs_out_where_its_work_has_spent_the_charge() -> None:
+    """runs_out gives the moment the joules of the work done (worked, priced by the energy model)
+    equal the charge: spending exactly that is what the client is charged for."""
+    s = load_scenario(ASYNC, ["energy.enabled=true", "energy.batteries=true",
+                              "energy.battery_start=[0.00005,0.0001]"])
+    exp = prepare(s, str(ASYNC), dry_run=True)
+    energy = RoundEnergy(s, exp.pool)
+    assert energy.battery is not None
+    phones = np.flatnonzero(np.isfinite(energy.battery.charge_j))
+    pricer = Pricer(exp.ctx.cost, exp.pool, lambda k, w: w)
+    states, plan, jobs = planned_jobs(exp.pool, exp.method, pricer, 0, phones)
+    gathered, costs = exp.pool.gathered(phones, list(states.values())), Costs.of([c for _, _, c in jobs])
+    out, idle = energy.runs_out(gathered, plan, costs, 0.0), np.zeros(len(phones))
+    level = energy.battery.level(phones, 0.0)
+    whole = energy.work_j(gathered, plan, costs, np.full(len(phones), np.inf), idle)
+    stops = np.isfinite(out)
+    assert stops.any() and (whole[~stops] < level[~stops]).all() and (whole[stops] >= level[stops]).all()
+    spent = energy.work_j(gathered, plan, costs, np.where(stops, out, 0.0), idle)
+    assert spent[stops] == pytest.approx(level[stops], rel=1e-9)
 
 
 def test_diurnal_follows_its_formula() -> None:

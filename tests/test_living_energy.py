@@ -6,10 +6,14 @@ from __future__ import annotations
 import csv
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+from test_fidelity import simulated_rows
 
+from edgefl import checkpoint
+from edgefl.cli import main
 from edgefl.experiment import prepare, run
 from edgefl.experiment.energy import RoundEnergy, worked
 from edgefl.experiment.living import Live
@@ -107,6 +111,76 @@ def test_a_policy_picks_among_the_online_clients_seeded(tmp_path: Path, policy: 
         assert sum(int(r["round"]) == t for r in rows) == min(live.selected, online)
 
 
+@pytest.mark.parametrize("policy", ["oort", "memory_fit", "power_of_choice"])
+def test_an_async_policy_starts_online_idle_clients_seeded(tmp_path: Path, policy: str) -> None:
+    """In async mode the policy picks each client among the devices online and not working: every
+    download starts while its device is online, a device's jobs never overlap, the run is seeded."""
+    path = ROOT / "scenarios" / "deadline-diurnal-digits.toml"
+    s = load_scenario(path, ["rounds=6", "round.mode=async", f"selection.policy={policy}"])
+    texts = []
+    for out in ("a", "b"):
+        exp = prepare(s, str(path), dry_run=True)
+        run(exp, tmp_path / out, progress=False)
+        texts.append([(tmp_path / out / f).read_text() for f in ("metrics.csv", "clients.csv", "events.csv")])
+    assert texts[0] == texts[1]
+    avail = Live.of(exp, RoundEnergy(s, exp.pool)).avail
+    rows = list(csv.DictReader((tmp_path / "a" / "clients.csv").open()))
+    assert rows and {r["picked_by"] for r in rows} - {"uniform", ""}
+    starts: dict[int, list[float]] = {}
+    for e in csv.DictReader((tmp_path / "a" / "events.csv").open()):
+        if e["phase"] == "download":
+            starts.setdefault(int(e["client"]), []).append(float(e["start_s"]))
+    assert all(avail.online(k, at) for k, ats in starts.items() for at in ats)
+    for k, ats in starts.items():
+        ends = sorted(float(r["finish_s"]) for r in rows if int(r["client"]) == k)
+        assert all(end <= nxt for end, nxt in zip(ends, sorted(ats)[1:], strict=False))
+
+
+def test_an_emptied_phone_is_offline_until_it_is_plugged_in(tmp_path: Path) -> None:
+    """Every device online all day, plugged in from 00:30 to 01:30 (one time zone) at 10 W; the phones
+    start nearly empty and the first rounds' waiting empties them. None is picked again before
+    00:30 (1800 s); from then on they are, charged."""
+    path = ROOT / "scenarios" / "living-digits.toml"
+    s = load_scenario(path, ["rounds=30", "round.mode=sync", "selection.policy=uniform",
+                             "fleet.online_hours=24", "fleet.tz_spread_h=0", "energy.charge_start_h=0.5",
+                             "energy.charge_hours=1",
+                             "energy.battery_start=[0.0005,0.001]", "server.down_mbps=0", "server.up_mbps=0"])
+    run(prepare(s, str(path), dry_run=True), tmp_path / "out", progress=False)
+    rows = list(csv.DictReader((tmp_path / "out" / "clients.csv").open()))
+    start = {m["round"]: float(m["sim_time_s"]) - float(m["round_time_s"])
+             for m in csv.DictReader((tmp_path / "out" / "metrics.csv").open())}
+    emptied = {r["client"]: int(r["round"]) for r in rows if float(r["battery_j"]) == 0}
+    assert emptied and max(start.values()) > 1800
+    back = [r for r in rows if r["client"] in emptied and int(r["round"]) > emptied[r["client"]]]
+    assert back and all(start[r["round"]] >= 1800 and float(r["battery_j"]) > 0 for r in back)
+
+
+def test_a_deadline_run_with_batteries_resumes_to_the_same_rows(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """living-digits (deadline, diurnal, memory_fit, charging batteries, shared links), trained for
+    real, dies after round 1's checkpoint: resumed, its rows are those of a run that never stopped
+    (the batteries' charges come back from the checkpoint)."""
+    path = ROOT / "scenarios" / "living-digits.toml"
+    small = ["rounds=4", "training.local_iters=3", "attack.steps=2", "evaluation.steps=2",
+             "data.test_samples=32", "energy.battery_start=[0.0005,0.001]", "checkpoint_every=1"]
+    args = [a for s in small for a in ("--set", s)]
+    whole, out, real_save = tmp_path / "whole", tmp_path / "late", checkpoint.save
+    assert main(["run", str(path), *args, "--out", str(whole), "--quiet"]) == 0
+
+    def dies_at_round_2(at: Path, state: dict[str, Any]) -> None:
+        if state["next_round"] == 2:
+            raise KeyboardInterrupt
+        real_save(at, state)
+
+    monkeypatch.setattr(checkpoint, "save", dies_at_round_2)
+    assert main(["run", str(path), *args, "--out", str(out), "--quiet"]) == 130
+    monkeypatch.setattr(checkpoint, "save", real_save)
+    assert main(["run", "--resume", str(out), "--quiet"]) == 0
+    assert (out / "metrics.csv").read_text() == (whole / "metrics.csv").read_text()
+    assert simulated_rows(out / "clients.csv") == simulated_rows(whole / "clients.csv")
+    assert any(float(r["battery_j"]) == 0 for r in csv.DictReader((whole / "clients.csv").open()))
+
+
 def test_three_clients_share_the_server_links_in_a_deadline_round() -> None:
     """Each downloads 4 B at its own 4 B/s on a 4 B/s link: 4/3 B/s each, through at 3 s, +0.5 s
     latency. A computes 1 s and uploads 2 B (own 2 B/s, link 2 B/s) from 4.5 s: alone to 5 s (1 B),
@@ -132,11 +206,12 @@ def test_a_living_run_on_limited_links_is_slower_and_seeded(tmp_path: Path) -> N
     assert times[1][0] > times[0][0]
 
 
-def test_the_living_digits_scenario_is_seeded_with_everything_on(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["sync", "deadline", "async"])
+def test_the_living_digits_scenario_is_seeded_with_everything_on(tmp_path: Path, mode: str) -> None:
     path = ROOT / "scenarios" / "living-digits.toml"
     texts = []
     for out in ("a", "b"):
-        exp = prepare(load_scenario(path, ["rounds=3"]), str(path), dry_run=True)
+        exp = prepare(load_scenario(path, ["rounds=3", f"round.mode={mode}"]), str(path), dry_run=True)
         run(exp, tmp_path / out, progress=False)
         texts.append([(tmp_path / out / f).read_text() for f in ("metrics.csv", "clients.csv", "events.csv")])
     assert texts[0] == texts[1]
