@@ -17,6 +17,12 @@ the buffer is aggregated, an update of staleness tau > 0 is rebased on the curre
 method aggregates: x_now + s(tau) (x_client - x_downloaded) (FedBuff's Delta scaled by s(tau), its
 server learning rate 1); the method's weighted average of the buffer then gives x_now + sum_i w_i
 s(tau_i) Delta_i. A fresh update (tau = 0) is aggregated as it is.
+
+Batteries (edgefl.sim.battery) make a fleet living: an empty one leaves its device offline until it
+is plugged in (`Powered`). A sync or deadline round drops, at its start, a client whose battery
+cannot pay for its work; an async client goes offline where its battery runs out (`runs_out`).
+Selection policies, shared server links and batteries act in every mode; in async mode a policy
+picks one client each time a slot frees, and the links are shared by the transfers in flight.
 """
 
 from __future__ import annotations
