@@ -9,6 +9,7 @@ import json
 import math
 import pickle
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -25,7 +26,9 @@ from edgefl.methods.base import ClientUpdate
 from edgefl.report.trace import chrome_trace
 from edgefl.scenario import load_scenario
 from edgefl.sim.availability import Always, Diurnal, from_mapping, read_trace
+from edgefl.sim.battery import WH, Battery
 from edgefl.sim.bulk import Costs, Pricer
+from edgefl.sim.cost import ClientCost
 from edgefl.sim.engine import Federation, Span
 from edgefl.sim.links import Links
 from edgefl.sim.living import COMPLETED, DROPPED, LATE, OFFLINE, Buffered, Started, Transfer, play_round
@@ -184,6 +187,42 @@ def test_an_async_clients_battery_runs_out_where_its_work_has_spent_the_charge()
     assert stops.any() and (whole[~stops] < level[~stops]).all() and (whole[stops] >= level[stops]).all()
     spent = energy.work_j(gathered, plan, costs, np.where(stops, out, 0.0), idle)
     assert spent[stops] == pytest.approx(level[stops], rel=1e-9)
+
+
+def test_runs_out_by_hand() -> None:
+    """Work of 1 + 0 + 4 + 1 s at a constant 2 W (J(tau) = 2 tau); a 1 W charger plugged in daily
+    from 01:00 to 03:00. Unplugged at 0 s with 5 J: empty 2.5 s in; with 100 J: never (12 J of work);
+    at 3598 s with 5 J: plugged in 2 s in, before it would run out, so never. Plugged in at 10798 s
+    (unplugged at 10800 s) with 1 J: 3 J at the unplugging, which the work has spent by 1.5 s, so
+    empty at the unplugging, 2 s in; with 8 J: 10 J then, empty 5 s in."""
+    charger = Diurnal(seed=0, start_h=1.0, hours=2.0, spread_h=0.0)
+    energy = RoundEnergy.__new__(RoundEnergy)
+    energy.power = object()  # type: ignore[assignment]  # priced by the stub work_j below
+    energy.work_j = lambda s, plan, costs, elapsed, wait: 2.0 * np.minimum(elapsed, 6.0)  # type: ignore[method-assign]
+    cost = ClientCost(compute_s=4.0, data_access_s=0.0, download_s=1.0, upload_s=1.0, mem_req_bytes=0.0,
+                      swapped=False, read_bytes=0.0, write_bytes=0.0)
+
+    def runs_out(charges: list[float], now: float) -> list[float]:
+        n = len(charges)
+        energy.battery = Battery(np.full(n, WH), np.array(charges) / WH, charger, charge_w=1.0)
+        energy.battery.since_s[:] = now
+        s = SimpleNamespace(clients=np.arange(n))
+        return energy.runs_out(s, None, Costs.of([cost] * n), now).tolist()  # type: ignore[arg-type]
+
+    assert runs_out([5.0, 100.0], 0.0) == [2.5, math.inf]
+    assert runs_out([5.0], 3598.0) == [math.inf]
+    assert runs_out([1.0, 8.0], 10798.0) == [2.0, 5.0]
+
+
+def test_online_at_is_a_moment_the_device_is_online() -> None:
+    """A window's start in floating point can land an ulp before the window: online_at steps past it."""
+    rng = np.random.default_rng(1)
+    diurnal = Diurnal(seed=3, start_h=22.0, hours=8.0, spread_h=24.0)
+    trace = from_mapping({"0": [[10.5, 20.3], [50.1, 70.7]], "1": [[0.3, 5.9]]})
+    clients, times = rng.integers(0, 50, 3000).tolist(), rng.uniform(0, 5 * 86400, 3000).tolist()
+    for k, t in zip(clients, times, strict=True):
+        assert diurnal.online(k, diurnal.online_at(k, t))
+        assert trace.online(k % 2, trace.online_at(k % 2, t))
 
 
 def test_diurnal_follows_its_formula() -> None:

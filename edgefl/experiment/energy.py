@@ -14,6 +14,7 @@ battery may run out mid-work (`runs_out`).
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -114,24 +115,32 @@ class RoundEnergy:
 
     def runs_out(self, s: States, plan: RoundPlan, costs: Costs, now: float) -> np.ndarray:
         """Seconds into its work (starting `now`) at which each client's battery is empty (inf:
-        never, or on its charger). The joules of the work done by a time grow linearly within each
-        phase (edgefl.sim.energy prices seconds and bytes), so the moment they reach the charge is
-        interpolated between the phases' ends. Charging meanwhile is not counted here (the device is
-        not plugged in at `now`) and credited when the battery drains."""
+        never). The joules of the work done by a time grow linearly within each phase (edgefl.sim.energy
+        prices seconds and bytes), so the moment they reach what the battery holds is interpolated
+        between the phases' ends. Unplugged at `now`, the battery holds its charge then, and a client
+        plugged in before that moment does not run out; plugged in at `now`, it runs on its charger
+        until it is unplugged, and then its battery holds the charge at the unplugging less nothing
+        more (the net of charger and work is settled when it drains). The phases are each client's
+        own: on shared server links its transfers take longer, and cost more, than this assumes."""
         n = len(s.clients)
         out = np.full(n, np.inf)
-        if self.battery is None or self.power is None:
+        battery = self.battery
+        if battery is None or self.power is None:
             return out
-        level = self.battery.level(s.clients, now)
         spans = [costs.download_s, costs.data_access_s, costs.compute_s, costs.upload_s]
         points = np.cumsum([np.zeros(n), *spans], axis=0)  # 5 x n: 0 and each phase's end
         joules = np.array([self.work_j(s, plan, costs, p, np.zeros(n)) for p in points])
+        charger = battery.charger
         for i, k in enumerate(s.clients.tolist()):
-            j = int(np.searchsorted(joules[:, i], level[i]))
-            if j < len(points) and not self.battery.plugged(k, now):
-                j = max(j, 1)
-                frac = (level[i] - joules[j - 1, i]) / max(joules[j, i] - joules[j - 1, i], 1e-300)
-                out[i] = points[j - 1, i] + frac * (points[j, i] - points[j - 1, i])
+            if charger is not None and charger.online(k, now):  # on its charger until unplugged
+                unplug = charger.offline_at(k, now)
+                held = float(battery.level(np.array([k]), unplug)[0])
+                out[i] = max(reach(points[:, i], joules[:, i], held), unplug - now)
+            else:
+                plug = math.inf if charger is None else charger.online_at(k, now)
+                held = float(battery.level(np.array([k]), now)[0])
+                empty = reach(points[:, i], joules[:, i], held)
+                out[i] = empty if empty < plug - now else math.inf
         return out
 
     def charge(self, s: States) -> np.ndarray | None:
@@ -153,3 +162,16 @@ def worked(c: Costs, elapsed: np.ndarray) -> tuple[Costs, np.ndarray, np.ndarray
     walk = np.divide(done[1] + done[2], busy, out=share[2].copy(), where=busy > 0)
     return (replace(c, download_s=done[0], data_access_s=done[1], compute_s=done[2], upload_s=done[3],
                     read_bytes=c.read_bytes * walk, write_bytes=c.write_bytes * walk), share[0], share[3])
+
+
+def reach(points: np.ndarray, joules: np.ndarray, target: float) -> float:
+    """The elapsed seconds at which piecewise-linear `joules` (at the ascending `points`, from 0 at
+    0) first reach `target`; inf if they never do."""
+    j = int(np.searchsorted(joules, target))
+    if j >= len(points):
+        return math.inf
+    if j == 0:
+        return float(points[0])
+    rise = joules[j] - joules[j - 1]
+    frac = (target - joules[j - 1]) / rise if rise > 0 else 1.0
+    return float(points[j - 1] + frac * (points[j] - points[j - 1]))

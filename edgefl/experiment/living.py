@@ -105,7 +105,8 @@ def online_pick(avail: Availability, order: np.ndarray, now: float, count: int,
     return picked, (now if picked else min((avail.online_at(k, now) for k in free), default=math.inf))
 
 
-NEVER_ONLINE = "no device of the fleet comes online again; give a trace with online intervals for them"
+NEVER_ONLINE = ("no device of the fleet comes online again (a trace without online intervals for them, "
+                "or every battery empty with energy.charge_w = 0); give them online intervals or a charger")
 
 
 Choose = Callable[[np.ndarray], np.ndarray]  # a policy's pick among the online clients (bool mask)
@@ -118,11 +119,11 @@ def select_online(live: Live, pool: DevicePool, fed: Federation, t: int, where: 
     the clients online then."""
     order = rng(pool.seed, SAMPLE, t).permutation(pool.fleet.clients)
     picked, when = online_pick(live.avail, order, fed.now, live.selected)
-    if not picked:
+    while not picked:
         if not math.isfinite(when):
             raise EdgeflError(where, "fleet.availability", NEVER_ONLINE)
-        fed.env.run(until=when)
-        picked, _ = online_pick(live.avail, order, fed.now, live.selected)
+        fed.env.run(until=max(when, math.nextafter(fed.now, math.inf)))
+        picked, when = online_pick(live.avail, order, fed.now, live.selected)
     if choose is not None:
         return choose(np.array([live.avail.online(k, fed.now) for k in range(pool.fleet.clients)]))
     return np.array(sorted(picked), dtype=np.int64)
@@ -230,7 +231,7 @@ class AsyncRounds:
         if not self.selection.logged:
             return picked[0], math.nan, "uniform"
         free = np.array([k not in busy and self.avail.online(k, now) for k in range(s.fleet.clients)])
-        p = self.selection.pick(version, free, 1)
+        p = self.selection.pick(version, free, 1, draw=self.starts)
         return int(p.clients[0]), float(p.utility[0]), p.reason[0]
 
     def pick(self, version: int, busy: set[int]) -> Started | float:

@@ -70,6 +70,7 @@ class Ask:
     sizes: Callable[[], np.ndarray]  # every client's training samples |B_i|
     need_bytes: Callable[[], float]  # the memory the method's workload asks this round
     online: np.ndarray | None = None  # bool per client: who can be picked (a living fleet); None: all
+    draw: int | None = None  # which of the round's picks this is, where it picks more than once (async)
 
     @property
     def clients(self) -> int:
@@ -80,8 +81,9 @@ class Ask:
         return clients if self.online is None else clients[self.online[clients]]
 
     def rng(self) -> np.random.Generator:
-        """The round's selection stream, from the scenario seed."""
-        return np.random.default_rng([self.pool.seed, SELECT, self.round])
+        """The round's selection stream (the pick's, with `draw`), from the scenario seed."""
+        key = [self.pool.seed, SELECT, self.round] + ([] if self.draw is None else [self.draw])
+        return np.random.default_rng(key)
 
     @cached_property
     def states(self) -> States:

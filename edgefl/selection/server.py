@@ -45,13 +45,15 @@ class Selection:
         whose logs stay as they were)."""
         return self.cfg.policy != "uniform"
 
-    def pick(self, round_: int, online: np.ndarray | None = None, count: int = 0) -> Picked:
+    def pick(self, round_: int, online: np.ndarray | None = None, count: int = 0,
+             draw: int | None = None) -> Picked:
         """Round t's clients: `count` (0: the fleet's clients per round) of those `online` (bool per
-        client; None: every client), fewer where fewer are online."""
+        client; None: every client), fewer where fewer are online; `draw` keys the policy's random
+        stream where one round picks several times (async mode: its start count)."""
         count = count or selected_per_round(self.pool.fleet)
         if online is not None:
             count = min(count, int(online.sum()))
-        ask = Ask(round_, count, self.pool, self.dry_run, self.sizes, lambda: self.need(round_), online)
+        ask = Ask(round_, count, self.pool, self.dry_run, self.sizes, lambda: self.need(round_), online, draw)
         self.last = self.policy.select(ask, self.known)
         return self.last
 

@@ -31,6 +31,7 @@ import math
 import pickle
 import warnings
 from bisect import bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -94,7 +95,9 @@ class Diurnal:
         return math.inf if self.hours >= 24 else t + (self.hours - self._into(client, t)) * 3600
 
     def online_at(self, client: int, t: float) -> float:
-        return t if self.online(client, t) else t + (24 - self._into(client, t)) * 3600
+        if self.online(client, t):
+            return t
+        return first_online(lambda at: self.online(client, at), t + (24 - self._into(client, t)) * 3600)
 
     def online_seconds(self, clients: np.ndarray, a: np.ndarray, b: np.ndarray | float) -> np.ndarray:
         """Seconds each client is online in [a_k, b] (a_k <= b): F(b - s_k) - F(a_k - s_k), with
@@ -144,7 +147,18 @@ class Intervals:
         if self._holding(spans, tau) >= 0:
             return t
         later = [a for a, _ in spans if a > tau]
-        return base + later[0] if later else base + self.periods[client % len(self.periods)] + spans[0][0]
+        at = base + later[0] if later else base + self.periods[client % len(self.periods)] + spans[0][0]
+        return first_online(lambda u: self.online(client, u), at)
+
+
+def first_online(online: Callable[[float], bool], at: float) -> float:
+    """`at`, or the first float after it at which `online` holds: a window's start worked out in
+    floating point may land a few ulps before the window, where `online` still says no."""
+    for _ in range(1 << 16):
+        if online(at):
+            return at
+        at = math.nextafter(at, math.inf)
+    return at
 
 
 def make_availability(fleet: FleetConfig, seed: int, where: str) -> Availability:
