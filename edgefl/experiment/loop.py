@@ -100,19 +100,12 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
         if energy.battery is not None:
             energy.battery.restore(saved.state.get("battery"), str(out / checkpoint.FILE), fed.now)
     started = time.perf_counter()
-    living = is_living(s)
-    extra = (evaluator.columns if evaluator else []) + list(exp.method.round_info()) + (
-        list(STATUSES) if living else [])
-    executor = _executor(exp, text)
-    play = _player(exp, executor, fed, pricer, energy, selection)
+    play = _player(exp, _executor(exp, text), fed, pricer, energy, selection)
     kept = saved.logs if saved else {}
     names = log_names(output_format(s))
     sample = TraceSample(s.fleet.clients, s.output.trace_clients, s.seed)
-    energy_clients, energy_metrics = energy_headers(s)
-    extra += energy_metrics
-    picked_by = PICKED if selection.logged else []
-    client_headers = CLIENTS + picked_by + living_client_columns(s) + energy_clients
-    with (CsvLog(out / names["metrics"], METRICS + extra, kept.get(names["metrics"])) as metrics,
+    metric_headers, client_headers = _headers(exp, evaluator, selection)
+    with (CsvLog(out / names["metrics"], metric_headers, kept.get(names["metrics"])) as metrics,
           open_log(out, names["clients"], client_headers, kept) as clients,
           open_log(out, names["events"], EVENTS, kept) as events):
         logs: list[Log] = [metrics, clients, events]
@@ -122,8 +115,7 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
         for t in bar:
             if exp.method.finished():  # ended before its last round (FedProphet's last module)
                 break
-            picked = None if living else selection.pick(t)
-            table, loss, real = play(t, picked)
+            table, loss, real = play(t, None if is_living(s) else selection.pick(t))
             row = metrics_row(table, loss, exp.method.round_info())
             last = t + 1 == s.rounds or exp.method.finished()
             if evaluator and ((t + 1) % s.evaluation.every == 0 or last):
@@ -145,7 +137,25 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
                                       "logs": {log.path.name: log.seal() for log in logs}})
                 for log in logs:
                     log.commit()
-    summary = run_summary(exp, rows, time.perf_counter() - started)
+    return _finish(exp, out, rows, time.perf_counter() - started, sample)
+
+
+def _headers(exp: Experiment, evaluator: Evaluator | None,
+             selection: Selection) -> tuple[list[str], list[str]]:
+    """metrics.csv's and clients.csv's columns: the fixed ones, then the evaluation's, the method's,
+    a living fleet's, the selection's and energy's where the scenario has them."""
+    s = exp.scenario
+    energy_clients, energy_metrics = energy_headers(s)
+    metrics = (METRICS + (evaluator.columns if evaluator else []) + list(exp.method.round_info())
+               + (list(STATUSES) if is_living(s) else []) + energy_metrics)
+    clients = CLIENTS + (PICKED if selection.logged else []) + living_client_columns(s) + energy_clients
+    return metrics, clients
+
+
+def _finish(exp: Experiment, out: Path, rows: list[dict[str, Any]], wall_s: float,
+            sample: TraceSample) -> dict[str, Any]:
+    """summary.json (with the time-prediction check on a host-emulating run) and trace.json."""
+    summary = run_summary(exp, rows, wall_s)
     error = prediction_error(out) if emulates_host(exp) else None
     if error is not None:
         summary["time_prediction_error"] = error
