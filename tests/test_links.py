@@ -78,6 +78,18 @@ def test_the_simpy_link_agrees_with_the_exact_times_on_a_random_fleet() -> None:
         finish_times(start, nbytes, caps, 40 * MB).tolist(), rel=1e-9)
 
 
+@pytest.mark.parametrize("case", ["together", "staggered with ties", "tied caps"])
+def test_the_exact_times_agree_with_the_simpy_link_on_random_fleets(case: str) -> None:
+    """The event-by-event computation against the SimPy link (its own water-filling at every start
+    and end), 200 transfers: all starting together, starts on whole seconds, or three distinct caps."""
+    r = np.random.default_rng(7)
+    start = np.zeros(200) if case == "together" else np.round(r.uniform(0, 30, 200))
+    caps = r.choice([2.0, 5.0, 8.0], 200) * MB if case == "tied caps" else r.uniform(1, 20, 200) * MB
+    nbytes = r.uniform(1, 50, 200) * MB
+    assert simpy_finish(start, nbytes, caps, 60 * MB) == pytest.approx(
+        finish_times(start, nbytes, caps, 60 * MB).tolist(), rel=1e-9)
+
+
 def test_a_shared_round_downloads_together_and_uploads_as_clients_finish() -> None:
     """Server 10 MB/s down, 5 MB/s up. Downloads of 4/10/20 MB from the start end at 2, 2.4 and
     3.65 s (above), plus 0.1 s latency each; after 1 s of data access and compute, 1 MB uploads are

@@ -14,6 +14,7 @@ A capacity of inf (`server.down_mbps = 0`, the default) leaves every transfer at
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Generator
 from dataclasses import dataclass
@@ -49,26 +50,137 @@ def fair_rates(caps: np.ndarray, capacity: float) -> np.ndarray:
 
 def finish_times(start: np.ndarray, nbytes: np.ndarray, caps: np.ndarray, capacity: float) -> np.ndarray:
     """When each transfer ends: transfer i starts at start[i] with nbytes[i] bytes at most caps[i]
-    bytes/s, all sharing `capacity` bytes/s (inf: each alone)."""
+    bytes/s, all sharing `capacity` bytes/s (inf: each alone). Event by event (`_Sharing`), each
+    event O(log n) plus the transfers it moves across the water level."""
     if math.isinf(capacity):
         return start + nbytes / caps
-    left, end = nbytes.astype(np.float64), np.full(len(start), np.nan)
-    order = np.argsort(start, kind="stable")
-    starts = start[order]
-    act, arrived = np.empty(0, dtype=np.int64), 0
-    now = float(starts[0]) if len(starts) else 0.0
-    while arrived < len(order) or len(act):
-        upto = int(np.searchsorted(starts, now, side="right"))
-        act, arrived = np.concatenate([act, order[arrived:upto]]), max(arrived, upto)
-        rates = fair_rates(caps[act], capacity)
-        step = min(float((left[act] / rates).min()) if len(act) else math.inf,
-                   float(starts[arrived]) - now if arrived < len(order) else math.inf)
-        left[act] -= rates * step
-        now += step
-        done = through(now, left[act], rates)
-        end[act[done]] = now
-        act = act[~done]
-    return end
+    return _Sharing(caps, capacity).play(start, nbytes)
+
+
+class _Sharing:
+    """Processor sharing with caps, exactly, in O(log n) an event. The transfers are ranked by cap;
+    water-filling caps the lowest-ranked active ones (rank <= `pos`, each at its own cap) and gives
+    the rest the level L. A capped transfer's end is fixed while it stays capped; the others share a
+    virtual clock V (dV/dt = L), and one ends when V reaches its key (V at its start plus its bytes).
+    A Fenwick tree over the ranks holds the active count and caps, so the boundary is one descent;
+    when an event moves it, only the active transfers between the old and new boundary change side."""
+
+    def __init__(self, caps: np.ndarray, capacity: float) -> None:
+        self.n, self.capacity = len(caps), capacity
+        order = np.argsort(caps, kind="stable")
+        self.rank = np.empty(self.n, dtype=np.int64)
+        self.rank[order] = np.arange(1, self.n + 1)
+        self.by_rank = [-1, *order.tolist()]  # rank -> transfer
+        self.cap = caps.astype(np.float64).tolist()
+        self.count, self.sum = [0] * (self.n + 1), [0.0] * (self.n + 1)
+        self.active, self.pos, self.level = 0, 0, math.inf
+
+    def _add(self, r: int, c: int, s: float) -> None:
+        while r <= self.n:
+            self.count[r] += c
+            self.sum[r] += s
+            r += r & -r
+
+    def _boundary(self) -> tuple[int, float, int]:
+        """The largest rank p whose transfers all fit under the level: S(p) + cap_(p) (a - N(p)) <= C,
+        with S and N the active caps' sum and count up to p (nondecreasing in p); and S(p), N(p)."""
+        p, s, c, step = 0, 0.0, 0, 1 << self.n.bit_length()
+        while step:
+            q = p + step
+            if q <= self.n and s + self.sum[q] + self.cap[self.by_rank[q]] * (
+                    self.active - c - self.count[q]) <= self.capacity:
+                p, s, c = q, s + self.sum[q], c + self.count[q]
+            step >>= 1
+        return p, s, c
+
+    def _next_active(self, p: int) -> int:
+        """The lowest active rank above p (n + 1 if none)."""
+        want, r, c = self._prefix(p) + 1, 0, 0
+        step = 1 << self.n.bit_length()
+        while step:
+            q = r + step
+            if q <= self.n and c + self.count[q] < want:
+                r, c = q, c + self.count[q]
+            step >>= 1
+        return r + 1
+
+    def _prefix(self, p: int) -> int:
+        c = 0
+        while p > 0:
+            c += self.count[p]
+            p -= p & -p
+        return c
+
+    def play(self, start: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
+        n, end = self.n, np.full(self.n, np.nan)
+        arrivals = np.argsort(start, kind="stable").tolist()
+        starts, sizes = start.astype(np.float64).tolist(), nbytes.astype(np.float64).tolist()
+        side = [0] * n  # 0 waiting or done, 1 capped (key: end time), 2 at the level (key: V at end)
+        key, version = [0.0] * n, [0] * n
+        capped: list[tuple[float, int, int]] = []
+        shared: list[tuple[float, int, int]] = []
+        now, v, nxt = (starts[arrivals[0]] if n else 0.0), 0.0, 0
+        while nxt < n or self.active:
+            t_arrive = starts[arrivals[nxt]] if nxt < n else math.inf
+            t_capped = _top(capped, version)
+            t_shared = now + (_top(shared, version) - v) / self.level if self.active > 0 and math.isfinite(
+                self.level) else math.inf
+            t = min(t_arrive, t_capped, t_shared)
+            if math.isfinite(self.level):
+                v += self.level * (t - now)
+            now = t
+            for heap, clock, rate in ((capped, now, 1.0), (shared, v, self.level)):
+                while math.isfinite(top := _top(heap, version)) and through(now, top - clock, rate):
+                    i = heapq.heappop(heap)[2]
+                    end[i], side[i] = now, 0
+                    version[i] += 1
+                    self.active -= 1
+                    self._add(int(self.rank[i]), -1, -self.cap[i])
+            arriving = []
+            while nxt < n and starts[arrivals[nxt]] <= now:
+                i = arrivals[nxt]
+                nxt += 1
+                arriving.append(i)
+                self.active += 1
+                self._add(int(self.rank[i]), 1, self.cap[i])
+            self._settle(now, v, side, key, version, capped, shared)
+            for i in arriving:
+                self._place(i, sizes[i], now, v, side, key, version, capped, shared)
+        return end
+
+    def _settle(self, now: float, v: float, side: list[int], key: list[float], version: list[int],
+                capped: list[tuple[float, int, int]], shared: list[tuple[float, int, int]]) -> None:
+        """The new boundary and level; the transfers between the old and new boundary change side."""
+        old = self.pos
+        self.pos, s, c = self._boundary()
+        free = self.active - c
+        self.level = (self.capacity - s) / free if free > 0 else math.inf
+        r = self._next_active(min(old, self.pos))
+        while r <= max(old, self.pos):
+            i = self.by_rank[r]
+            if side[i]:  # not one arriving now
+                left = (key[i] - now) * self.cap[i] if side[i] == 1 else key[i] - v
+                self._place(i, left, now, v, side, key, version, capped, shared)
+            r = self._next_active(r)
+
+    def _place(self, i: int, left: float, now: float, v: float, side: list[int], key: list[float],
+               version: list[int], capped: list[tuple[float, int, int]],
+               shared: list[tuple[float, int, int]]) -> None:
+        """Transfer i, `left` bytes to go, on its side of the boundary."""
+        version[i] += 1
+        if self.rank[i] <= self.pos:
+            side[i], key[i] = 1, now + left / self.cap[i]
+            heapq.heappush(capped, (key[i], version[i], i))
+        else:
+            side[i], key[i] = 2, v + left
+            heapq.heappush(shared, (key[i], version[i], i))
+
+
+def _top(heap: list[tuple[float, int, int]], version: list[int]) -> float:
+    """The heap's smallest key, stale entries (a transfer since moved or ended) dropped."""
+    while heap and version[heap[0][2]] != heap[0][1]:
+        heapq.heappop(heap)
+    return heap[0][0] if heap else math.inf
 
 
 @dataclass(frozen=True)
