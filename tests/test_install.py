@@ -57,7 +57,7 @@ def test_pyproject_ships_every_package_and_the_data() -> None:
     assert on_disk <= set(tool["packages"])  # a new package folder must be listed, or the wheel lacks it
     assert tool["package-dir"] == {"edgefl.device_profiles": "device_profiles",
                                    "edgefl.scenarios": "scenarios"}
-    assert tool["package-data"]["edgefl.scenarios"] == ["*.toml"]
+    assert tool["package-data"]["edgefl.scenarios"] == ["*.toml", "*.json"]
     assert {"edgefl.device_profiles.apps", "edgefl.device_profiles.networks"} <= set(tool["package-data"])
 
 

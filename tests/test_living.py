@@ -301,7 +301,7 @@ def test_sfat_on_scaffold_is_refused_in_async_mode_once_made(tmp_path: Path) -> 
     assert info.value.key == "round.mode" and "method sfat does not run in async" in info.value.fix
 
 
-@pytest.mark.parametrize("name", ["async-digits", "deadline-diurnal-digits"])
+@pytest.mark.parametrize("name", ["async-digits", "deadline-diurnal-digits", "trace-digits"])
 def test_living_scenarios_are_seeded(tmp_path: Path, name: str) -> None:
     path = ROOT / "scenarios" / f"{name}.toml"
     tables = []
