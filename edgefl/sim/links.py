@@ -213,21 +213,16 @@ def shared_round(links: Links, phases: tuple[np.ndarray, np.ndarray, np.ndarray,
     return down, finish_times(ready, sent[1], bps[1], links.up_bps) - ready + latency_s
 
 
-@dataclass
-class _Transfer:
-    left: float  # bytes
-    cap: float  # bytes/s
-    done: simpy.Event
-    rate: float = 0.0
-
-
 class SharedLink:
     """A processor-sharing link for SimPy processes: `yield from link.transfer(env, nbytes, bps)`
-    (the bytes only: a caller adds its latency)."""
+    (the bytes only: a caller adds its latency). The transfers under way are columns (bytes left,
+    cap, rate, in the order they started), so each start, end or interruption is a few array
+    operations."""
 
     def __init__(self, env: simpy.Environment, capacity_bps: float) -> None:
         self.env, self.capacity = env, capacity_bps
-        self.active: list[_Transfer] = []
+        self.left, self.cap, self.rate = np.empty(0), np.empty(0), np.empty(0)
+        self.done: list[simpy.Event] = []
         self._last = float(env.now)
         self._wake = 0  # the current wake-up's number (older ones are stale)
 
@@ -238,34 +233,44 @@ class SharedLink:
             yield env.timeout(nbytes / client_bps)
             return
         self._advance()
-        t = _Transfer(float(nbytes), float(client_bps), env.event())
-        self.active.append(t)
+        done = env.event()
+        self.left, self.cap = np.append(self.left, float(nbytes)), np.append(self.cap, float(client_bps))
+        self.rate = np.append(self.rate, 0.0)
+        self.done.append(done)
         self._schedule()
         try:
-            yield t.done
+            yield done
         except simpy.Interrupt:  # its client stopped: the others share the link without it
             self._advance()
-            self.active.remove(t)
+            self._drop(np.array([self.done.index(done)]))
             self._schedule()
             raise
 
+    def _drop(self, rows: np.ndarray) -> None:
+        """Remove the transfers at `rows` (ascending)."""
+        self.left, self.cap, self.rate = (np.delete(a, rows) for a in (self.left, self.cap, self.rate))
+        for i in reversed(rows.tolist()):
+            del self.done[i]
+
     def _advance(self) -> None:
         dt, self._last = float(self.env.now) - self._last, float(self.env.now)
-        for t in self.active:
-            t.left -= t.rate * dt
+        self.left = self.left - self.rate * dt
 
     def _schedule(self) -> None:
         now = float(self.env.now)
-        for t in [t for t in self.active if t.rate > 0 and through(now, t.left, t.rate)]:
-            self.active.remove(t)
-            t.done.succeed()
-        if not self.active:
+        moving = self.rate > 0
+        ended = moving & through(now, self.left, np.where(moving, self.rate, 1.0))
+        if ended.any():
+            rows = np.flatnonzero(ended)
+            finished = [self.done[i] for i in rows.tolist()]
+            self._drop(rows)
+            for event in finished:
+                event.succeed()
+        if not self.done:
             return
-        rates = fair_rates(np.array([t.cap for t in self.active]), self.capacity)
-        for t, r in zip(self.active, rates, strict=True):
-            t.rate = float(r)
+        self.rate = fair_rates(self.cap, self.capacity)
         self._wake += 1
-        wake, soonest = self._wake, min(t.left / t.rate for t in self.active)
+        wake, soonest = self._wake, float((self.left / self.rate).min())
         self.env.timeout(soonest).callbacks.append(lambda _: self._woken(wake))
 
     def _woken(self, wake: int) -> None:
