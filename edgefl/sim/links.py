@@ -33,12 +33,12 @@ def through(now: Any, left: Any, rate: Any) -> Any:
     return (rest <= DONE_S) | (now + rest == now)
 
 
-def fair_rates(caps: np.ndarray, capacity: float) -> np.ndarray:
+def fair_rates(caps: np.ndarray, capacity: float, order: np.ndarray | None = None) -> np.ndarray:
     """Water-filling: each transfer's rate, min(its cap, the level) with the rates summing to at most
-    `capacity` (all caps when they fit)."""
+    `capacity` (all caps when they fit). `order`: the caps' stable ascending order, if known."""
     if not len(caps) or caps.sum() <= capacity:
         return caps.astype(np.float64)
-    order = np.argsort(caps, kind="stable")
+    order = np.argsort(caps, kind="stable") if order is None else order
     c = caps[order]
     below = np.concatenate([[0.0], np.cumsum(c)[:-1]])  # bytes/s the slower ones take
     levels = (capacity - below) / np.arange(len(c), 0, -1)
@@ -223,6 +223,7 @@ class SharedLink:
         self.env, self.capacity = env, capacity_bps
         self.left, self.cap, self.rate = np.empty(0), np.empty(0), np.empty(0)
         self.done: list[simpy.Event] = []
+        self.order, self.ranked = np.empty(0, dtype=np.int64), np.empty(0)  # the caps' stable sort
         self._last = float(env.now)
         self._wake = 0  # the current wake-up's number (older ones are stale)
 
@@ -234,6 +235,9 @@ class SharedLink:
             return
         self._advance()
         done = env.event()
+        at = int(np.searchsorted(self.ranked, client_bps, side="right"))  # after equal caps: stable
+        self.order = np.insert(self.order, at, len(self.done))
+        self.ranked = np.insert(self.ranked, at, float(client_bps))
         self.left, self.cap = np.append(self.left, float(nbytes)), np.append(self.cap, float(client_bps))
         self.rate = np.append(self.rate, 0.0)
         self.done.append(done)
@@ -251,6 +255,9 @@ class SharedLink:
         self.left, self.cap, self.rate = (np.delete(a, rows) for a in (self.left, self.cap, self.rate))
         for i in reversed(rows.tolist()):
             del self.done[i]
+        kept = ~np.isin(self.order, rows)
+        self.order, self.ranked = self.order[kept], self.ranked[kept]
+        self.order -= np.searchsorted(rows, self.order)  # rows renumbered after the removed ones
 
     def _advance(self) -> None:
         dt, self._last = float(self.env.now) - self._last, float(self.env.now)
@@ -268,7 +275,7 @@ class SharedLink:
                 event.succeed()
         if not self.done:
             return
-        self.rate = fair_rates(self.cap, self.capacity)
+        self.rate = fair_rates(self.cap, self.capacity, self.order)
         self._wake += 1
         wake, soonest = self._wake, float((self.left / self.rate).min())
         self.env.timeout(soonest).callbacks.append(lambda _: self._woken(wake))
