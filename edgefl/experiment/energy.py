@@ -58,10 +58,15 @@ class RoundEnergy:
         zeroed = {k: np.where(dropped, 0.0, getattr(costs, k)) for k in WORK}
         return replace(costs, swapped=costs.swapped & ~dropped, **zeroed), dropped
 
+    @property
+    def sharing(self) -> Links | None:
+        """The server's links where transfers share them (None: unlimited, or not counted)."""
+        return None if self.links.unlimited or not self.communication else self.links
+
     def shared(self, s: States, plan: RoundPlan, c: Costs) -> Costs:
         """A synchronous round's costs with every client's transfers on the shared links, worked out
         in advance."""
-        if self.links.unlimited or not self.communication:
+        if self.sharing is None:
             return c
         down, up = self.sent(plan)
         d, u = shared_round(self.links, (c.download_s, c.data_access_s, c.compute_s, c.upload_s), (down, up),
@@ -69,9 +74,9 @@ class RoundEnergy:
         return replace(c, download_s=d, upload_s=u)
 
     def transfers(self, s: States, plan: RoundPlan, rows: list[int]) -> list[Transfer] | None:
-        """The transfers of the clients `rows` on the server's links (`links`), for a living fleet's
-        SimPy processes (edgefl.sim.living); None where the links are unlimited or not counted."""
-        if self.links.unlimited or not self.communication:
+        """The transfers of the clients `rows` on the server's links (`sharing`), for a living fleet's
+        SimPy processes (edgefl.sim.living); None where the links are not shared."""
+        if self.sharing is None:
             return None
         down, up = self.sent(plan)
         return [Transfer(float(down[i]), float(up[i]), float(s.down_bps[i]), float(s.up_bps[i]),

@@ -207,7 +207,7 @@ class AsyncRounds:
         self.done: list[tuple[RoundTable, float | str, np.ndarray]] = []
         self.server = Buffered(fed, self.avail, s.round.concurrency, s.round.buffer, s.round.max_staleness,
                                self.pick, self.fold, lambda: server_s(self.server.version), self.heard,
-                               None if energy.links.unlimited or not energy.communication else energy.links)
+                               energy.sharing)
 
     def next(self, t: int) -> tuple[RoundTable, float | str, np.ndarray]:
         """Aggregation t (the t-th row: an async run is never resumed, so rows and aggregations

@@ -223,7 +223,7 @@ class SharedLink:
         self.env, self.capacity = env, capacity_bps
         self.left, self.cap, self.rate = np.empty(0), np.empty(0), np.empty(0)
         self.done: list[simpy.Event] = []
-        self.order, self.ranked = np.empty(0, dtype=np.int64), np.empty(0)  # the caps' stable sort
+        self.order = np.empty(0, dtype=np.int64)  # the caps' stable ascending order
         self._last = float(env.now)
         self._wake = 0  # the current wake-up's number (older ones are stale)
 
@@ -235,9 +235,8 @@ class SharedLink:
             return
         self._advance()
         done = env.event()
-        at = int(np.searchsorted(self.ranked, client_bps, side="right"))  # after equal caps: stable
+        at = int(np.searchsorted(self.cap[self.order], client_bps, side="right"))  # after equal caps
         self.order = np.insert(self.order, at, len(self.done))
-        self.ranked = np.insert(self.ranked, at, float(client_bps))
         self.left, self.cap = np.append(self.left, float(nbytes)), np.append(self.cap, float(client_bps))
         self.rate = np.append(self.rate, 0.0)
         self.done.append(done)
@@ -255,8 +254,7 @@ class SharedLink:
         self.left, self.cap, self.rate = (np.delete(a, rows) for a in (self.left, self.cap, self.rate))
         for i in reversed(rows.tolist()):
             del self.done[i]
-        kept = ~np.isin(self.order, rows)
-        self.order, self.ranked = self.order[kept], self.ranked[kept]
+        self.order = self.order[~np.isin(self.order, rows)]
         self.order -= np.searchsorted(rows, self.order)  # rows renumbered after the removed ones
 
     def _advance(self) -> None:
