@@ -25,6 +25,7 @@ offline; inf if never) and `online_at(k, t)` (when an offline client next comes 
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 import math
@@ -81,6 +82,7 @@ class Diurnal:
         keys = [draws.key(self.seed, AVAILABILITY, int(k)) for k in clients.tolist()]
         return self.spread_h * (draws.uniform(np.array(keys, dtype=np.uint64)) - 0.5)
 
+    @functools.cache  # noqa: B019  (a frozen dataclass: kept as long as the run's availability)
     def offset_h(self, client: int) -> float:
         return float(self.offsets_h(np.array([client]))[0])
 
@@ -128,7 +130,7 @@ class Intervals:
 
     def _holding(self, spans: list[tuple[float, float]], tau: float) -> int:
         """The interval holding tau, or -1."""
-        i = bisect_right([a for a, _ in spans], tau) - 1
+        i = bisect_right(spans, (tau, math.inf)) - 1  # the last interval starting at or before tau
         return i if i >= 0 and tau < spans[i][1] else -1
 
     def online(self, client: int, t: float) -> bool:
@@ -146,8 +148,9 @@ class Intervals:
             return math.inf
         if self._holding(spans, tau) >= 0:
             return t
-        later = [a for a, _ in spans if a > tau]
-        at = base + later[0] if later else base + self.periods[client % len(self.periods)] + spans[0][0]
+        j = bisect_right(spans, (tau, math.inf))  # the first interval starting after tau
+        period = self.periods[client % len(self.periods)]
+        at = base + spans[j][0] if j < len(spans) else base + period + spans[0][0]
         return first_online(lambda u: self.online(client, u), at)
 
 
