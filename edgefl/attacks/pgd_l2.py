@@ -1,6 +1,7 @@
 """PGD in an L2 ball, for intermediate features (FedProphet §5.1, Eq. 7: the input z_{m-1} of
 module m is perturbed within ||delta||_2 <= eps_{m-1}). Features have no [0, 1] box; a lower bound
-(0 after a ReLU) can be kept. The release's step size is 2 eps / T.
+(0 after a ReLU) can be kept. FedProphet's feature attack steps 2.5 eps / T, as the release
+(edgefl.methods.fedprophet.cascade.feature_attack).
 """
 
 from __future__ import annotations
