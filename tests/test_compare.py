@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 
 import pytest
 
 from edgefl.cli import main
+from edgefl.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = ROOT / "scenarios" / "compare-digits.toml"
@@ -86,3 +88,13 @@ def test_compare_rounds_table_is_checked(tmp_path, capsys, table, key):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f": {key}: " in err, err
     assert not out.exists()
+
+
+def test_compare_digits_gives_fedprophet_m_times_jfats_rounds(capsys):
+    """The paper's budgets (FedProphet §7.1): FedProphet M x jFAT's rounds, M from the partition of
+    the scenario's own model at its own R_min, so the table cannot drift from the fleet."""
+    assert main(["partition", str(SCENARIO), "--json"]) == 0
+    modules = json.loads(capsys.readouterr().out)
+    rounds = load_scenario(SCENARIO).compare.rounds
+    assert len(modules) == 2  # conv1-conv2 and conv3: every module fits R_min = 1.6 MB
+    assert rounds["fedprophet"] == len(modules) * rounds["jfat"]
