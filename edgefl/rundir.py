@@ -32,7 +32,7 @@ MARKER = ".edgefl-run"
 RUN_FILES = {MARKER, "scenario.toml", "metrics.csv", "clients.csv", "events.csv", "clients.parquet",
              "events.parquet", "trace.json",
              "summary.json", "checkpoint.pt", "figures"}
-FIGURE_NAMES = {"accuracy", "speedup", "breakdown", "memory", "epsilon"}
+FIGURE_NAMES = {"accuracy", "speedup", "breakdown", "memory", "epsilon", "timeline"}
 FIGURE_FILES = {MARKER, *(f"{n}.{ext}" for n in FIGURE_NAMES for ext in ("png", "svg"))}
 
 

@@ -132,6 +132,16 @@ def test_overwrite_keeps_a_user_file_put_into_a_run(tmp_path: Path, capsys: Caps
     assert main(run_args(out, "--overwrite", "--dry-run")) == 0  # edgefl's files alone: replaced
 
 
+def test_overwrite_replaces_a_run_with_the_figures_edgefl_plot_drew(tmp_path: Path) -> None:
+    """`make run` twice: run, plot (the timeline included), then run --overwrite."""
+    out = tmp_path / "run"
+    assert main(run_args(out, "--dry-run")) == 0
+    assert main(["plot", str(out)]) == 0
+    assert (out / "figures" / "timeline.png").is_file()
+    assert main(run_args(out, "--overwrite", "--dry-run")) == 0
+    assert not (out / "figures").exists()
+
+
 def test_overwrite_removes_a_symlink_in_a_run_not_its_target(tmp_path: Path) -> None:
     out, target = tmp_path / "run", tmp_path / "thesis.tex"
     target.write_text("chapter 1\n")
