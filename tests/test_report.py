@@ -7,6 +7,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import pytest
 
 from edgefl.cli import main
@@ -180,3 +181,14 @@ def test_a_run_from_before_the_flops_column_is_one_line(runs: list[Path], capsys
     clients.write_text("\n".join(",".join(c for j, c in enumerate(r.split(",")) if j != i) for r in lines))
     assert main(["plot", str(runs[0]), "--out", str(runs[0] / "figs")]) == 2
     assert "flops" in capsys.readouterr().err
+
+
+def test_a_refused_figures_folder_leaves_no_figure_open(runs: list[Path], tmp_path: Path) -> None:
+    out = tmp_path / "figures"
+    out.mkdir()
+    (out / "thesis.tex").write_text("chapter 1\n")  # not edgefl's: refused before anything is written
+    before = set(plt.get_fignums())
+    with pytest.raises(EdgeflError):
+        make_figures(runs, out, timeline_clients=2)
+    assert set(plt.get_fignums()) == before
+    assert [p.name for p in out.iterdir()] == ["thesis.tex"]

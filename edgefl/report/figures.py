@@ -56,12 +56,13 @@ def make_figures(runs: list[Path], out_dir: Path, target: float | None = None,
                "epsilon": epsilon_figure(loaded, labels)}
     if timeline_clients:
         figures.update({timeline_name(p, len(runs) > 1): timeline_figure(p, timeline_clients) for p in runs})
-    claim(out_dir, "figures")
-    written = []
-    for name, fig in figures.items():
-        if fig is not None:
-            written += save(fig, out_dir / name)
-    return written
+    drawn = {name: fig for name, fig in figures.items() if fig is not None}
+    try:
+        claim(out_dir, "figures")
+        return [path for name, fig in drawn.items() for path in save(fig, out_dir / name)]
+    finally:  # a refused folder or a failed write leaves no figure open
+        for fig in drawn.values():
+            plt.close(fig)
 
 
 def save(fig: Figure, stem: Path) -> list[Path]:
