@@ -25,6 +25,7 @@ from edgefl.methods.aggregate import fedavg
 from edgefl.methods.base import ClientUpdate
 from edgefl.report.trace import chrome_trace
 from edgefl.scenario import load_scenario
+from edgefl.sim import availability
 from edgefl.sim.availability import Always, Diurnal, from_mapping, read_trace
 from edgefl.sim.battery import WH, Battery
 from edgefl.sim.bulk import Costs, Pricer
@@ -254,6 +255,19 @@ def test_fedscale_trace_importer(tmp_path: Path) -> None:
     assert t.online_at(0, 20) == 50 and t.online_at(0, 70) == 100
     assert t.online(1, 20) and not t.online(1, 90) and t.online_at(1, 90) == 220  # period 200
     assert t.online(2, 5) and not t.online(3, 5)  # fleet client k follows trace client k mod 2
+
+
+def test_a_trace_is_parsed_once_until_the_file_changes(tmp_path: Path, monkeypatch) -> None:
+    """The scenario's checks and the run both read the trace: one parse while the file is the same."""
+    parsed = []
+    monkeypatch.setattr(availability, "from_mapping", lambda data: parsed.append(data) or from_mapping(data))
+    availability._parse.cache_clear()
+    path = tmp_path / "behave.json"
+    path.write_text(json.dumps(FEDSCALE))
+    first = read_trace(path, False, "s.toml")
+    assert read_trace(path, False, "elsewhere.toml") is first and len(parsed) == 1
+    path.write_text(json.dumps({"1": FEDSCALE["1"]}))  # another size: read again
+    assert not read_trace(path, False, "s.toml").online(1, 20) and len(parsed) == 2
 
 
 def test_a_pickled_trace_needs_the_opt_in_and_holds_plain_data_only(tmp_path: Path) -> None:

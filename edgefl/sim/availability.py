@@ -177,26 +177,35 @@ def make_availability(fleet: FleetConfig, seed: int, where: str) -> Availability
 
 
 def read_trace(path: Path, allow_pickle: bool, where: str) -> Intervals:
-    """An availability trace file (layouts in the module docstring), checked."""
+    """An availability trace file (layouts in the module docstring), checked. The scenario's checks
+    and the run read the same file: it is parsed once while its size and mtime stay the same."""
     key = "fleet.availability"
     if not path.is_file():
         raise EdgeflError(where, key, f"no trace file {str(path)!r}; give always, diurnal or a trace's path")
     suffix = path.suffix.lower()
+    if suffix not in (".csv", ".json", ".pkl", ".pickle"):
+        raise EdgeflError(where, key, f"unknown trace type {suffix!r}; use .csv or .json "
+                          "(or a FedScale .pkl)")
+    if suffix in (".pkl", ".pickle") and not allow_pickle:
+        raise EdgeflError(where, "fleet.trace_pickle", f"{path.name} is a pickle, which can run code when "
+                          "read; convert it to JSON, or set fleet.trace_pickle = true for a file you trust")
+    stat = path.stat()
     try:
-        if suffix == ".csv":
-            return _from_csv(path.read_text())
-        if suffix == ".json":
-            return from_mapping(json.loads(path.read_text()))
-        if suffix in (".pkl", ".pickle"):
-            if not allow_pickle:
-                raise EdgeflError(where, "fleet.trace_pickle", f"{path.name} is a pickle, which can "
-                                  "run code when read; convert it to JSON, or set fleet.trace_pickle = true "
-                                  "for a file you trust")
-            warnings.warn(f"reading the pickle {path} (fleet.trace_pickle): plain data only", stacklevel=2)
-            return from_mapping(_PlainUnpickler(io.BytesIO(path.read_bytes())).load())
+        return _parse(path.resolve(), stat.st_mtime_ns, stat.st_size)
     except (ValueError, KeyError, TypeError, IndexError, pickle.UnpicklingError) as exc:
         raise EdgeflError(where, key, f"cannot read the trace {path.name}: {exc}") from None
-    raise EdgeflError(where, key, f"unknown trace type {suffix!r}; use .csv or .json (or a FedScale .pkl)")
+
+
+@functools.lru_cache(maxsize=2)
+def _parse(path: Path, mtime_ns: int, size: int) -> Intervals:
+    """The trace at `path` as it was at (mtime_ns, size), the cache's key; pickles already allowed."""
+    suffix = path.suffix.lower()
+    if suffix == ".csv":
+        return _from_csv(path.read_text())
+    if suffix == ".json":
+        return from_mapping(json.loads(path.read_text()))
+    warnings.warn(f"reading the pickle {path} (fleet.trace_pickle): plain data only", stacklevel=3)
+    return from_mapping(_PlainUnpickler(io.BytesIO(path.read_bytes())).load())
 
 
 class _PlainUnpickler(pickle.Unpickler):
