@@ -66,14 +66,13 @@ def make_figures(runs: list[Path], out_dir: Path, target: float | None = None,
 
 
 def save(fig: Figure, stem: Path) -> list[Path]:
-    """`stem`.png and `stem`.svg, through rundir's safe writer; closes the figure."""
+    """`stem`.png and `stem`.svg, through rundir's safe writer (make_figures closes the figure)."""
     fig.tight_layout()
     paths = [stem.with_suffix(".png"), stem.with_suffix(".svg")]
     for path in paths:
         buffer = io.BytesIO()
         fig.savefig(buffer, dpi=120, format=path.suffix[1:])
         write_file(path, buffer.getvalue())
-    plt.close(fig)
     return paths
 
 

@@ -176,6 +176,9 @@ def make_availability(fleet: FleetConfig, seed: int, where: str) -> Availability
     return read_trace(path, fleet.trace_pickle, where)
 
 
+PICKLES = (".pkl", ".pickle")  # FedScale's trace files; read only with fleet.trace_pickle
+
+
 def read_trace(path: Path, allow_pickle: bool, where: str) -> Intervals:
     """An availability trace file (layouts in the module docstring), checked. The scenario's checks
     and the run read the same file: it is parsed once while its size and mtime stay the same."""
@@ -183,10 +186,10 @@ def read_trace(path: Path, allow_pickle: bool, where: str) -> Intervals:
     if not path.is_file():
         raise EdgeflError(where, key, f"no trace file {str(path)!r}; give always, diurnal or a trace's path")
     suffix = path.suffix.lower()
-    if suffix not in (".csv", ".json", ".pkl", ".pickle"):
+    if suffix not in (".csv", ".json", *PICKLES):
         raise EdgeflError(where, key, f"unknown trace type {suffix!r}; use .csv or .json "
                           "(or a FedScale .pkl)")
-    if suffix in (".pkl", ".pickle") and not allow_pickle:
+    if suffix in PICKLES and not allow_pickle:
         raise EdgeflError(where, "fleet.trace_pickle", f"{path.name} is a pickle, which can run code when "
                           "read; convert it to JSON, or set fleet.trace_pickle = true for a file you trust")
     stat = path.stat()
