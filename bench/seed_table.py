@@ -1,6 +1,7 @@
 """Methods x seeds on one scenario: mean +- std of the final clean, FGSM, PGD and CW accuracy and
 of the simulated time, with each method's round count (the scenario's `[compare] rounds` table, as
-`edgefl compare` gives them). Not a test: it trains every (method, seed) pair for real.
+`edgefl compare` gives them). Not a test: it trains every (method, seed) pair for real. Each method's per-seed
+final clean and PGD-20 accuracy and simulated time follow the table.
 
     .venv/bin/python bench/seed_table.py [--scenario scenarios/sfat-digits.toml] [--seeds 0 1 2]
         [--methods fedavg_at,jfat,...] [--set KEY=VALUE ...] [--runs DIR]
@@ -67,6 +68,7 @@ def main() -> None:
     args = p.parse_args()
     print(f"{args.scenario}, seeds {args.seeds}, overrides {args.overrides}")
     print(f"| method | rounds | clean % | FGSM % | PGD-20 % | CW % | simulated s |\n|{' --- |' * 7}")
+    per_seed = []
     with tempfile.TemporaryDirectory() as tmp:
         root = args.runs or Path(tmp)
         for method in args.methods.split(","):
@@ -79,6 +81,9 @@ def main() -> None:
                 rows.append(final_row(out))
             cells = [mean_std([r[c] for r in rows if c in r]) for c in [*COLUMNS, "sim_s"]]
             print(f"| {method} | {s.rounds} | " + " | ".join(cells) + " |", flush=True)
+            per_seed.append(f"{method}: " + ", ".join(
+                f"{r['clean_acc']:.1f} / {r['adv_acc']:.1f} / {r['sim_s']:.0f}" for r in rows))
+    print("\nper seed (clean % / PGD-20 % / simulated s):", *per_seed, sep="\n")
 
 
 if __name__ == "__main__":
