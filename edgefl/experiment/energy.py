@@ -135,14 +135,14 @@ class RoundEnergy:
         spans = [costs.download_s, costs.data_access_s, costs.compute_s, costs.upload_s]
         points = np.cumsum([np.zeros(n), *spans], axis=0)  # 5 x n: 0 and each phase's end
         joules = np.array([self.work_j(s, plan, costs, p, np.zeros(n)) for p in points])
-        charger = battery.charger
         for i, k in enumerate(s.clients.tolist()):
-            if charger is not None and charger.online(k, now):  # on its charger until unplugged
-                unplug = charger.offline_at(k, now)
+            if battery.plugged(k, now):  # on its charger until unplugged
+                assert battery.charger is not None
+                unplug = battery.charger.offline_at(k, now)
                 held = float(battery.level(np.array([k]), unplug)[0])
                 out[i] = max(reach(points[:, i], joules[:, i], held), unplug - now)
             else:
-                plug = math.inf if charger is None else charger.online_at(k, now)
+                plug = battery.plugged_at(k, now)
                 held = float(battery.level(np.array([k]), now)[0])
                 empty = reach(points[:, i], joules[:, i], held)
                 out[i] = empty if empty < plug - now else math.inf

@@ -78,6 +78,10 @@ class Battery:
         """Whether the client's device is on its charger at `t`."""
         return self.charger is not None and self.charger.online(client, t)
 
+    def plugged_at(self, client: int, t: float) -> float:
+        """When the device is next on its charger: `t` if it is now (inf: it has none)."""
+        return math.inf if self.charger is None else self.charger.online_at(client, t)
+
     def powered(self, client: int, t: float) -> bool:
         """Whether the device can run at `t`: charge left, or on its charger."""
         return bool(self.level(np.array([client]), t)[0] > 0) or self.plugged(client, t)
@@ -85,9 +89,7 @@ class Battery:
     def powered_at(self, client: int, t: float) -> float:
         """When the device can next run: `t` if it can now, else when it is next plugged in (inf:
         never, without a charger)."""
-        if self.powered(client, t):
-            return t
-        return math.inf if self.charger is None else self.charger.online_at(client, t)
+        return t if self.powered(client, t) else self.plugged_at(client, t)
 
     def covers(self, clients: np.ndarray, joules: np.ndarray, t: float) -> np.ndarray:
         """Per client, whether it pays for `joules` of work starting at `t`: its charge then exceeds
