@@ -33,7 +33,7 @@ import pickle
 import warnings
 from bisect import bisect_right
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -76,15 +76,18 @@ class Diurnal:
     start_h: float
     hours: float
     spread_h: float
+    _offsets: dict[int, float] = field(default_factory=dict, compare=False, repr=False)  # offset_h's
 
     def offsets_h(self, clients: np.ndarray) -> np.ndarray:
         """o_k: each device's time-zone offset in hours."""
         keys = [draws.key(self.seed, AVAILABILITY, int(k)) for k in clients.tolist()]
         return self.spread_h * (draws.uniform(np.array(keys, dtype=np.uint64)) - 0.5)
 
-    @functools.cache  # noqa: B019  (a frozen dataclass: kept as long as the run's availability)
     def offset_h(self, client: int) -> float:
-        return float(self.offsets_h(np.array([client]))[0])
+        """o_k of one device, hashed once per availability (not kept beyond it)."""
+        if client not in self._offsets:
+            self._offsets[client] = float(self.offsets_h(np.array([client]))[0])
+        return self._offsets[client]
 
     def _into(self, client: int, t: float) -> float:
         """Hours since the device's last online_start (local), in [0, 24)."""
