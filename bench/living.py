@@ -14,12 +14,11 @@ mode), simulated time, final clean and PGD accuracy, the time the PGD accuracy f
 from __future__ import annotations
 
 import argparse
-import csv
 from collections import Counter
 from pathlib import Path
 
 from edgefl.experiment import prepare, run
-from edgefl.report.compare import energy_per_device, load_run, time_to_target
+from edgefl.report.compare import energy_per_device, load_run, sim_time, time_to_target
 from edgefl.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,14 +34,14 @@ def line(mode: str, out: Path, target: float) -> str:
     last = r.metrics[-1]
     reached = time_to_target(r, target)
     per_device, to_target = energy_per_device(r, target)
-    statuses = Counter(row["status"] for row in csv.DictReader((out / "clients.csv").open()))
+    statuses = Counter(row["status"] for row in r.clients)  # CSV or Parquet, read by load_run
     acc = (f"{float(last['clean_acc']):.3f} {float(last['adv_acc']):.3f}" if last["adv_acc"] else "- -")
 
     def cell(x: float | None, fmt: str) -> str:
         return "-" if x is None else format(x, fmt)
 
     figures = " ".join(f"{cell(x, '10.1f'):>10s}" for x in (reached, to_target, per_device))
-    return (f"{mode:9s} {len(r.metrics):6d} {float(last['sim_time_s']):9.1f} {acc:>12s} {figures}  "
+    return (f"{mode:9s} {len(r.metrics):6d} {sim_time(r):9.1f} {acc:>12s} {figures}  "
             + " ".join(f"{k} {v}" for k, v in sorted(statuses.items())))
 
 
