@@ -156,6 +156,34 @@ def test_attack_restores_the_mode_when_it_fails():
     assert model.training
 
 
+class GradSpy(nn.Module):
+    """Records whether the next layer's weight asked for gradients while the model ran."""
+
+    def __init__(self, layer: nn.Linear) -> None:
+        super().__init__()
+        self.layer, self.seen = layer, []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.seen.append(self.layer.weight.requires_grad)
+        return x
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_attack_freezes_the_parameters_and_restores_each_flag(fails: bool):
+    model = nn.Sequential(*linear(W0, W1))
+    model[1].bias.requires_grad_(False)  # a parameter frozen before the attack stays frozen
+    spy = GradSpy(model[1])
+    model.insert(0, spy)
+    x = torch.zeros(2, 7 if fails else 5)
+    try:
+        make_attack("pgd", eps=0.1, step_size=0.05, steps=3)(model, x, torch.tensor([0, 1]))
+    except RuntimeError:
+        assert fails
+    assert spy.seen and not any(spy.seen), "the attack must run with the parameters frozen"
+    assert model[2].weight.requires_grad and not model[2].bias.requires_grad
+    assert model[2].weight.grad is None
+
+
 def test_registry_and_make_attack():
     assert {"fgsm", "pgd"} <= set(ATTACKS.names())
     attack = make_attack("pgd", eps=0.25, step_size=0.125, steps=7)

@@ -24,12 +24,19 @@ class Attack(ABC):
         self.loss = loss
 
     def __call__(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """Adversarial x for `model`, crafted with the model in eval mode (BN statistics fixed)."""
+        """Adversarial x for `model`, crafted with the model in eval mode (BN statistics fixed) and
+        its parameters frozen: an attack takes gradients with respect to inputs only, so autograd
+        records no parameter edges (and grouped training folds BatchNorm into constant weights)."""
         was_training = model.training
+        trained = [p for p in model.parameters() if p.requires_grad]
         model.eval()
+        for p in trained:
+            p.requires_grad_(False)
         try:
             return self.perturb(model, x, y).detach()
         finally:
+            for p in trained:
+                p.requires_grad_(True)
             model.train(was_training)
 
     @abstractmethod

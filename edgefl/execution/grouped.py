@@ -49,6 +49,8 @@ RANDOM = {torch.rand, torch.rand_like, torch.randn, torch.randn_like, torch.rand
 class GroupedConv2d(nn.Conv2d):
     """G convolutions as one, `groups` x G."""
 
+    _folded: tuple[Any, torch.Tensor, torch.Tensor] | None = None  # (tensor versions, weight, bias)
+
     @classmethod
     def of(cls, convs: Sequence[nn.Conv2d]) -> GroupedConv2d:
         c, g = convs[0], len(convs)
@@ -65,15 +67,28 @@ class GroupedConv2d(nn.Conv2d):
 
     def folded(self, x: torch.Tensor, bn: GroupedBatchNorm2d) -> torch.Tensor:
         """bn(conv(x)) with bn in eval mode, as one convolution: weights scaled by
-        gamma / sqrt(var + eps), bias beta - mean x that scale (the same affine map, one pass)."""
-        assert bn.running_mean is not None and bn.running_var is not None
-        scale = torch.rsqrt(bn.running_var + bn.eps)
-        shift = -bn.running_mean * scale
-        if bn.affine:
-            scale, shift = scale * bn.weight, shift * bn.weight + bn.bias
-        if self.bias is not None:
-            shift = shift + self.bias * scale
-        return self._conv_forward(x, self.weight * scale.view(-1, 1, 1, 1), shift)
+        gamma / sqrt(var + eps), bias beta - mean x that scale (the same affine map, one pass).
+        With the weights frozen (an attack's passes) the folded pair is computed once and kept
+        until a weight or a BN statistic changes (their tensors' versions)."""
+        if self.weight.requires_grad:
+            return self._conv_forward(x, *fold(self, bn))
+        tensors = (self.weight, self.bias, bn.weight, bn.bias, bn.running_mean, bn.running_var)
+        key = tuple((id(t), t._version) for t in tensors if t is not None)
+        if self._folded is None or self._folded[0] != key:
+            self._folded = key, *fold(self, bn)
+        return self._conv_forward(x, self._folded[1], self._folded[2])
+
+
+def fold(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> tuple[torch.Tensor, torch.Tensor]:
+    """(weight, bias) of the one convolution that is bn(conv(x)) with bn in eval mode."""
+    assert bn.running_mean is not None and bn.running_var is not None
+    scale = torch.rsqrt(bn.running_var + bn.eps)
+    shift = -bn.running_mean * scale
+    if bn.affine:
+        scale, shift = scale * bn.weight, shift * bn.weight + bn.bias
+    if conv.bias is not None:
+        shift = shift + conv.bias * scale
+    return conv.weight * scale.view(-1, 1, 1, 1), shift
 
 
 class GroupedBatchNorm2d(nn.BatchNorm2d):
@@ -206,7 +221,8 @@ class GroupedNet(nn.Module):
         g, b = self.groups, len(x) // self.groups
         if x.dim() == 4:  # (G*B, C, H, W) -> (B, G*C, H, W) in channels_last order, one copy
             _, c, h, w = x.shape
-            x = x.view(g, b, c, h, w).permute(1, 3, 4, 0, 2).reshape(b, h, w, g * c).permute(0, 3, 1, 2)
+            nhwc = x.view(g, b, c, h, w).permute(1, 3, 4, 0, 2).contiguous()  # (B, H, W, G, C)
+            x = nhwc.view(b, h, w, g * c).permute(0, 3, 1, 2)
         else:
             x = x.view(g, b, *x.shape[1:]).transpose(0, 1).reshape(b, -1)
         out = self.body(x)

@@ -24,6 +24,7 @@ from edgefl.data.partition import ClientSplit, public_split
 from edgefl.devices.catalog import catalog_for
 from edgefl.devices.pool import DevicePool, check_fleet_memory
 from edgefl.errors import EdgeflError
+from edgefl.execution.allocator import keep_freed_memory
 from edgefl.execution.local import resolve_device
 from edgefl.methods import METHODS, Context, Method
 from edgefl.methods.base import method_class
@@ -60,6 +61,8 @@ def method_context(scenario: Scenario, where: str, dry_run: bool = False) -> Con
     device = resolve_device(scenario.device)
     if scenario.threads:
         torch.set_num_threads(scenario.threads)
+    if not dry_run:
+        keep_freed_memory()
     data, splits, public = _dry_data(scenario, where) if dry_run else _real_data(scenario, where, device)
 
     def new_model() -> Any:
