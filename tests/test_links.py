@@ -71,19 +71,14 @@ def test_the_simpy_link_plays_the_hand_cases() -> None:
                         SERVER) == pytest.approx([2.0, 3.0, 5.5], rel=1e-12)
 
 
-def test_the_simpy_link_agrees_with_the_exact_times_on_a_random_fleet() -> None:
-    r = np.random.default_rng(3)
-    start, nbytes, caps = r.uniform(0, 20, 60), r.uniform(1, 50, 60) * MB, r.uniform(1, 20, 60) * MB
-    assert simpy_finish(start, nbytes, caps, 40 * MB) == pytest.approx(
-        finish_times(start, nbytes, caps, 40 * MB).tolist(), rel=1e-9)
-
-
-@pytest.mark.parametrize("case", ["together", "staggered with ties", "tied caps"])
+@pytest.mark.parametrize("case", ["together", "staggered", "staggered with ties", "tied caps"])
 def test_the_exact_times_agree_with_the_simpy_link_on_random_fleets(case: str) -> None:
     """The event-by-event computation against the SimPy link (its own water-filling at every start
-    and end), 200 transfers: all starting together, starts on whole seconds, or three distinct caps."""
+    and end), 200 transfers: all starting together, at random times, on whole seconds, or with
+    three distinct caps."""
     r = np.random.default_rng(7)
-    start = np.zeros(200) if case == "together" else np.round(r.uniform(0, 30, 200))
+    start = {"together": np.zeros(200), "staggered": r.uniform(0, 30, 200)}.get(
+        case, np.round(r.uniform(0, 30, 200)))
     caps = r.choice([2.0, 5.0, 8.0], 200) * MB if case == "tied caps" else r.uniform(1, 20, 200) * MB
     nbytes = r.uniform(1, 50, 200) * MB
     assert simpy_finish(start, nbytes, caps, 60 * MB) == pytest.approx(
@@ -91,8 +86,8 @@ def test_the_exact_times_agree_with_the_simpy_link_on_random_fleets(case: str) -
 
 
 def test_the_simpy_link_keeps_its_transfers_in_cap_order_through_starts_ends_and_interrupts() -> None:
-    """The link's kept order is a stable sort of the caps under way after every change (40 transfers
-    with tied caps, a third of them interrupted)."""
+    """The link's kept order sorts the caps under way after every change (40 transfers with tied
+    caps, a third of them interrupted); among equal caps any order gives the same rates."""
     env, r = simpy.Environment(), np.random.default_rng(5)
     link = SharedLink(env, 30 * MB)
     checked = [0]
@@ -116,7 +111,8 @@ def test_the_simpy_link_keeps_its_transfers_in_cap_order_through_starts_ends_and
             env.process(stop(proc, float(r.uniform(0, 15))))
     while env.peek() < math.inf:
         env.step()
-        assert np.array_equal(link.order, np.argsort(link.cap, kind="stable"))
+        assert sorted(link.order.tolist()) == list(range(len(link.cap)))
+        assert np.all(np.diff(link.cap[link.order]) >= 0)
     assert checked[0] > 0 and not link.done
 
 

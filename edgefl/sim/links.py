@@ -35,7 +35,7 @@ def through(now: Any, left: Any, rate: Any) -> Any:
 
 def fair_rates(caps: np.ndarray, capacity: float, order: np.ndarray | None = None) -> np.ndarray:
     """Water-filling: each transfer's rate, min(its cap, the level) with the rates summing to at most
-    `capacity` (all caps when they fit). `order`: the caps' stable ascending order, if known."""
+    `capacity` (all caps when they fit). `order`: an ascending order of the caps, if known."""
     if not len(caps) or caps.sum() <= capacity:
         return caps.astype(np.float64)
     order = np.argsort(caps, kind="stable") if order is None else order
