@@ -127,7 +127,9 @@ def test_the_fedavg_family_plans_in_bulk_as_client_by_client(overrides: list[str
     (QUICKSTART, ["output.format=csv"]), (QUICKSTART, ["output.format=parquet"]),
     (FEDPROPHET, []), (QUICKSTART, ["cost.accounting=paper", "training.local_epochs=1"]),
     *((ROOT / "scenarios" / f"{name}-digits.toml", []) for name in ("gma", "heterofl", "feddf")),
-    (ROOT / "scenarios" / "feddynat-digits.toml", ["fleet.clients=12"])])  # its skewed split: few clients
+    (ROOT / "scenarios" / "feddynat-digits.toml", ["fleet.clients=12"]),  # its skewed split: few clients
+    (ROOT / "scenarios" / "living-digits.toml", []),  # diurnal, deadline, batteries, memory_fit
+    (ROOT / "scenarios" / "living-digits.toml", ["round.mode=sync", "selection.policy=uniform"])])
 def test_bulk_and_per_client_runs_write_the_same_files(tmp_path: Path, scenario: Path,
                                                       overrides: list[str]) -> None:
     outs = []

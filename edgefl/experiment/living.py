@@ -41,7 +41,7 @@ from edgefl.execution.local import seed_everything
 from edgefl.executors.executor import Executor
 from edgefl.experiment.energy import RoundEnergy
 from edgefl.experiment.prepare import Experiment
-from edgefl.experiment.rounds import RoundTable, planned_jobs
+from edgefl.experiment.rounds import RoundTable, each_priced, planned_jobs, priced
 from edgefl.methods.base import ClientPlan, ClientUpdate, Method, grouped
 from edgefl.scenario import check_mode
 from edgefl.selection import Picked
@@ -137,15 +137,14 @@ def live_round(exp: Experiment, live: Live, pricer: Pricer, fed: Federation, t: 
     links and prices the work each other client did; `choose` picks the round's clients among those
     online (select_online)."""
     clients = select_online(live, exp.pool, fed, t, exp.where, choose)
-    states, plan, jobs = planned_jobs(exp.pool, exp.method, pricer, t, clients)
-    gathered = exp.pool.gathered(clients, list(states.values()))
-    costs, dropped = energy.unpaid(gathered, plan, Costs.of([c for _, _, c in jobs]), fed.now)
-    played = [i for i in range(len(jobs)) if not dropped[i]]
+    gathered, plan, costs = (priced if exp.bulk else each_priced)(exp.pool, exp.method, pricer, t, clients)
+    costs, dropped = energy.unpaid(gathered, plan, costs, fed.now)
+    played = [i for i in range(len(clients)) if not dropped[i]]
     transfers = energy.transfers(gathered, plan, played)
-    r = play_round(fed, [(jobs[i][0], phases(costs.cost(i))) for i in played], live.avail, live.target,
+    r = play_round(fed, [(int(clients[i]), phases(costs.cost(i))) for i in played], live.avail, live.target,
                    live.deadline_s, server := server_s(),
                    None if transfers is None else (energy.links, transfers))
-    status, stop = np.full(len(jobs), DROPPED, dtype=np.int64), np.full(len(jobs), r.start_s)
+    status, stop = np.full(len(clients), DROPPED, dtype=np.int64), np.full(len(clients), r.start_s)
     status[played] = [o.status for o in r.outcomes]
     stop[played] = [o.stop_s for o in r.outcomes]
     costs = on_links(costs, played, r.outcomes)

@@ -68,18 +68,32 @@ def bulk_round(pool: DevicePool, method: Method, pricer: Pricer, fed: Federation
                energy: RoundEnergy | None = None) -> RoundTable:
     """Round t of `clients` (ascending) in bulk; `server_s()` is asked once every client is planned.
     `energy` shares the server's links and prices joules."""
-    states = pool.states(clients, t)
-    view = StateMap(pool, states)
-    method.begin_round(t, view)
-    plan = method.plan_round(t, states.clients, view)
-    method.planned(t, by_client(plan, states.clients))
-    costs, server = pricer.price(plan, states), server_s()
+    states, plan, costs = priced(pool, method, pricer, t, clients)
+    server = server_s()
     costs = energy.shared(states, plan, costs) if energy else costs
     start, finish, last = fed.play(costs.download_s, costs.data_access_s, costs.compute_s,
                                    costs.upload_s, server)
     r = RoundTable(t, start, fed.now, server, states, plan, costs, finish, last - finish)
     r.energy_j = energy.bulk(states, plan, costs, r.wait_s) if energy else None
     return r
+
+
+def priced(pool: DevicePool, method: Method, pricer: Pricer, t: int, clients: np.ndarray
+           ) -> tuple[States, RoundPlan[ClientPlan], Costs]:
+    """Round t's `clients` (ascending) drawn, planned and priced in bulk."""
+    states = pool.states(clients, t)
+    view = StateMap(pool, states)
+    method.begin_round(t, view)
+    plan = method.plan_round(t, states.clients, view)
+    method.planned(t, by_client(plan, states.clients))
+    return states, plan, pricer.price(plan, states)
+
+
+def each_priced(pool: DevicePool, method: Method, pricer: Pricer, t: int, clients: np.ndarray
+                ) -> tuple[States, RoundPlan[ClientPlan], Costs]:
+    """As `priced`, client by client (the reference)."""
+    states, plan, jobs = planned_jobs(pool, method, pricer, t, clients)
+    return pool.gathered(clients, list(states.values())), plan, Costs.of([c for *_, c in jobs])
 
 
 def each_round(pool: DevicePool, method: Method, pricer: Pricer, fed: Federation, t: int,
