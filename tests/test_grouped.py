@@ -101,6 +101,23 @@ def test_batch_counters_stay_per_client() -> None:
     assert [int(s["conv1.1.num_batches_tracked"]) for s in states] == [ITERS, 3 + ITERS]
 
 
+def test_folded_batchnorm_is_worked_out_anew_after_each_mode_switch() -> None:
+    """Frozen eval passes keep the folded BatchNorm; a train-mode pass (here a no-grad one, which
+    moves the running statistics without bumping their tensors' versions) must not leave it stale."""
+    net = GroupedNet([new_model(), new_model()])
+    x = torch.rand(8, 1, 6, 6, dtype=torch.float64)
+    net.requires_grad_(False).eval()
+    first = net(x)
+    net.train()
+    with torch.no_grad():
+        net(3 * x)  # new running statistics
+    net.eval()
+    cached = net(x)
+    net.requires_grad_(True)
+    assert not torch.allclose(cached, first)
+    assert torch.allclose(cached, net(x).detach(), rtol=0, atol=TOL)  # unfrozen: folded afresh each pass
+
+
 def test_models_with_other_layers_are_not_grouped() -> None:
     assert groupable(new_model())
     odd = nn.Sequential(nn.Conv2d(1, 2, 3), nn.Dropout(0.5))

@@ -77,8 +77,10 @@ def test_the_exact_times_agree_with_the_simpy_link_on_random_fleets(case: str) -
     and end), 200 transfers: all starting together, at random times, on whole seconds, or with
     three distinct caps."""
     r = np.random.default_rng(7)
-    start = {"together": np.zeros(200), "staggered": r.uniform(0, 30, 200)}.get(
-        case, np.round(r.uniform(0, 30, 200)))
+    if case == "together":
+        start = np.zeros(200)
+    else:
+        start = r.uniform(0, 30, 200) if case == "staggered" else np.round(r.uniform(0, 30, 200))
     caps = r.choice([2.0, 5.0, 8.0], 200) * MB if case == "tied caps" else r.uniform(1, 20, 200) * MB
     nbytes = r.uniform(1, 50, 200) * MB
     assert simpy_finish(start, nbytes, caps, 60 * MB) == pytest.approx(

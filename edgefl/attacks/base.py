@@ -26,7 +26,8 @@ class Attack(ABC):
     def __call__(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Adversarial x for `model`, crafted with the model in eval mode (BN statistics fixed) and
         its parameters frozen: an attack takes gradients with respect to inputs only, so autograd
-        records no parameter edges (and grouped training folds BatchNorm into constant weights)."""
+        records no parameter edges (and grouped training folds BatchNorm into constant weights).
+        Not for a model another thread trains meanwhile (its backward would find them frozen)."""
         was_training = model.training
         trained = [p for p in model.parameters() if p.requires_grad]
         model.eval()

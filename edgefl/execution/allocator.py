@@ -8,8 +8,8 @@ pages and page-faults on each first touch: about 850 minor faults per attack pas
 quickstart (10 clients, batch 32; 1.2 ms of system time and 25 % of the pass on this 2-core VM).
 Fixing the thresholds (`mallopt`, as the glibc manual describes: M_MMAP_THRESHOLD 32 MiB, glibc's
 own ceiling for the dynamic value, and M_TRIM_THRESHOLD 256 MiB) keeps those pages in the heap:
-no faults after the first step. Blocks over 32 MiB (datasets) are still mapped, and at most
-256 MiB of freed heap stays with the process.
+no faults after the first step. Blocks over 32 MiB (datasets) are still mapped, and the heap top
+goes back to the OS once more than 256 MiB of it is free (each Ray worker keeps up to that much).
 
 The setting is process-wide and changes no value, only where memory comes from; real training
 (`edgefl.experiment.prepare.method_context`) makes it, in the main process and in Ray workers.
@@ -34,4 +34,5 @@ def keep_freed_memory() -> bool:
         mallopt = libc.mallopt
     except (OSError, AttributeError):
         return False
-    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_BYTES)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_BYTES))
+    took = [mallopt(M_MMAP_THRESHOLD, MMAP_BYTES), mallopt(M_TRIM_THRESHOLD, TRIM_BYTES)]
+    return all(took)

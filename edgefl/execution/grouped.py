@@ -49,7 +49,7 @@ RANDOM = {torch.rand, torch.rand_like, torch.randn, torch.randn_like, torch.rand
 class GroupedConv2d(nn.Conv2d):
     """G convolutions as one, `groups` x G."""
 
-    _folded: tuple[Any, torch.Tensor, torch.Tensor] | None = None  # (tensor versions, weight, bias)
+    _folded: tuple[torch.Tensor, torch.Tensor] | None = None  # (weight, bias) while frozen in eval mode
 
     @classmethod
     def of(cls, convs: Sequence[nn.Conv2d]) -> GroupedConv2d:
@@ -68,15 +68,14 @@ class GroupedConv2d(nn.Conv2d):
     def folded(self, x: torch.Tensor, bn: GroupedBatchNorm2d) -> torch.Tensor:
         """bn(conv(x)) with bn in eval mode, as one convolution: weights scaled by
         gamma / sqrt(var + eps), bias beta - mean x that scale (the same affine map, one pass).
-        With the weights frozen (an attack's passes) the folded pair is computed once and kept
-        until a weight or a BN statistic changes (their tensors' versions)."""
-        if self.weight.requires_grad:
+        With every parameter of the pair frozen (an attack's passes) the folded pair is computed
+        once and kept until the network next switches mode (`GroupedNet.train`): in eval mode with
+        frozen weights nothing the fold reads can change (BN statistics move only in train mode)."""
+        if any(p.requires_grad for p in (*self.parameters(), *bn.parameters())):
             return self._conv_forward(x, *fold(self, bn))
-        tensors = (self.weight, self.bias, bn.weight, bn.bias, bn.running_mean, bn.running_var)
-        key = tuple((id(t), t._version) for t in tensors if t is not None)
-        if self._folded is None or self._folded[0] != key:
-            self._folded = key, *fold(self, bn)
-        return self._conv_forward(x, self._folded[1], self._folded[2])
+        if self._folded is None:
+            self._folded = fold(self, bn)
+        return self._conv_forward(x, *self._folded)
 
 
 def fold(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> tuple[torch.Tensor, torch.Tensor]:
@@ -216,6 +215,14 @@ class GroupedNet(nn.Module):
         self.groups = len(models)
         self.body = group_layer(models).to(memory_format=torch.channels_last)
         self.keys = list(models[0].state_dict())
+
+    def train(self, mode: bool = True) -> GroupedNet:
+        """Set the mode (eval: `train(False)`); either switch drops the folded BatchNorm weights
+        (GroupedConv2d.folded), which hold for one frozen stretch in eval mode only."""
+        for m in self.modules():
+            if isinstance(m, GroupedConv2d):
+                m._folded = None
+        return super().train(mode)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         g, b = self.groups, len(x) // self.groups
