@@ -137,8 +137,7 @@ class RoundEnergy:
         joules = np.array([self.work_j(s, plan, costs, p, np.zeros(n)) for p in points])
         for i, k in enumerate(s.clients.tolist()):
             if battery.plugged(k, now):  # on its charger until unplugged
-                assert battery.charger is not None
-                unplug = battery.charger.offline_at(k, now)
+                unplug = battery.unplugged_at(k, now)
                 held = float(battery.level(np.array([k]), unplug)[0])
                 out[i] = max(reach(points[:, i], joules[:, i], held), unplug - now)
             else:

@@ -82,6 +82,11 @@ class Battery:
         """When the device is next on its charger: `t` if it is now (inf: it has none)."""
         return math.inf if self.charger is None else self.charger.online_at(client, t)
 
+    def unplugged_at(self, client: int, t: float) -> float:
+        """When a device on its charger at `t` (`plugged`) comes off it."""
+        assert self.charger is not None, "only a device on its charger is unplugged"
+        return self.charger.offline_at(client, t)
+
     def powered(self, client: int, t: float) -> bool:
         """Whether the device can run at `t`: charge left, or on its charger."""
         return bool(self.level(np.array([client]), t)[0] > 0) or self.plugged(client, t)
