@@ -21,8 +21,9 @@ import torch
 from torch import nn
 
 from edgefl.attacks import make_attack
+from edgefl.attacks.base import Attack, client_streams, uniform_like
 from edgefl.config import TrainingConfig
-from edgefl.execution.grouped import ClientJob, ClientStreams, GroupedNet, groupable, train_group
+from edgefl.execution.grouped import ClientJob, GroupedNet, groupable, train_group
 from edgefl.execution.local import client_seed, make_optimizer, seed_everything, train_local
 from edgefl.execution.objectives import OBJECTIVES
 from edgefl.executors.executor import LocalExecutor, train_timed_group
@@ -76,7 +77,8 @@ def one_by_one(jobs, cfg: TrainingConfig, attack, objective):  # type: ignore[no
 
 
 @pytest.mark.parametrize(("objective", "optimizer", "attack"), [
-    ("pgd_at", "sgd", "pgd"), ("trades", "sgd", "pgd"), ("mart", "adam", "pgd"), ("pgd_at", "sgd", None)])
+    ("pgd_at", "sgd", "pgd"), ("trades", "sgd", "pgd"), ("mart", "adam", "pgd"), ("pgd_at", "sgd", None),
+    ("pgd_at", "sgd", "pgd_l2")])
 def test_grouped_training_repeats_one_by_one(objective: str, optimizer: str, attack: str | None) -> None:
     cfg = TrainingConfig(optimizer=optimizer, momentum=0.9, weight_decay=1e-3)
     atk = make_attack(attack, 0.1, 0.03, 3) if attack else None
@@ -128,13 +130,25 @@ def test_models_with_other_layers_are_not_grouped() -> None:
 
 def test_random_draws_follow_each_client_stream() -> None:
     gens = [torch.Generator().manual_seed(s) for s in (1, 2)]
-    with ClientStreams(gens):
-        x = torch.empty(4, 3).uniform_(-1, 1)
-        with pytest.raises(RuntimeError, match="rand"):
-            torch.rand(2)
+    with client_streams(gens):
+        x = uniform_like(torch.empty(4, 3), -1, 1)
     for rows, seed in zip(x.chunk(2), (1, 2), strict=True):
         torch.manual_seed(seed)
         assert torch.equal(rows, torch.empty(2, 3).uniform_(-1, 1))
+
+
+class GlobalDraw(Attack):
+    """An attack that draws its start from torch's global generator, not through uniform_like."""
+
+    def perturb(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return (x + 0.01 * torch.rand_like(x)).clamp(0, 1)
+
+
+def test_grouped_training_refuses_draws_from_the_global_generator() -> None:
+    jobs = [ClientJob(s, x, y, client_seed(0, 7, k)) for k, (s, x, y) in enumerate(clients(2))]
+    with pytest.raises(RuntimeError, match="global random generator"):
+        train_group(new_model(), jobs, TrainingConfig(), 0.1, ITERS, BATCH, GlobalDraw(),
+                    OBJECTIVES.get("pgd_at")())
 
 
 def work(flops: float) -> ClientPlan:

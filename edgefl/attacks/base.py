@@ -1,9 +1,17 @@
-"""The attack interface and registry. Inputs live in [0, 1]; models normalise inside."""
+"""The attack interface and registry. Inputs live in [0, 1]; models normalise inside.
+
+Attacks draw their random starts with `uniform_like` and `normal_like`: from torch's global
+generator (seeded per client by one-by-one training), or under `client_streams` (grouped
+training, edgefl.execution.grouped) client g's rows of a client-major batch from client g's own
+generator, which is what that client's global generator would have drawn one by one.
+"""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 import torch
 from torch import nn
@@ -57,3 +65,37 @@ def input_gradient(model: nn.Module, x: torch.Tensor, y: torch.Tensor,
     x = x.clone().requires_grad_(True)
     (grad,) = torch.autograd.grad(loss(model(x), y), x)
     return grad
+
+
+_STREAMS: ContextVar[tuple[torch.Generator, ...]] = ContextVar("client_streams", default=())
+
+
+@contextmanager
+def client_streams(gens: Sequence[torch.Generator]) -> Iterator[None]:
+    """Within: `uniform_like` and `normal_like` fill the g-th of len(gens) equal row blocks of a
+    client-major tensor from gens[g]."""
+    token = _STREAMS.set(tuple(gens))
+    try:
+        yield
+    finally:
+        _STREAMS.reset(token)
+
+
+def uniform_like(x: torch.Tensor, low: float = 0.0, high: float = 1.0) -> torch.Tensor:
+    """`torch.empty_like(x).uniform_(low, high)`, per client under `client_streams`."""
+    return _fill(torch.empty_like(x), lambda rows, gen: rows.uniform_(low, high, generator=gen))
+
+
+def normal_like(x: torch.Tensor) -> torch.Tensor:
+    """`torch.randn_like(x)`, per client under `client_streams`."""
+    return _fill(torch.empty_like(x), lambda rows, gen: rows.normal_(generator=gen))
+
+
+def _fill(out: torch.Tensor, fill: Callable[[torch.Tensor, torch.Generator | None], object]) -> torch.Tensor:
+    gens = _STREAMS.get()
+    if not gens:
+        fill(out, None)
+        return out
+    for rows, gen in zip(out.chunk(len(gens)), gens, strict=True):
+        fill(rows, gen)
+    return out

@@ -8,13 +8,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from edgefl.attacks.base import ATTACKS, Attack, input_gradient
+from edgefl.attacks.base import ATTACKS, Attack, input_gradient, uniform_like
 
 
 @ATTACKS.register("pgd")
 class PGD(Attack):
     def perturb(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        delta = torch.empty_like(x).uniform_(-self.eps, self.eps)
+        delta = uniform_like(x, -self.eps, self.eps)
         x_adv = (x + delta).clamp(0, 1)
         for _ in range(self.steps):
             x_adv = x_adv + self.step_size * input_gradient(model, x_adv, y, self.loss).sign()

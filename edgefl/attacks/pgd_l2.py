@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from edgefl.attacks.base import ATTACKS, Attack, input_gradient
+from edgefl.attacks.base import ATTACKS, Attack, input_gradient, normal_like, uniform_like
 
 
 def _per_sample_norm(t: torch.Tensor) -> torch.Tensor:
@@ -21,9 +21,9 @@ class PGDL2(Attack):
     lower: float | None = None  # clamp perturbed features from below (e.g. 0 after a ReLU)
 
     def perturb(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        delta = torch.randn_like(x)
-        delta = delta / _per_sample_norm(delta) * self.eps * torch.rand(
-            len(x), *([1] * (x.dim() - 1)), device=x.device)
+        delta = normal_like(x)
+        radius = uniform_like(torch.empty(len(x), *([1] * (x.dim() - 1)), device=x.device))
+        delta = delta / _per_sample_norm(delta) * self.eps * radius
         for _ in range(self.steps):
             grad = input_gradient(model, self._clamp(x + delta), y, self.loss)
             delta = delta + self.step_size * grad / _per_sample_norm(grad)

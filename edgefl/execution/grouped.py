@@ -11,10 +11,10 @@ one optimizer over the grouped parameters is G clients' optimizers.
 
 Inputs and outputs are stacked client-major: client g's batch is rows g*B .. (g+1)*B of a
 (G*B, C, H, W) tensor, so attacks and objectives run on the grouped network unchanged. The
-objective reduces per client (`Objective.per_client`), and random draws (attack random starts)
-come from each client's own generator, seeded as one-by-one training seeds it, so grouped training
-repeats one-by-one training (Madry et al.'s PGD-AT loop in edgefl.execution.local) up to
-floating-point summation order.
+objective reduces per client (`Objective.per_client`), and random draws (attack random starts,
+edgefl.attacks.base.client_streams) come from each client's own generator, seeded as one-by-one
+training seeds it, so grouped training repeats one-by-one training (Madry et al.'s PGD-AT loop in
+edgefl.execution.local) up to floating-point summation order.
 
 Grouping covers models built from Sequential containers of Conv2d, BatchNorm2d, Linear, ReLU,
 pooling, Flatten, Identity and edgefl's Normalize; `groupable` says whether a model is one.
@@ -25,14 +25,15 @@ from __future__ import annotations
 import copy
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
-from torch.overrides import TorchFunctionMode
 
 from edgefl.attacks import Attack
+from edgefl.attacks.base import client_streams
 from edgefl.config import TrainingConfig
 from edgefl.data.datasets import to_float
 from edgefl.execution.local import FP32, TrainSettings, batch_indices, make_optimizer
@@ -41,9 +42,6 @@ from edgefl.models.base import Normalize
 
 State = dict[str, torch.Tensor]
 AS_IS = (nn.ReLU, nn.MaxPool2d, nn.AvgPool2d, nn.AdaptiveAvgPool2d, nn.Identity)  # per channel
-RANDOM = {torch.rand, torch.rand_like, torch.randn, torch.randn_like, torch.randint, torch.randint_like,
-          torch.randperm, torch.bernoulli, torch.normal, torch.multinomial, torch.nn.functional.dropout,
-          torch.Tensor.bernoulli_, torch.Tensor.random_, torch.Tensor.exponential_}
 
 
 class GroupedConv2d(nn.Conv2d):
@@ -246,24 +244,22 @@ class GroupedNet(nn.Module):
         return [{k: p[k] for k in self.keys} for p in parts]
 
 
-class ClientStreams(TorchFunctionMode):
-    """Random draws on a client-major tensor fill client g's rows from `gens[g]`: so an attack's
-    random start on G stacked batches is what each client's own generator would have drawn.
-    Other draws from the global generator are refused (they would mix the clients' streams)."""
+@contextmanager
+def own_streams(gens: Sequence[torch.Generator], device: torch.device) -> Iterator[None]:
+    """Attacks' random starts drawn per client (`client_streams`, edgefl.attacks.base); a draw from
+    torch's global generator meanwhile would mix the clients' streams, so one is refused (found,
+    after the group trained, by the generator's changed state)."""
+    before = global_rng_states(device)
+    with client_streams(gens):
+        yield
+    if any(not torch.equal(a, b) for a, b in zip(before, global_rng_states(device), strict=True)):
+        raise RuntimeError("grouped training drew from torch's global random generator, which would mix "
+                           "the clients' streams: draw with edgefl.attacks.base.uniform_like / normal_like")
 
-    def __init__(self, gens: Sequence[torch.Generator]) -> None:
-        super().__init__()
-        self.gens = gens
 
-    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        kwargs = kwargs or {}
-        if func in (torch.Tensor.uniform_, torch.Tensor.normal_):
-            for rows, gen in zip(args[0].chunk(len(self.gens)), self.gens, strict=True):
-                func(rows, *args[1:], generator=gen, **kwargs)
-            return args[0]
-        if func in RANDOM and kwargs.get("generator") is None:
-            raise RuntimeError(f"grouped training cannot split the random draws of {func.__name__}")
-        return func(*args, **kwargs)
+def global_rng_states(device: torch.device) -> list[torch.Tensor]:
+    cuda = [torch.cuda.get_rng_state(device)] if device.type == "cuda" else []
+    return [torch.random.get_rng_state(), *cuda]
 
 
 @dataclass
@@ -313,7 +309,7 @@ def train_group(
     gens = [torch.Generator(device).manual_seed(j.seed) for j in jobs]
     net.train()
     total = torch.zeros(len(jobs), device=device)
-    with ClientStreams(gens):
+    with own_streams(gens, device):
         for xb, yb in stacked_batches(jobs, sizes.pop(), iters):
             with settings.autocast(device):
                 losses = per_client.loss(net, xb, yb, attack)
