@@ -106,7 +106,7 @@ def test_batch_counters_stay_per_client() -> None:
 def test_folded_batchnorm_is_worked_out_anew_after_each_mode_switch() -> None:
     """Frozen eval passes keep the folded BatchNorm; a train-mode pass (here a no-grad one, which
     moves the running statistics without bumping their tensors' versions) must not leave it stale."""
-    net = GroupedNet([new_model(), new_model()])
+    net = GroupedNet(new_model(), [new_model().state_dict() for _ in range(2)])
     x = torch.rand(8, 1, 6, 6, dtype=torch.float64)
     net.requires_grad_(False).eval()
     first = net(x)
@@ -125,7 +125,7 @@ def test_models_with_other_layers_are_not_grouped() -> None:
     odd = nn.Sequential(nn.Conv2d(1, 2, 3), nn.Dropout(0.5))
     assert not groupable(odd)
     with pytest.raises(ValueError, match="grouped form"):
-        GroupedNet([odd, odd])
+        GroupedNet(odd, [odd.state_dict()] * 2)
 
 
 def test_random_draws_follow_each_client_stream() -> None:

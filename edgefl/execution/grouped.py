@@ -50,13 +50,13 @@ class GroupedConv2d(nn.Conv2d):
     _folded: tuple[torch.Tensor, torch.Tensor] | None = None  # (weight, bias) while frozen in eval mode
 
     @classmethod
-    def of(cls, convs: Sequence[nn.Conv2d]) -> GroupedConv2d:
-        c, g = convs[0], len(convs)
+    def of(cls, c: nn.Conv2d, states: Sequence[State]) -> GroupedConv2d:
+        g = len(states)
         shape: dict[str, Any] = {"kernel_size": c.kernel_size, "stride": c.stride, "padding": c.padding,
                                  "dilation": c.dilation, "padding_mode": c.padding_mode}
         out = cls(c.in_channels * g, c.out_channels * g, groups=c.groups * g, bias=c.bias is not None,
                   device=c.weight.device, dtype=c.weight.dtype, **shape)
-        copy_into(out, convs, lambda t: torch.cat(t))
+        copy_into(out, states, lambda t: torch.cat(t))
         return out
 
     def part(self, g: int, groups: int) -> State:
@@ -69,7 +69,7 @@ class GroupedConv2d(nn.Conv2d):
         With every parameter of the pair frozen (an attack's passes) the folded pair is computed
         once and kept until the network next switches mode (`GroupedNet.train`): in eval mode with
         frozen weights nothing the fold reads can change (BN statistics move only in train mode)."""
-        if any(p.requires_grad for p in (*self.parameters(), *bn.parameters())):
+        if any(p is not None and p.requires_grad for p in (self.weight, self.bias, bn.weight, bn.bias)):
             return self._conv_forward(x, *fold(self, bn))
         if self._folded is None:
             self._folded = fold(self, bn)
@@ -94,14 +94,13 @@ class GroupedBatchNorm2d(nn.BatchNorm2d):
     start: tuple[torch.Tensor, ...] = ()  # each client's num_batches_tracked before the group trains
 
     @classmethod
-    def of(cls, bns: Sequence[nn.BatchNorm2d]) -> GroupedBatchNorm2d:
-        b = bns[0]
+    def of(cls, b: nn.BatchNorm2d, states: Sequence[State]) -> GroupedBatchNorm2d:
         like = next(iter(b.state_dict().values()))
-        out = cls(b.num_features * len(bns), b.eps, b.momentum, b.affine, b.track_running_stats,
+        out = cls(b.num_features * len(states), b.eps, b.momentum, b.affine, b.track_running_stats,
                   device=like.device, dtype=like.dtype if like.is_floating_point() else None)
-        copy_into(out, bns, lambda t: torch.cat(t) if t[0].dim() else torch.zeros_like(t[0]))
+        copy_into(out, states, lambda t: torch.cat(t) if t[0].dim() else torch.zeros_like(t[0]))
         if b.track_running_stats:
-            out.start = tuple(m.state_dict()["num_batches_tracked"].clone() for m in bns)
+            out.start = tuple(s["num_batches_tracked"].clone() for s in states)
         return out
 
     def part(self, g: int, groups: int) -> State:
@@ -121,10 +120,10 @@ class GroupedLinear(nn.Module):
         self.bias = nn.Parameter(bias) if bias is not None else None  # (G, out)
 
     @classmethod
-    def of(cls, linears: Sequence[nn.Linear]) -> GroupedLinear:
-        biased = linears[0].bias is not None
-        return cls(torch.stack([m.weight.detach() for m in linears]).clone(),
-                   torch.stack([m.bias.detach() for m in linears]).clone() if biased else None)
+    def of(cls, linear: nn.Linear, states: Sequence[State]) -> GroupedLinear:
+        biased = linear.bias is not None
+        return cls(torch.stack([s["weight"] for s in states]).to(linear.weight),
+                   torch.stack([s["bias"] for s in states]).to(linear.weight) if biased else None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         g, out, feats = self.weight.shape
@@ -142,20 +141,20 @@ class GroupedNormalize(Normalize):
     """G input normalisations as one over G x C channels."""
 
     @classmethod
-    def of(cls, norms: Sequence[Normalize]) -> GroupedNormalize:
+    def of(cls, norm: Normalize, states: Sequence[State]) -> GroupedNormalize:
         out = cls([0.0], [1.0])
-        out.mean, out.std = (torch.cat([getattr(m, k) for m in norms], 1) for k in ("mean", "std"))
+        out.mean, out.std = (torch.cat([s[k] for s in states], 1).to(norm.mean) for k in ("mean", "std"))
         return out
 
     def part(self, g: int, groups: int) -> State:
         return {k: v.chunk(groups, 1)[g] for k, v in self.state_dict().items()}
 
 
-def copy_into(out: nn.Module, parts: Sequence[nn.Module], join: Any) -> None:
-    """out's parameters and buffers := join([each part's tensor of that name])."""
+def copy_into(out: nn.Module, states: Sequence[State], join: Any) -> None:
+    """out's parameters and buffers := join([each state's tensor of that name])."""
     with torch.no_grad():
         for name, t in out.state_dict().items():
-            t.copy_(join([m.state_dict()[name] for m in parts]))
+            t.copy_(join([s[name] for s in states]))
 
 
 GROUPED: dict[type[nn.Module], Any] = {nn.Conv2d: GroupedConv2d, nn.BatchNorm2d: GroupedBatchNorm2d,
@@ -193,26 +192,33 @@ class GroupedSequential(nn.Sequential):
         return x
 
 
-def group_layer(layers: Sequence[nn.Module]) -> nn.Module:
-    first = layers[0]
-    if isinstance(first, nn.Sequential):
-        return GroupedSequential(OrderedDict((name, group_layer([m.get_submodule(name) for m in layers]))
-                                             for name in first._modules))
-    if type(first) in GROUPED:
-        return GROUPED[type(first)].of(layers)
-    return copy.deepcopy(first)
+def group_layer(layer: nn.Module, states: Sequence[State]) -> nn.Module:
+    """`layer` grouped, client g's weights from states[g] (keyed as `layer.state_dict()`)."""
+    if isinstance(layer, nn.Sequential):
+        return GroupedSequential(OrderedDict((name, group_layer(child, [substate(s, name) for s in states]))
+                                             for name, child in layer.named_children()))
+    if type(layer) in GROUPED:
+        return GROUPED[type(layer)].of(layer, states)
+    return copy.deepcopy(layer)
+
+
+def substate(state: State, name: str) -> State:
+    """The entries of `state` under the submodule `name`, keyed as that submodule's own."""
+    prefix = name + "."
+    return {k.removeprefix(prefix): v for k, v in state.items() if k.startswith(prefix)}
 
 
 class GroupedNet(nn.Module):
-    """G models of one architecture as one; inputs and outputs stacked client-major (G*B rows)."""
+    """len(states) models of `template`'s architecture as one, client g's weights, BN statistics
+    and batch counters from states[g]; inputs and outputs stacked client-major (G*B rows)."""
 
-    def __init__(self, models: Sequence[nn.Module]) -> None:
+    def __init__(self, template: nn.Module, states: Sequence[State]) -> None:
         super().__init__()
-        if not all(groupable(m) for m in models):
-            raise ValueError("a model has a layer with no grouped form")
-        self.groups = len(models)
-        self.body = group_layer(models).to(memory_format=torch.channels_last)
-        self.keys = list(models[0].state_dict())
+        if not groupable(template):
+            raise ValueError("the model has a layer with no grouped form")
+        self.groups = len(states)
+        self.body = group_layer(template, states).to(memory_format=torch.channels_last)
+        self.keys = list(template.state_dict())
 
     def train(self, mode: bool = True) -> GroupedNet:
         """Set the mode (eval: `train(False)`); either switch drops the folded BatchNorm weights
@@ -297,12 +303,7 @@ def train_group(
     sizes = {min(batch, len(j.x)) for j in jobs}
     if len(sizes) != 1:
         raise ValueError("clients of one group must share their batch size")
-    models = []
-    for job in jobs:
-        m = copy.deepcopy(template)
-        m.load_state_dict(job.state)
-        models.append(m)
-    net = GroupedNet(models)
+    net = GroupedNet(template, [job.state for job in jobs])
     optimizer = make_optimizer(list(net.parameters()), cfg, lr)
     per_client = objective.per_client(len(jobs))
     device = jobs[0].x.device
