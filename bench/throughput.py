@@ -181,7 +181,8 @@ def quiet(hold: bool) -> Iterator[None]:
 
 
 def round_sides(clients: int) -> tuple[dict[str, Callable[[], object]], str]:
-    """one-by-one and grouped training of the quickstart's first round (its first `clients`)."""
+    """one-by-one and grouped training of the quickstart's first round (its first `clients`);
+    the bench sets the threads, not the scenario."""
     scenario = load_scenario(QUICKSTART, ["threads=0"])
     exp = prepare(scenario, str(QUICKSTART))
     method, ctx, t = exp.method, exp.ctx, scenario.training
@@ -197,7 +198,8 @@ def round_sides(clients: int) -> tuple[dict[str, Callable[[], object]], str]:
 
 def bench_grouped(threads: list[int], repeats: int, clients: int) -> None:
     runs, what = round_sides(clients)
-    print(f"grouped vs one-by-one, one quickstart round ({what}); median of {repeats}")
+    print(f"grouped vs one-by-one, one quickstart round ({what}); median of {repeats}; "
+          f"the quickstart itself runs on threads = {load_scenario(QUICKSTART).threads}")
     print(f"{'threads':>7} {'one-by-one s':>12} {'grouped s':>10} {'speed-up':>8}")
     for n in threads:
         torch.set_num_threads(n)

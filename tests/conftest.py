@@ -6,9 +6,9 @@ import pytest
 import torch
 
 
-@pytest.fixture(autouse=True, scope="session")
+@pytest.fixture(autouse=True)
 def one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
+    """Each test starts on one thread: a scenario's `threads` (the quickstart's 2) sets the whole
+    process's count when a test prepares it."""
     torch.set_num_threads(1)
     yield
-    torch.set_num_threads(threads)

@@ -18,7 +18,7 @@ from edgefl.devices import catalog
 from edgefl.sim.compute import FORWARD, Roofline
 
 TINY = ["rounds=1", "training.local_iters=2", "attack.steps=2", "evaluation.steps=2", "data.test_samples=32",
-        "fleet.clients=4", "fleet.sample_fraction=0.5", "device=cpu"]
+        "fleet.clients=4", "fleet.sample_fraction=0.5", "device=cpu", "threads=1"]
 
 
 @pytest.fixture
