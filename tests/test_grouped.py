@@ -144,6 +144,16 @@ class GlobalDraw(Attack):
         return (x + 0.01 * torch.rand_like(x)).clamp(0, 1)
 
 
+def test_grouped_training_leaves_the_global_generator_alone() -> None:
+    """Random starts come from the clients' generators and the grouped layers are not randomly
+    initialised (their weights are the clients'): torch's global stream is as one-by-one left it."""
+    jobs = [ClientJob(s, x, y, client_seed(0, 7, k)) for k, (s, x, y) in enumerate(clients(2))]
+    model, before = new_model(), torch.random.get_rng_state()
+    train_group(model, jobs, TrainingConfig(), 0.1, ITERS, BATCH, make_attack("pgd", 0.1, 0.03, 2),
+                OBJECTIVES.get("pgd_at")())
+    assert torch.equal(torch.random.get_rng_state(), before)
+
+
 def test_grouped_training_refuses_draws_from_the_global_generator() -> None:
     jobs = [ClientJob(s, x, y, client_seed(0, 7, k)) for k, (s, x, y) in enumerate(clients(2))]
     with pytest.raises(RuntimeError, match="global random generator"):

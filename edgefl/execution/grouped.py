@@ -54,8 +54,9 @@ class GroupedConv2d(nn.Conv2d):
         g = len(states)
         shape: dict[str, Any] = {"kernel_size": c.kernel_size, "stride": c.stride, "padding": c.padding,
                                  "dilation": c.dilation, "padding_mode": c.padding_mode}
-        out = cls(c.in_channels * g, c.out_channels * g, groups=c.groups * g, bias=c.bias is not None,
-                  device=c.weight.device, dtype=c.weight.dtype, **shape)
+        out = nn.utils.skip_init(cls, c.in_channels * g, c.out_channels * g, groups=c.groups * g,
+                                 bias=c.bias is not None, device=c.weight.device, dtype=c.weight.dtype,
+                                 **shape)  # no random init: torch's global generator stays untouched
         copy_into(out, states, lambda t: torch.cat(t))
         return out
 
@@ -254,7 +255,8 @@ class GroupedNet(nn.Module):
 def own_streams(gens: Sequence[torch.Generator], device: torch.device) -> Iterator[None]:
     """Attacks' random starts drawn per client (`client_streams`, edgefl.attacks.base); a draw from
     torch's global generator meanwhile would mix the clients' streams, so one is refused (found,
-    after the group trained, by the generator's changed state)."""
+    after the group trained, by the generator's changed state: so no other thread may draw from it
+    meanwhile)."""
     before = global_rng_states(device)
     with client_streams(gens):
         yield
