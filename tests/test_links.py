@@ -1,5 +1,6 @@
-"""Shared server links: water-filling rates and processor-sharing finish times, worked by hand, and the
-SimPy link agreeing with the exact computation."""
+"""Shared server links: water-filling rates and processor-sharing finish times, worked by hand; the
+event-driven `Sharing` (finish_times and the SimPy link, with interruptions) against a plain oracle
+that recomputes every rate from scratch at every start, stop and end."""
 
 from __future__ import annotations
 
@@ -9,11 +10,50 @@ import numpy as np
 import pytest
 import simpy
 
-from edgefl.sim.links import Links, SharedLink, fair_rates, finish_times, shared_round
+from edgefl.sim.links import DONE_S, Links, SharedLink, finish_times, shared_round
 
 MB = 1e6
 CAPS = np.array([2.0, 5.0, 8.0]) * MB  # the three clients' own bandwidths, bytes/s
 SERVER = 10 * MB
+
+
+def fair_rates(caps: np.ndarray, capacity: float) -> np.ndarray:
+    """Water-filling from scratch (the oracle's): sort the caps, and the first cap above the level
+    its slower ones leave sets the level for it and every faster one."""
+    if caps.sum() <= capacity:
+        return caps.astype(np.float64)
+    order = np.argsort(caps, kind="stable")
+    c = caps[order]
+    below = np.concatenate([[0.0], np.cumsum(c)[:-1]])  # bytes/s the slower ones take
+    levels = (capacity - below) / np.arange(len(c), 0, -1)
+    k = int(np.argmax(c > levels))
+    rates = np.empty(len(c))
+    rates[order] = np.where(np.arange(len(c)) < k, c, levels[k])
+    return rates
+
+
+def oracle(start: np.ndarray, nbytes: np.ndarray, caps: np.ndarray, capacity: float,
+           stop: np.ndarray | None = None) -> np.ndarray:
+    """Each transfer's end (nan: stopped at stop[i] first), the rates recomputed by `fair_rates` for
+    the transfers under way at every start, stop and end, and every transfer's bytes left counted
+    down between them: O(n) an event."""
+    n = len(start)
+    stop = np.full(n, math.inf) if stop is None else stop
+    left, end, now = nbytes.astype(np.float64), np.full(n, np.nan), 0.0
+    waiting, active = np.ones(n, dtype=bool), np.zeros(n, dtype=bool)
+    while waiting.any() or active.any():
+        rates = np.zeros(n)
+        if active.any():
+            rates[active] = fair_rates(caps[active], capacity)
+        rest = np.where(active, left / np.where(active, rates, 1.0), math.inf)
+        now_next = min(start[waiting].min(initial=math.inf), (now + rest).min(), stop[active].min(initial=math.inf))
+        left, now = left - rates * (now_next - now), now_next
+        through = active & (left / np.where(active, rates, 1.0) <= DONE_S)
+        end[through] = now
+        active &= ~through & (stop > now)
+        arriving = waiting & (start <= now)
+        active, waiting = active | arriving, waiting & ~arriving
+    return end
 
 
 def test_water_filling_by_hand() -> None:
@@ -48,19 +88,31 @@ def test_staggered_uploads_by_hand() -> None:
         [2.0, 3.0, 5.5], rel=1e-12)
 
 
-def simpy_finish(start: np.ndarray, nbytes: np.ndarray, caps: np.ndarray, capacity: float) -> list[float]:
-    env = simpy.Environment()
+def simpy_finish(start: np.ndarray, nbytes: np.ndarray, caps: np.ndarray, capacity: float,
+                 stop: np.ndarray | None = None) -> np.ndarray:
+    """The SimPy link's ends (nan: its client stopped at stop[i] first)."""
+    env, end = simpy.Environment(), np.full(len(start), np.nan)
     link = SharedLink(env, capacity)
-    end = [0.0] * len(start)
 
     def client(i: int):  # type: ignore[no-untyped-def]
         yield env.timeout(float(start[i]))
-        yield from link.transfer(env, float(nbytes[i]), float(caps[i]))
+        try:
+            yield from link.transfer(env, float(nbytes[i]), float(caps[i]))
+        except simpy.Interrupt:
+            return
         end[i] = float(env.now)
 
+    def unplug(proc: simpy.Process, at: float):  # type: ignore[no-untyped-def]
+        yield env.timeout(at)
+        if proc.is_alive:
+            proc.interrupt()
+
     for i in range(len(start)):
-        env.process(client(i))
+        proc = env.process(client(i))
+        if stop is not None and math.isfinite(stop[i]):
+            env.process(unplug(proc, float(stop[i])))
     env.run()
+    assert not link.done and not len(link.sharing)
     return end
 
 
@@ -71,51 +123,42 @@ def test_the_simpy_link_plays_the_hand_cases() -> None:
                         SERVER) == pytest.approx([2.0, 3.0, 5.5], rel=1e-12)
 
 
-@pytest.mark.parametrize("case", ["together", "staggered", "staggered with ties", "tied caps"])
-def test_the_exact_times_agree_with_the_simpy_link_on_random_fleets(case: str) -> None:
-    """The event-by-event computation against the SimPy link (its own water-filling at every start
-    and end), 200 transfers: all starting together, at random times, on whole seconds, or with
-    three distinct caps."""
+def random_fleet(case: str, n: int = 200) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(start, bytes, caps) of n transfers: all starting together, at random times, on whole seconds,
+    or with three distinct caps."""
     r = np.random.default_rng(7)
     if case == "together":
-        start = np.zeros(200)
+        start = np.zeros(n)
     else:
-        start = r.uniform(0, 30, 200) if case == "staggered" else np.round(r.uniform(0, 30, 200))
-    caps = r.choice([2.0, 5.0, 8.0], 200) * MB if case == "tied caps" else r.uniform(1, 20, 200) * MB
-    nbytes = r.uniform(1, 50, 200) * MB
-    assert simpy_finish(start, nbytes, caps, 60 * MB) == pytest.approx(
-        finish_times(start, nbytes, caps, 60 * MB).tolist(), rel=1e-9)
+        start = r.uniform(0, 30, n) if case == "staggered" else np.round(r.uniform(0, 30, n))
+    caps = r.choice([2.0, 5.0, 8.0], n) * MB if case == "tied caps" else r.uniform(1, 20, n) * MB
+    return start, r.uniform(1, 50, n) * MB, caps
 
 
-def test_the_simpy_link_keeps_its_transfers_in_cap_order_through_starts_ends_and_interrupts() -> None:
-    """The link's kept order sorts the caps under way after every change (40 transfers with tied
-    caps, a third of them interrupted); among equal caps any order gives the same rates."""
-    env, r = simpy.Environment(), np.random.default_rng(5)
-    link = SharedLink(env, 30 * MB)
-    checked = [0]
+CASES = ["together", "staggered", "staggered with ties", "tied caps"]
 
-    def client(at: float, nbytes: float, cap: float):  # type: ignore[no-untyped-def]
-        try:
-            yield env.timeout(at)
-            yield from link.transfer(env, nbytes, cap)
-        except simpy.Interrupt:
-            checked[0] += 1
 
-    def stop(proc: simpy.Process, at: float):  # type: ignore[no-untyped-def]
-        yield env.timeout(at)
-        if proc.is_alive:
-            proc.interrupt()
+@pytest.mark.parametrize("case", CASES)
+def test_the_exact_times_agree_with_the_oracle_and_the_simpy_link_on_random_fleets(case: str) -> None:
+    """200 transfers on a 60 MB/s link: `finish_times`, the SimPy link and the oracle agree."""
+    start, nbytes, caps = random_fleet(case)
+    exact = finish_times(start, nbytes, caps, 60 * MB)
+    assert exact == pytest.approx(oracle(start, nbytes, caps, 60 * MB), rel=1e-9)
+    assert simpy_finish(start, nbytes, caps, 60 * MB) == pytest.approx(exact, rel=1e-9)
 
-    for i in range(40):
-        proc = env.process(client(float(r.uniform(0, 10)), float(r.uniform(1, 40)) * MB,
-                                  float(r.choice([2.0, 5.0, 8.0])) * MB))
-        if i % 3 == 0:
-            env.process(stop(proc, float(r.uniform(0, 15))))
-    while env.peek() < math.inf:
-        env.step()
-        assert sorted(link.order.tolist()) == list(range(len(link.cap)))
-        assert np.all(np.diff(link.cap[link.order]) >= 0)
-    assert checked[0] > 0 and not link.done
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_simpy_link_shares_out_what_interrupted_transfers_leave(case: str) -> None:
+    """A third of the clients stop at random times (those through by then end as usual): the SimPy
+    link agrees with the oracle transfer by transfer, which ones ended and when."""
+    start, nbytes, caps = random_fleet(case)
+    r = np.random.default_rng(5)
+    stop = np.where(np.arange(len(start)) % 3 == 0, start + r.uniform(0, 20, len(start)), math.inf)
+    want = oracle(start, nbytes, caps, 60 * MB, stop)
+    got = simpy_finish(start, nbytes, caps, 60 * MB, stop)
+    assert np.isnan(want).sum() > 10
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    assert got[~np.isnan(got)] == pytest.approx(want[~np.isnan(want)], rel=1e-9)
 
 
 def test_a_shared_round_downloads_together_and_uploads_as_clients_finish() -> None:

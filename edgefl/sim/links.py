@@ -5,16 +5,18 @@ share found by water-filling: clients slower than the level keep their own rate 
 what is left equally (max-min fairness, Bertsekas & Gallager, "Data Networks", 1992, §6.5.2). Rates
 change only when a transfer starts or ends, so finish times are exact event by event.
 
-Two forms. `SharedLink` is a SimPy object for event-driven rounds: `yield from link.transfer(env,
-nbytes, client_bps)` returns when the bytes are through. `finish_times` computes, for transfers
-starting at given times, when each ends (a synchronous round's downloads all start at its start,
-its uploads as each client finishes computing); `shared_round` applies it to a round's phases.
-A capacity of inf (`server.down_mbps = 0`, the default) leaves every transfer at its own rate.
+`Sharing` holds the transfers under way and plays them forward, O(log n) an event. Two forms use
+it. `SharedLink` is a SimPy object for event-driven rounds: `yield from link.transfer(env, nbytes,
+client_bps)` returns when the bytes are through. `finish_times` computes, for transfers starting at
+given times, when each ends (a synchronous round's downloads all start at its start, its uploads as
+each client finishes computing); `shared_round` applies it to a round's phases. A capacity of inf
+(`server.down_mbps = 0`, the default) leaves every transfer at its own rate.
 """
 
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from collections.abc import Generator
 from dataclasses import dataclass
@@ -25,162 +27,148 @@ import simpy
 
 DONE_S = 1e-9  # a transfer with at most this many seconds of bytes left is through (float rounding)
 
-
-def through(now: Any, left: Any, rate: Any) -> Any:
-    """Whether transfers with `left` bytes at `rate` are through at `now`: at most DONE_S seconds
-    left, or less than the clock can still add (floats or arrays)."""
-    rest = left / rate
-    return (rest <= DONE_S) | (now + rest == now)
+Heap = list[tuple[float, int, int]]  # (key, serial, transfer); stale unless serial is the transfer's
 
 
-def fair_rates(caps: np.ndarray, capacity: float, order: np.ndarray | None = None) -> np.ndarray:
-    """Water-filling: each transfer's rate, min(its cap, the level) with the rates summing to at most
-    `capacity` (all caps when they fit). `order`: an ascending order of the caps, if known."""
-    if not len(caps) or caps.sum() <= capacity:
-        return caps.astype(np.float64)
-    order = np.argsort(caps, kind="stable") if order is None else order
-    c = caps[order]
-    below = np.concatenate([[0.0], np.cumsum(c)[:-1]])  # bytes/s the slower ones take
-    levels = (capacity - below) / np.arange(len(c), 0, -1)
-    k = int(np.argmax(c > levels))  # the first that the level caps (one exists: the caps do not fit)
-    rates = np.empty(len(c))
-    rates[order] = np.where(np.arange(len(c)) < k, c, levels[k])
-    return rates
+def through(now: float, rest_s: float) -> bool:
+    """Whether a transfer `rest_s` seconds from its end is through at `now`: at most DONE_S seconds,
+    or less than the clock can still add."""
+    return rest_s <= DONE_S or now + rest_s == now
+
+
+class Sharing:
+    """Transfers sharing `capacity` bytes/s by water-filling, played forward event by event.
+
+    Those whose caps are at most the level L run at their caps (capped: a capped transfer's end is
+    fixed while it stays capped); the others (shared) run at L = (capacity - the capped caps) /
+    their number and share a virtual clock V (dV/dt = L): one ends when V reaches its key, V at its
+    start plus its bytes. Two heaps by cap hold the boundary (the largest capped cap, the smallest
+    shared one) and two by key the ends, so a start, a stop or an end is O(log n) plus the
+    transfers it moves across the level. The caller names transfers by ints and calls `advance`
+    to the time of each start, stop or `next_end`."""
+
+    def __init__(self, capacity: float, now: float = 0.0) -> None:
+        self.capacity, self.now, self.v, self.level = capacity, now, 0.0, math.inf
+        self.capped_sum, self.shared = 0.0, 0  # the capped caps' sum, the shared transfers' count
+        self.cap: dict[int, float] = {}
+        self.key: dict[int, float] = {}  # capped: its end time; shared: V at its end
+        self.capped: dict[int, bool] = {}
+        self.serial: dict[int, int] = {}
+        self._serials = itertools.count()
+        self.low: Heap = []  # the shared by cap, smallest first
+        self.high: Heap = []  # the capped by cap, largest first (caps negated)
+        self.capped_ends: Heap = []
+        self.shared_ends: Heap = []
+
+    def __len__(self) -> int:
+        return len(self.cap)
+
+    def advance(self, now: float) -> None:
+        """Play on to `now` (no later than `next_end`)."""
+        if self.shared:
+            self.v += self.level * (now - self.now)
+        self.now = now
+
+    def next_end(self) -> float:
+        """When the next transfer ends if none starts or stops before (inf: none under way)."""
+        key = self._top(self.shared_ends)
+        shared = self.now + (key - self.v) / self.level if math.isfinite(key) else math.inf
+        return min(self._top(self.capped_ends), shared)
+
+    def start(self, i: int, nbytes: float, cap: float) -> None:
+        """Transfer i starts now: `nbytes` bytes at most `cap` bytes/s."""
+        self.cap[i] = cap
+        self._place(i, nbytes, capped=False)
+        self._settle()
+
+    def stop(self, i: int) -> None:
+        """Transfer i stops now, its bytes not through."""
+        self._remove(i)
+        self._settle()
+
+    def ended(self) -> list[int]:
+        """The transfers through by now, removed: the capped ones, then the shared ones."""
+        out = []
+        capped, shared = self.capped_ends, self.shared_ends
+        while math.isfinite(end := self._top(capped)) and through(self.now, end - self.now):
+            out.append(self._remove(capped[0][2]))
+        while math.isfinite(key := self._top(shared)) and through(self.now, (key - self.v) / self.level):
+            out.append(self._remove(shared[0][2]))
+        if out:
+            self._settle()
+        return out
+
+    def _place(self, i: int, left: float, capped: bool) -> None:
+        """Transfer i, `left` bytes to go, on the capped or the shared side."""
+        serial = self.serial[i] = next(self._serials)
+        self.capped[i] = capped
+        if capped:
+            self.key[i] = self.now + left / self.cap[i]
+            self.capped_sum += self.cap[i]
+            heapq.heappush(self.high, (-self.cap[i], serial, i))
+            heapq.heappush(self.capped_ends, (self.key[i], serial, i))
+        else:
+            self.key[i] = self.v + left
+            self.shared += 1
+            heapq.heappush(self.low, (self.cap[i], serial, i))
+            heapq.heappush(self.shared_ends, (self.key[i], serial, i))
+
+    def _detach(self, i: int) -> None:
+        """Transfer i off its side (its heap entries go stale with its next serial)."""
+        if self.capped[i]:
+            self.capped_sum -= self.cap[i]
+        else:
+            self.shared -= 1
+
+    def _remove(self, i: int) -> int:
+        self._detach(i)
+        for d in (self.cap, self.key, self.capped, self.serial):
+            del d[i]
+        if self.shared == len(self.cap):  # none capped: the sum is 0, without its rounding
+            self.capped_sum = 0.0
+        return i
+
+    def _move(self, i: int) -> None:
+        """Transfer i across the level, its bytes to go carried over."""
+        left = (self.key[i] - self.now) * self.cap[i] if self.capped[i] else self.key[i] - self.v
+        self._detach(i)
+        self._place(i, left, not self.capped[i])
+
+    def _settle(self) -> None:
+        """Move transfers across the level until the capped ones are those with caps at most L."""
+        while self.shared and self._top(self.low) <= self._level():
+            self._move(self.low[0][2])
+        while math.isfinite(self._top(self.high)) and -self.high[0][0] > self._level():
+            self._move(self.high[0][2])
+        self.level = self._level()
+
+    def _level(self) -> float:
+        return (self.capacity - self.capped_sum) / self.shared if self.shared else math.inf
+
+    def _top(self, heap: Heap) -> float:
+        """The heap's smallest key, stale entries (of a transfer since moved or ended) dropped."""
+        while heap and self.serial.get(heap[0][2]) != heap[0][1]:
+            heapq.heappop(heap)
+        return heap[0][0] if heap else math.inf
 
 
 def finish_times(start: np.ndarray, nbytes: np.ndarray, caps: np.ndarray, capacity: float) -> np.ndarray:
     """When each transfer ends: transfer i starts at start[i] with nbytes[i] bytes at most caps[i]
-    bytes/s, all sharing `capacity` bytes/s (inf: each alone). Event by event (`_Sharing`), each
-    event O(log n) plus the transfers it moves across the water level."""
+    bytes/s, all sharing `capacity` bytes/s (inf: each alone), played by `Sharing`."""
     if math.isinf(capacity):
         return start + nbytes / caps
-    return _Sharing(caps, capacity).play(start, nbytes)
-
-
-class _Sharing:
-    """Processor sharing with caps, exactly, in O(log n) an event. The transfers are ranked by cap;
-    water-filling caps the lowest-ranked active ones (rank <= `pos`, each at its own cap) and gives
-    the rest the level L. A capped transfer's end is fixed while it stays capped; the others share a
-    virtual clock V (dV/dt = L), and one ends when V reaches its key (V at its start plus its bytes).
-    A Fenwick tree over the ranks holds the active count and caps, so the boundary is one descent;
-    when an event moves it, only the active transfers between the old and new boundary change side."""
-
-    def __init__(self, caps: np.ndarray, capacity: float) -> None:
-        self.n, self.capacity = len(caps), capacity
-        order = np.argsort(caps, kind="stable")
-        self.rank = np.empty(self.n, dtype=np.int64)
-        self.rank[order] = np.arange(1, self.n + 1)
-        self.by_rank = [-1, *order.tolist()]  # rank -> transfer
-        self.cap = caps.astype(np.float64).tolist()
-        self.count, self.sum = [0] * (self.n + 1), [0.0] * (self.n + 1)
-        self.active, self.pos, self.level = 0, 0, math.inf
-
-    def _add(self, r: int, c: int, s: float) -> None:
-        while r <= self.n:
-            self.count[r] += c
-            self.sum[r] += s
-            r += r & -r
-
-    def _boundary(self) -> tuple[int, float, int]:
-        """The largest rank p whose transfers all fit under the level: S(p) + cap_(p) (a - N(p)) <= C,
-        with S and N the active caps' sum and count up to p (nondecreasing in p); and S(p), N(p)."""
-        p, s, c, step = 0, 0.0, 0, 1 << self.n.bit_length()
-        while step:
-            q = p + step
-            if q <= self.n and s + self.sum[q] + self.cap[self.by_rank[q]] * (
-                    self.active - c - self.count[q]) <= self.capacity:
-                p, s, c = q, s + self.sum[q], c + self.count[q]
-            step >>= 1
-        return p, s, c
-
-    def _next_active(self, p: int) -> int:
-        """The lowest active rank above p (n + 1 if none)."""
-        want, r, c = self._prefix(p) + 1, 0, 0
-        step = 1 << self.n.bit_length()
-        while step:
-            q = r + step
-            if q <= self.n and c + self.count[q] < want:
-                r, c = q, c + self.count[q]
-            step >>= 1
-        return r + 1
-
-    def _prefix(self, p: int) -> int:
-        c = 0
-        while p > 0:
-            c += self.count[p]
-            p -= p & -p
-        return c
-
-    def play(self, start: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
-        n, end = self.n, np.full(self.n, np.nan)
-        arrivals = np.argsort(start, kind="stable").tolist()
-        starts, sizes = start.astype(np.float64).tolist(), nbytes.astype(np.float64).tolist()
-        side = [0] * n  # 0 waiting or done, 1 capped (key: end time), 2 at the level (key: V at end)
-        key, version = [0.0] * n, [0] * n
-        capped: list[tuple[float, int, int]] = []
-        shared: list[tuple[float, int, int]] = []
-        now, v, nxt = (starts[arrivals[0]] if n else 0.0), 0.0, 0
-        while nxt < n or self.active:
-            t_arrive = starts[arrivals[nxt]] if nxt < n else math.inf
-            t_capped = _top(capped, version)
-            t_shared = now + (_top(shared, version) - v) / self.level if self.active > 0 and math.isfinite(
-                self.level) else math.inf
-            t = min(t_arrive, t_capped, t_shared)
-            if math.isfinite(self.level):
-                v += self.level * (t - now)
-            now = t
-            for heap, clock, rate in ((capped, now, 1.0), (shared, v, self.level)):
-                while math.isfinite(top := _top(heap, version)) and through(now, top - clock, rate):
-                    i = heapq.heappop(heap)[2]
-                    end[i], side[i] = now, 0
-                    version[i] += 1
-                    self.active -= 1
-                    self._add(int(self.rank[i]), -1, -self.cap[i])
-            arriving = []
-            while nxt < n and starts[arrivals[nxt]] <= now:
-                i = arrivals[nxt]
-                nxt += 1
-                arriving.append(i)
-                self.active += 1
-                self._add(int(self.rank[i]), 1, self.cap[i])
-            self._settle(now, v, side, key, version, capped, shared)
-            for i in arriving:
-                self._place(i, sizes[i], now, v, side, key, version, capped, shared)
-        return end
-
-    def _settle(self, now: float, v: float, side: list[int], key: list[float], version: list[int],
-                capped: list[tuple[float, int, int]], shared: list[tuple[float, int, int]]) -> None:
-        """The new boundary and level; the transfers between the old and new boundary change side."""
-        old = self.pos
-        self.pos, s, c = self._boundary()
-        free = self.active - c
-        self.level = (self.capacity - s) / free if free > 0 else math.inf
-        r = self._next_active(min(old, self.pos))
-        while r <= max(old, self.pos):
-            i = self.by_rank[r]
-            if side[i]:  # not one arriving now
-                left = (key[i] - now) * self.cap[i] if side[i] == 1 else key[i] - v
-                self._place(i, left, now, v, side, key, version, capped, shared)
-            r = self._next_active(r)
-
-    def _place(self, i: int, left: float, now: float, v: float, side: list[int], key: list[float],
-               version: list[int], capped: list[tuple[float, int, int]],
-               shared: list[tuple[float, int, int]]) -> None:
-        """Transfer i, `left` bytes to go, on its side of the boundary."""
-        version[i] += 1
-        if self.rank[i] <= self.pos:
-            side[i], key[i] = 1, now + left / self.cap[i]
-            heapq.heappush(capped, (key[i], version[i], i))
-        else:
-            side[i], key[i] = 2, v + left
-            heapq.heappush(shared, (key[i], version[i], i))
-
-
-def _top(heap: list[tuple[float, int, int]], version: list[int]) -> float:
-    """The heap's smallest key, stale entries (a transfer since moved or ended) dropped."""
-    while heap and version[heap[0][2]] != heap[0][1]:
-        heapq.heappop(heap)
-    return heap[0][0] if heap else math.inf
+    arrivals = np.argsort(start, kind="stable").tolist()
+    starts, sizes, cap = start.astype(np.float64).tolist(), nbytes.tolist(), caps.tolist()
+    end, link, nxt = np.full(len(start), np.nan), Sharing(capacity), 0
+    while nxt < len(arrivals) or len(link):
+        now = min(starts[arrivals[nxt]] if nxt < len(arrivals) else math.inf, link.next_end())
+        link.advance(now)
+        end[link.ended()] = now
+        while nxt < len(arrivals) and starts[arrivals[nxt]] <= now:
+            i = arrivals[nxt]
+            link.start(i, float(sizes[i]), float(cap[i]))
+            nxt += 1
+    return end
 
 
 @dataclass(frozen=True)
@@ -215,17 +203,15 @@ def shared_round(links: Links, phases: tuple[np.ndarray, np.ndarray, np.ndarray,
 
 class SharedLink:
     """A processor-sharing link for SimPy processes: `yield from link.transfer(env, nbytes, bps)`
-    (the bytes only: a caller adds its latency). The transfers under way are columns (bytes left,
-    cap, rate, in the order they started), so each start, end or interruption is a few array
-    operations."""
+    (the bytes only: a caller adds its latency); its transfers under way are a `Sharing`, and one
+    SimPy timeout stands for the next end."""
 
     def __init__(self, env: simpy.Environment, capacity_bps: float) -> None:
         self.env, self.capacity = env, capacity_bps
-        self.left, self.cap, self.rate = np.empty(0), np.empty(0), np.empty(0)
-        self.done: list[simpy.Event] = []
-        self.order = np.empty(0, dtype=np.int64)  # the caps' stable ascending order
-        self._last = float(env.now)
-        self._wake = 0  # the current wake-up's number (older ones are stale)
+        self.sharing = Sharing(capacity_bps, float(env.now))
+        self.done: dict[int, simpy.Event] = {}
+        self._names = itertools.count()
+        self._wake, self._at = 0, math.nan  # the pending wake-up's number (older ones are stale), time
 
     def transfer(self, env: simpy.Environment, nbytes: float, client_bps: float
                  ) -> Generator[simpy.Event, Any, None]:
@@ -233,52 +219,32 @@ class SharedLink:
         if math.isinf(self.capacity):
             yield env.timeout(nbytes / client_bps)
             return
-        self._advance()
-        done = env.event()
-        at = int(np.searchsorted(self.cap[self.order], client_bps, side="right"))  # after equal caps
-        self.order = np.insert(self.order, at, len(self.done))
-        self.left, self.cap = np.append(self.left, float(nbytes)), np.append(self.cap, float(client_bps))
-        self.rate = np.append(self.rate, 0.0)
-        self.done.append(done)
+        i = next(self._names)
+        done = self.done[i] = env.event()
+        self.sharing.advance(float(env.now))
+        self.sharing.start(i, float(nbytes), float(client_bps))
         self._schedule()
         try:
             yield done
         except simpy.Interrupt:  # its client stopped: the others share the link without it
-            self._advance()
-            self._drop(np.array([self.done.index(done)]))
-            self._schedule()
+            if self.done.pop(i, None) is not None:  # (not through at this same instant)
+                self.sharing.advance(float(env.now))
+                self.sharing.stop(i)
+                self._schedule()
             raise
 
-    def _drop(self, rows: np.ndarray) -> None:
-        """Remove the transfers at `rows` (ascending)."""
-        self.left, self.cap, self.rate = (np.delete(a, rows) for a in (self.left, self.cap, self.rate))
-        for i in reversed(rows.tolist()):
-            del self.done[i]
-        self.order = self.order[~np.isin(self.order, rows)]
-        self.order -= np.searchsorted(rows, self.order)  # rows renumbered after the removed ones
-
-    def _advance(self) -> None:
-        dt, self._last = float(self.env.now) - self._last, float(self.env.now)
-        self.left = self.left - self.rate * dt
-
     def _schedule(self) -> None:
-        now = float(self.env.now)
-        moving = self.rate > 0
-        ended = moving & through(now, self.left, np.where(moving, self.rate, 1.0))
-        if ended.any():
-            rows = np.flatnonzero(ended)
-            finished = [self.done[i] for i in rows.tolist()]
-            self._drop(rows)
-            for event in finished:
-                event.succeed()
-        if not self.done:
+        for i in self.sharing.ended():
+            self.done.pop(i).succeed()
+        at = self.sharing.next_end()
+        if not self.done or at == self._at:  # the pending wake-up stands
             return
-        self.rate = fair_rates(self.cap, self.capacity, self.order)
-        self._wake += 1
-        wake, soonest = self._wake, float((self.left / self.rate).min())
-        self.env.timeout(soonest).callbacks.append(lambda _: self._woken(wake))
+        self._wake, self._at = self._wake + 1, at
+        wake = self._wake
+        self.env.timeout(max(at - float(self.env.now), 0.0)).callbacks.append(lambda _: self._woken(wake))
 
     def _woken(self, wake: int) -> None:
         if wake == self._wake:
-            self._advance()
+            self._at = math.nan
+            self.sharing.advance(float(self.env.now))
             self._schedule()
