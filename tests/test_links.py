@@ -46,7 +46,8 @@ def oracle(start: np.ndarray, nbytes: np.ndarray, caps: np.ndarray, capacity: fl
         if active.any():
             rates[active] = fair_rates(caps[active], capacity)
         rest = np.where(active, left / np.where(active, rates, 1.0), math.inf)
-        now_next = min(start[waiting].min(initial=math.inf), (now + rest).min(), stop[active].min(initial=math.inf))
+        now_next = min(start[waiting].min(initial=math.inf), (now + rest).min(),
+                       stop[active].min(initial=math.inf))
         left, now = left - rates * (now_next - now), now_next
         through = active & (left / np.where(active, rates, 1.0) <= DONE_S)
         end[through] = now
