@@ -26,7 +26,10 @@ def fair_rates(caps: np.ndarray, capacity: float) -> np.ndarray:
     c = caps[order]
     below = np.concatenate([[0.0], np.cumsum(c)[:-1]])  # bytes/s the slower ones take
     levels = (capacity - below) / np.arange(len(c), 0, -1)
-    k = int(np.argmax(c > levels))
+    over = c > levels
+    if not over.any():  # the caps exceed the capacity by rounding only: they fit
+        return caps.astype(np.float64)
+    k = int(np.argmax(over))
     rates = np.empty(len(c))
     rates[order] = np.where(np.arange(len(c)) < k, c, levels[k])
     return rates
@@ -180,3 +183,27 @@ def test_a_shared_round_downloads_together_and_uploads_as_clients_finish() -> No
 def test_zero_means_unlimited() -> None:
     links = Links.of_mbps(0.0, 0.0)
     assert links.unlimited and math.isinf(links.down_bps)
+
+
+def test_random_small_fleets_against_the_oracle() -> None:
+    """300 random fleets of 1-120 transfers covering the corners: tied caps, zero and tiny bytes,
+    simultaneous starts, starts on whole seconds at 1e6 s, clients stopping the instant they start,
+    capacities from a tenth of one cap to far more than all, and byte scales from 1e-3 to 1e6.
+    `finish_times` and the SimPy link (40 % of its clients stopping) agree with the oracle."""
+    r = np.random.default_rng(11)
+    for trial in range(300):
+        n, kind = int(r.integers(1, 121)), trial % 6
+        caps = r.choice([1.0, 3.0], n) if kind == 1 else r.uniform(0.5, 20, n)
+        tiny = np.where(r.random(n) < 0.3, 0.0, r.uniform(1e-6, 1e3, n))
+        nbytes = tiny if kind == 2 else r.uniform(0, 50, n)
+        start = {3: np.zeros(n), 4: np.round(r.uniform(0, 10, n)) + 1e6}.get(kind, r.uniform(0, 20, n))
+        capacity = float(r.choice([0.1, 1.0, 10.0, 100.0, 1e4])) * caps.mean()
+        scale = float(r.choice([1.0, 1e6, 1e-3]))
+        caps, nbytes, capacity = caps * scale, nbytes * scale, capacity * scale
+        stop = np.where(r.random(n) < 0.4, start + (0.0 if kind == 5 else r.uniform(0, 15, n)), math.inf)
+        for got, want in ((finish_times(start, nbytes, caps, capacity),
+                           oracle(start, nbytes, caps, capacity)),
+                          (simpy_finish(start, nbytes, caps, capacity, stop),
+                           oracle(start, nbytes, caps, capacity, stop))):
+            assert np.array_equal(np.isnan(got), np.isnan(want)), trial
+            assert got - start == pytest.approx(want - start, rel=1e-8, abs=1e-9, nan_ok=True), trial
