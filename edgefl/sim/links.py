@@ -136,9 +136,10 @@ class Sharing:
 
     def _settle(self) -> None:
         """Move transfers across the level until the capped ones are those with caps at most L: first
-        the capped above L to the shared side, then the shared at most L to the capped side. Either
-        move raises L (a cap c > L freed: (C - S + c) / (m + 1) > L; c <= L taken: (C - S - c) /
-        (m - 1) >= L), so the first loop ends with every capped cap under L and the second keeps it so."""
+        the capped above L to the shared side, then the shared at most L to the capped side. With C
+        the capacity, S the capped caps' sum and m the shared count, L = (C - S) / m, and either move
+        raises it (a cap c > L freed: (C - S + c) / (m + 1) > L; a cap c <= L taken: (C - S - c) /
+        (m - 1) >= L), so the second loop keeps every capped cap at most L, as the first left them."""
         while math.isfinite(self._top(self.high)) and -self.high[0][0] > self._level():
             self._move(self.high[0][2])
         while self.shared and self._top(self.low) <= self._level():
