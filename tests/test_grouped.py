@@ -24,7 +24,7 @@ from edgefl.attacks import make_attack
 from edgefl.attacks.base import Attack, client_streams, uniform_like
 from edgefl.config import TrainingConfig
 from edgefl.execution.grouped import ClientJob, GroupedNet, groupable, train_group
-from edgefl.execution.local import client_seed, make_optimizer, seed_everything, train_local
+from edgefl.execution.local import TrainSettings, client_seed, make_optimizer, seed_everything, train_local
 from edgefl.execution.objectives import OBJECTIVES
 from edgefl.executors.executor import LocalExecutor, train_timed_group
 from edgefl.experiment import prepare
@@ -78,7 +78,8 @@ def one_by_one(jobs, cfg: TrainingConfig, attack, objective):  # type: ignore[no
 
 @pytest.mark.parametrize(("objective", "optimizer", "attack"), [
     ("pgd_at", "sgd", "pgd"), ("trades", "sgd", "pgd"), ("mart", "adam", "pgd"), ("pgd_at", "sgd", None),
-    ("pgd_at", "sgd", "pgd_l2")])
+    ("pgd_at", "sgd", "pgd_l2"), ("pgd_at", "sgd", "fgsm"), ("trades", "sgd", "pgd_l2"),
+    ("mart", "sgd", "cw")])
 def test_grouped_training_repeats_one_by_one(objective: str, optimizer: str, attack: str | None) -> None:
     cfg = TrainingConfig(optimizer=optimizer, momentum=0.9, weight_decay=1e-3)
     atk = make_attack(attack, 0.1, 0.03, 3) if attack else None
@@ -126,6 +127,31 @@ def test_models_with_other_layers_are_not_grouped() -> None:
     assert not groupable(odd)
     with pytest.raises(ValueError, match="grouped form"):
         GroupedNet(odd, [odd.state_dict()] * 2)
+    # BatchNorm as a cumulative average (momentum None) steps by each client's own batch counter
+    assert not groupable(nn.Sequential(nn.Conv2d(1, 2, 3), nn.BatchNorm2d(2, momentum=None)))
+
+
+def test_a_batchnorm_without_affine_or_running_statistics_groups() -> None:
+    """A BatchNorm with no state at all (batch statistics only, no scale or shift) groups and
+    trains as one by one: both normalise each client's batch by its own statistics."""
+    def bare() -> nn.Module:
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Conv2d(1, 3, 3, padding=1), nn.BatchNorm2d(3, affine=False,
+                             track_running_stats=False), nn.ReLU(), nn.Flatten(), nn.Linear(108, 3)).double()
+
+    data = [(bare().state_dict(), x, y) for _, x, y in clients(2)]
+    cfg, atk, obj = TrainingConfig(), make_attack("pgd", 0.1, 0.03, 2), OBJECTIVES.get("pgd_at")()
+    jobs = [ClientJob(s, x, y, client_seed(0, 7, k)) for k, (s, x, y) in enumerate(data)]
+    states, _ = train_group(bare(), jobs, cfg, 0.1, ITERS, BATCH, atk, obj)
+    for k, (state, x, y) in enumerate(data):
+        model = bare()
+        model.load_state_dict(state)
+        gen = seed_everything(0, 7, k)
+        optimizer = make_optimizer(list(model.parameters()), cfg, 0.1)
+        train_local(model, x, y, optimizer, ITERS, BATCH, atk, gen, obj)
+        for key, value in model.state_dict().items():
+            assert not torch.equal(value, state[key])
+            torch.testing.assert_close(states[k][key], value, atol=TOL, rtol=0, msg=key)
 
 
 def test_random_draws_follow_each_client_stream() -> None:
@@ -217,6 +243,15 @@ def test_which_methods_train_in_groups(method: str, grouped: bool) -> None:
     assert (exp.method.group_key(0, 0, w) is not None) is grouped
 
 
+def test_attacks_that_cannot_be_grouped_train_one_by_one() -> None:
+    """AutoAttack probes the model with one row and re-attacks subsets of rows, which a grouped
+    network's client-major rows do not allow: jFAT trains its clients one by one under it."""
+    exp = prepare(load_scenario(QUICKSTART, ['attack.name="autoattack"']), str(QUICKSTART), dry_run=True)
+    w = Workload(exp.ctx.profile.atoms, 32, 3, 3, 1, 0.0, 0.0)
+    assert exp.method.group_key(0, 0, ClientPlan(w, exp.ctx.attack_for(0), 0.05)) is None
+    assert exp.method.group_key(0, 0, ClientPlan(w, make_attack("pgd", 0.1, 0.03, 3), 0.05)) is not None
+
+
 @pytest.mark.parametrize("per_group", [3, 2])
 def test_jfat_trains_a_round_in_groups_as_one_by_one(per_group: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """The wired path: jFAT's `train_group` against its `train`, on the quickstart's digits in
@@ -247,3 +282,49 @@ def test_jfat_trains_a_round_in_groups_as_one_by_one(per_group: int, monkeypatch
         for key, value in want.state.items():
             torch.testing.assert_close(got.state[key], value, atol=TOL, rtol=0, msg=key)
     assert trained == ([3] if per_group == 3 else [2, 1])
+
+
+def test_clients_smaller_than_the_batch_group_by_their_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At batch 58 the quickstart's clients 15, 17, 16 and 18 hold 58, 57, 58 and 57 digits: a client
+    trains on batches of min(batch, its samples), so the round trains two groups, each as one by one."""
+    exp = prepare(load_scenario(QUICKSTART, ["training.local_iters=2", "attack.steps=2", "threads=1",
+                                             "device=cpu", "training.batch_size=58"]), str(QUICKSTART))
+    exp.ctx.data = replace(exp.ctx.data, train_x=exp.ctx.data.train_x.double())
+    method = exp.method
+    method.model.double()
+    assert [len(exp.ctx.splits[k].train) for k in (15, 17, 16, 18)] == [58, 57, 58, 57]
+    w = Workload(exp.ctx.profile.atoms, 58, 2, 2, 1, 0.0, 0.0)
+    p = ClientPlan(w, exp.ctx.attack_for(0), exp.ctx.lr(0))
+    plans = dict.fromkeys((15, 17, 16, 18), p)
+    sizes: list[list[int]] = []
+
+    def counted(template: nn.Module, jobs: list[ClientJob], *args: object, **kw: object) -> object:
+        sizes.append([len(job.x) for job in jobs])
+        return train_group(template, jobs, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(fedavg, "train_group", counted)
+    got = LocalExecutor(method).train(0, plans)
+    assert sizes == [[58, 58], [57, 57]]
+    for g, k in zip(got, plans, strict=True):
+        want = method.train(0, k, p)
+        assert g.client == k and g.loss == pytest.approx(want.loss, rel=LOSS_TOL)
+        for key, value in want.state.items():
+            torch.testing.assert_close(g.state[key], value, atol=TOL, rtol=0, msg=key)
+
+
+def test_grouped_training_runs_under_bf16_autocast() -> None:
+    """`training.precision = "bf16"` reaches grouped training: its states move away from the float32
+    ones by bfloat16's rounding (8 bits of mantissa: ~1e-2 here after 3 steps), far beyond float32's
+    (~1e-7). Grouped and one-by-one bf16 agree only to that rounding (the grouped attack folds
+    BatchNorm into the bf16 weights), so no closer check is made."""
+    def trained(precision: str) -> list[dict[str, torch.Tensor]]:
+        jobs = [ClientJob({k: v.float() if v.is_floating_point() else v for k, v in s.items()}, x.float(), y,
+                          client_seed(0, 7, k)) for k, (s, x, y) in enumerate(clients(2))]
+        attack, objective = make_attack("pgd", 0.1, 0.03, 2), OBJECTIVES.get("pgd_at")()
+        return train_group(new_model().float(), jobs, TrainingConfig(), 0.1, ITERS, BATCH, attack, objective,
+                           TrainSettings(precision))[0]
+
+    bf16, fp32 = trained("bf16"), trained("fp32")
+    gap = max(float((a[k] - b[k]).abs().max()) for a, b in zip(bf16, fp32, strict=True) for k in a
+              if a[k].is_floating_point())
+    assert 1e-3 < gap < 0.5

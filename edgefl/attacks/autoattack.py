@@ -30,6 +30,7 @@ class AutoAttack(Attack):
     defences) or 'apgd-ce' (only its first, cheapest attack: an upper bound on AA's robust accuracy).
     """
 
+    groupable = False  # probes the model with one row, re-runs on subsets, draws inside torchattacks
     version = "standard"
     seed = 0
     iterations = 100  # of APGD, APGD-T and FAB

@@ -24,6 +24,12 @@ Loss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (model output, ta
 class Attack(ABC):
     """Crafts adversarial inputs that raise `loss` (cross-entropy unless given) within an eps ball."""
 
+    # Whether it attacks a client-major stack of clients' batches as each client's own (grouped
+    # training, edgefl.execution.grouped): every row on its own, the loss's gradient used up to a
+    # positive per-client scale (its sign, or normalised per row), random draws through
+    # uniform_like / normal_like.
+    groupable = True
+
     def __init__(self, eps: float = 8 / 255, step_size: float = 2 / 255, steps: int = 10,
                  loss: Loss = nn.functional.cross_entropy) -> None:
         self.eps = eps

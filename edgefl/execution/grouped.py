@@ -16,8 +16,9 @@ edgefl.attacks.base.client_streams) come from each client's own generator, seede
 training seeds it, so grouped training repeats one-by-one training (Madry et al.'s PGD-AT loop in
 edgefl.execution.local) up to floating-point summation order.
 
-Grouping covers models built from Sequential containers of Conv2d, BatchNorm2d, Linear, ReLU,
-pooling, Flatten, Identity and edgefl's Normalize; `groupable` says whether a model is one.
+Grouping covers models built from Sequential containers of Conv2d, BatchNorm2d (with a momentum:
+a cumulative average would step by each client's own batch counter), Linear, ReLU, pooling,
+Flatten, Identity and edgefl's Normalize; `groupable` says whether a model is one.
 """
 
 from __future__ import annotations
@@ -96,9 +97,10 @@ class GroupedBatchNorm2d(nn.BatchNorm2d):
 
     @classmethod
     def of(cls, b: nn.BatchNorm2d, states: Sequence[State]) -> GroupedBatchNorm2d:
-        like = next(iter(b.state_dict().values()))
+        like = next(iter(b.state_dict().values()), None)  # none without affine or running statistics
         out = cls(b.num_features * len(states), b.eps, b.momentum, b.affine, b.track_running_stats,
-                  device=like.device, dtype=like.dtype if like.is_floating_point() else None)
+                  device=None if like is None else like.device,
+                  dtype=like.dtype if like is not None and like.is_floating_point() else None)
         copy_into(out, states, lambda t: torch.cat(t) if t[0].dim() else torch.zeros_like(t[0]))
         if b.track_running_stats:
             out.start = tuple(s["num_batches_tracked"].clone() for s in states)
@@ -165,6 +167,8 @@ GROUPED: dict[type[nn.Module], Any] = {nn.Conv2d: GroupedConv2d, nn.BatchNorm2d:
 def groupable(model: nn.Module) -> bool:
     """True when every layer of `model` has a grouped form (see the module docstring)."""
     for m in model.modules():
+        if type(m) is nn.BatchNorm2d and m.momentum is None:
+            return False  # a cumulative average reads each client's own batch counter
         if isinstance(m, nn.Sequential) or type(m) in GROUPED or isinstance(m, AS_IS):
             continue
         if not (type(m) is nn.Flatten and m.start_dim == 1 and m.end_dim == -1):
@@ -246,7 +250,7 @@ class GroupedNet(nn.Module):
         for name, m in self.body.named_modules():
             if hasattr(m, "part"):
                 for g, part in enumerate(parts):
-                    part.update({f"{name}.{k}": v.detach().clone()
+                    part.update({f"{name}.{k}": v.detach().clone(memory_format=torch.contiguous_format)
                                  for k, v in m.part(g, self.groups).items()})
         return [{k: p[k] for k in self.keys} for p in parts]
 

@@ -142,8 +142,11 @@ class FedAvgAT(Method):
 
     def group_key(self, round_: int, client: int, plan: ClientPlan) -> Hashable | None:
         """Plain local training (no hooks, nothing after it, the scenario's optimizer) of a model
-        with a grouped form groups clients by their iterations and batch size."""
+        with a grouped form, under an attack that can be grouped (`Attack.groupable`), groups
+        clients by their iterations and batch size."""
         if self.overrides(PLAIN) or not self.groupable:
+            return None
+        if plan.attack is not None and not plan.attack.groupable:
             return None
         w = plan.workload
         return w.iterations, min(w.batch, len(self.ctx.splits[client].train))
