@@ -1,5 +1,4 @@
-"""The `edgefl` command: run | compare | plot | partition | scenarios list | devices (list, show, validate,
-calibrate).
+"""The `edgefl` command: run, compare, plot, partition, scenarios list, devices list|show|validate|calibrate.
 
 Bad input ends with one line naming the file, the key and the fix, and exit code 2.
 """
@@ -8,13 +7,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edgefl.errors import EdgeflError
+
+if TYPE_CHECKING:
+    from edgefl.devices.catalog import Catalog
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -27,6 +30,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except EdgeflError as exc:
         print(f"edgefl: error: {_blamed(exc, args)}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader went away (`edgefl devices list | head -1`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush at exit
+        return 141  # as a shell tool killed by SIGPIPE
     except OSError as exc:  # a storage failure no check foresaw: still one line, never a traceback
         print(f"edgefl: error: {exc.filename or 'storage'}: {exc.strerror or exc}", file=sys.stderr)
         return 2
@@ -211,6 +217,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     """One run per method, each skipped when finished and resumed when interrupted; a method listed in
     the scenario's `[compare] rounds` table runs that many rounds, the others the scenario's `rounds`."""
     from edgefl.experiment import prepare, prepare_out, run
+    from edgefl.methods import METHODS
     from edgefl.report.compare import check_target, compare_table, write_comparison
     from edgefl.report.figures import make_figures
     from edgefl.rundir import claim
@@ -221,6 +228,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if not methods or len(set(methods)) != len(methods):
         raise EdgeflError("edgefl compare", "--methods", "give each method once, comma-separated, "
                           "e.g. jfat,fedprophet")
+    unknown = [m for m in methods if m not in METHODS.names()]
+    if unknown:
+        raise EdgeflError("edgefl compare", "--methods", f"unknown method {unknown[0]!r}; choose from: "
+                          f"{', '.join(METHODS.names())}")
     out = args.out or default_out(args.scenario, args.dry_run, "compare-")
     where = str(args.scenario)
     table = load_scenario(args.scenario, _overrides(args)).compare.rounds
@@ -320,10 +331,21 @@ def cmd_scenarios_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_devices_list(args: argparse.Namespace) -> int:
-    from edgefl.devices.catalog import catalog_for, search_path
+def seen_by(scenario: Path | None) -> Catalog:
+    """The profiles `--scenario` sees (without one, those of EDGEFL_PROFILE_PATH and the bundled)."""
+    from edgefl.devices.catalog import catalog_for
 
-    catalog = catalog_for(args.scenario)
+    if scenario is not None and not scenario.is_file():
+        from edgefl.scenario import NOT_FOUND  # imports the methods: only when needed
+
+        raise EdgeflError(str(scenario), "file", NOT_FOUND)
+    return catalog_for(scenario)
+
+
+def cmd_devices_list(args: argparse.Namespace) -> int:
+    from edgefl.devices.catalog import search_path
+
+    catalog = seen_by(args.scenario)
     if args.pool and args.pool not in catalog.pools():
         raise EdgeflError(":".join(map(str, search_path(args.scenario))), "--pool",
                           f"no device is in pool {args.pool!r}; pools: {', '.join(catalog.pools())}")
@@ -336,9 +358,9 @@ def cmd_devices_list(args: argparse.Namespace) -> int:
 
 
 def cmd_devices_show(args: argparse.Namespace) -> int:
-    from edgefl.devices.catalog import catalog_for, search_path
+    from edgefl.devices.catalog import search_path
 
-    catalog = catalog_for(args.scenario)
+    catalog = seen_by(args.scenario)
     if args.name not in catalog.devices:
         raise EdgeflError(":".join(map(str, search_path(args.scenario))), args.name,
                           f"no such device; known: {', '.join(sorted(catalog.devices))}")

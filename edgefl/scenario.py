@@ -22,6 +22,9 @@ from edgefl.methods import METHODS  # every method's knob section registers on i
 from edgefl.methods.base import method_class
 from edgefl.tomlschema import build_value, printable, reject_unknown, toml_value
 
+NOT_FOUND = ("not found; give the path of a scenario .toml or the name of a bundled scenario "
+             "(edgefl scenarios list)")
+
 
 def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
     """Read (UTF-8, a byte-order mark allowed), override, type-check and validate a scenario file; a
@@ -31,8 +34,7 @@ def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scena
     try:
         text = Path(path).read_text(encoding="utf-8-sig")
     except FileNotFoundError:
-        raise EdgeflError(where, "file", "not found; give the path of a scenario .toml or the name of a "
-                          "bundled scenario (edgefl scenarios list)") from None
+        raise EdgeflError(where, "file", NOT_FOUND) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise EdgeflError(where, "file", f"cannot be read ({exc})") from None
     try:

@@ -82,6 +82,17 @@ def test_devices_show_unknown(capsys: pytest.CaptureFixture[str]) -> None:
     assert captured.out == ""
 
 
+@pytest.mark.parametrize("command", [["devices", "list"], ["devices", "show", "tx2"]])
+def test_devices_of_a_scenario_that_does_not_exist(command: list[str], tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """--scenario naming no file is refused, not read as 'no scenario' (the bundled profiles)."""
+    missing = str(tmp_path / "nosuch.toml")
+    assert main([*command, "--scenario", missing]) == 2
+    captured = capsys.readouterr()
+    assert one_error_line(captured.err).startswith(f"edgefl: error: {missing}: file: not found")
+    assert captured.out == ""
+
+
 def test_devices_validate_shipped_file(monkeypatch: pytest.MonkeyPatch,
                                        capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.chdir(ROOT)
@@ -215,3 +226,17 @@ def test_installed_command_bad_scenario(tmp_path: Path) -> None:
     assert "colour" in line
     assert done.stdout == ""
     assert not (tmp_path / "runs").exists()
+
+
+def test_installed_command_stops_quietly_when_its_reader_goes(tmp_path: Path) -> None:
+    """`edgefl devices list | head -1`: the reader closes the pipe early (here before edgefl writes
+    at all); edgefl stops with no error line and SIGPIPE's exit code, as a shell tool does."""
+    exe = ROOT / ".venv" / "bin" / "edgefl"
+    if not exe.exists():
+        pytest.skip("no .venv/bin/edgefl")
+    proc = subprocess.Popen([str(exe), "devices", "list"], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=120)
+    assert (proc.returncode, err) == (141, "")

@@ -59,7 +59,7 @@ def test_compare_wants_each_method_once(tmp_path, capsys, methods):
 def test_compare_validates_every_method_before_running_any(tmp_path, capsys):
     out = tmp_path / "cmp"
     assert main(["compare", str(SCENARIO), "--methods", "jfat,nosuch", "--out", str(out), "--dry-run"]) == 2
-    assert "nosuch" in capsys.readouterr().err
+    assert "edgefl compare: --methods: unknown method 'nosuch'" in capsys.readouterr().err  # not --set's
     assert not out.exists()
 
 

@@ -166,3 +166,14 @@ def test_a_device_too_small_for_any_atom_stops_before_any_work(
     assert "nrf52840" in lines[0]
     assert "Traceback" not in err
     assert not out.exists()
+
+
+def test_rounds_not_evaluated_leave_every_accuracy_empty(tmp_path: Path):
+    """evaluation.every = 2 over 3 rounds evaluates rounds 1 and 2 (the last): round 0's clean,
+    PGD and extra-attack cells are empty (an extra attack's column once crashed the run there)."""
+    out = tmp_path / "run"
+    extra = ["rounds=3", "evaluation.every=2", 'evaluation.extra=["fgsm"]', "fleet.clients=4"]
+    assert main(["run", str(QUICKSTART), *sets(TINY + extra), "--out", str(out), "--quiet"]) == 0
+    _, rows = read_csv(out / "metrics.csv")
+    cells = [(r["clean_acc"] != "", r["adv_acc"] != "", r["fgsm_acc"] != "") for r in rows]
+    assert cells == [(False, False, False), (True, True, True), (True, True, True)]

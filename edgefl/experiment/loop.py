@@ -118,6 +118,8 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
             table, loss, real = play(t, None if is_living(s) else selection.pick(t))
             row = metrics_row(table, loss, exp.method.round_info())
             last = t + 1 == s.rounds or exp.method.finished()
+            if evaluator:
+                row.update(dict.fromkeys(evaluator.columns, ""))  # as clean_acc: empty unless evaluated
             if evaluator and ((t + 1) % s.evaluation.every == 0 or last):
                 row.update(evaluator(exp.method.global_model()))
                 bar.set_postfix(clean=f"{row['clean_acc']:.3f}", adv=f"{row['adv_acc']:.3f}",
