@@ -15,6 +15,7 @@ from edgefl.errors import EdgeflError
 from edgefl.experiment import CLIENTS, METRICS
 from edgefl.report.compare import COLUMNS, breakdown, compare_table, load_run, write_comparison
 from edgefl.report.figures import make_figures
+from edgefl.rundir import MARKER
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 # client rows: round, mem_avail, mem_req, download, data access, compute, upload, wait (seconds);
@@ -164,6 +165,19 @@ def test_plot_makes_every_figure_as_png_and_svg(runs: list[Path],
 def test_only_the_figures_that_apply(runs: list[Path], tmp_path: Path) -> None:
     """A dry run alone has no accuracy, no jFAT to compare with and no epsilon."""
     written = make_figures(runs[2:], tmp_path / "figs")
+    assert [p.name for p in written] == ["breakdown.png", "breakdown.svg", "memory.png", "memory.svg"]
+
+
+def test_a_new_plot_into_a_folder_drops_the_figures_it_did_not_draw(runs: list[Path], tmp_path: Path) -> None:
+    """All three runs, then the dry run alone into the same folder: the earlier accuracy, speed-up
+    and epsilon figures (and an earlier plot's per-run timeline) go; a file of the user's stays."""
+    out = tmp_path / "figs"
+    make_figures(runs, out)
+    assert (out / "speedup.png").is_file()
+    (out / "timeline-jfat-run.svg").write_text("<svg/>")  # as a plot with --timeline-clients drew it
+    (out / "notes.txt").write_text("mine\n")
+    written = make_figures(runs[2:], out)
+    assert sorted(p.name for p in out.iterdir()) == sorted([MARKER, "notes.txt", *(p.name for p in written)])
     assert [p.name for p in written] == ["breakdown.png", "breakdown.svg", "memory.png", "memory.svg"]
 
 

@@ -10,6 +10,7 @@ need (Fig. 7), and APA's perturbation per round with the module boundaries (Fig.
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 
 import matplotlib
@@ -59,10 +60,23 @@ def make_figures(runs: list[Path], out_dir: Path, target: float | None = None,
     drawn = {name: fig for name, fig in figures.items() if fig is not None}
     try:
         claim(out_dir, "figures")
-        return [path for name, fig in drawn.items() for path in save(fig, out_dir / name)]
+        written = [path for name, fig in drawn.items() for path in save(fig, out_dir / name)]
     finally:  # a refused folder or a failed write leaves no figure open
         for fig in drawn.values():
             plt.close(fig)
+    drop_stale(out_dir, written)
+    return written
+
+
+FIGURE = re.compile(r"(accuracy|speedup|breakdown|memory|epsilon|timeline(-.+)?)\.(png|svg)")
+
+
+def drop_stale(out_dir: Path, written: list[Path]) -> None:
+    """Remove the figures an earlier plot into `out_dir` drew that this one did not (another set of
+    runs: a speed-up without jFAT, another run's timeline), so the folder shows one plot's figures."""
+    for path in out_dir.iterdir():
+        if FIGURE.fullmatch(path.name) and path not in written and path.is_file():
+            path.unlink()
 
 
 def save(fig: Figure, stem: Path) -> list[Path]:
