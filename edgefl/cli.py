@@ -394,9 +394,9 @@ def cmd_devices_calibrate(args: argparse.Namespace) -> int:
         write_profile,
     )
     name = args.out.stem  # profiles are named by their file
-    prepare_target(args.out, args.repeats, args.overwrite)
-    if args.threads < 0:
+    if args.threads < 0:  # checked before prepare_target creates the folder
         raise EdgeflError(str(args.out), "--threads", "must be 0 (PyTorch's default) or a positive count")
+    prepare_target(args.out, args.repeats, args.overwrite)
     if args.threads:
         import torch
 

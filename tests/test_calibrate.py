@@ -19,6 +19,7 @@ from edgefl.calibration.calibrate import (
     measure_flops,
     measure_storage,
     median_time,
+    per_call,
     render_profile,
     write_profile,
 )
@@ -54,6 +55,20 @@ def test_median_time_of_even_repeats() -> None:
     # durations 1 and 4: the median of an even count is the mean of the middle two, (1 + 4) / 2
     clock = fake_clock([0.0, 1.0, 5.0, 9.0])
     assert median_time(lambda: None, 2, lambda: next(clock)) == 2.5
+
+
+def test_per_call_times_batches_sized_by_the_fastest_probe() -> None:
+    """A kernel of 1 ms whose first call is held up 16 ms (a thread woken late): the probes' fastest
+    is 1 ms, so batches of ceil(0.02 / 0.001) = 20 calls are timed, and two batches of 20 ms and 24 ms
+    (one holds a 5 ms hold-up) have the median 22 ms, 1.1 ms a call; one call timed alone read 16 ms."""
+    durations = iter([0.016, 0.001, 0.001] + [0.001] * 19 + [0.005] + [0.001] * 20)
+    now = [0.0]
+
+    def kernel() -> None:
+        now[0] += next(durations)
+
+    assert per_call(kernel, 2, lambda: now[0]) == pytest.approx(0.0011)
+    assert next(durations, None) is None  # 3 probes and 2 batches of 20 calls
 
 
 def test_peak_compute_and_mean_latency() -> None:
@@ -129,11 +144,13 @@ def test_cli_calibrate_refuses_to_overwrite(tmp_path: Path, capsys: pytest.Captu
     assert load_profile(out, DeviceProfile).name == "x"
 
 
-def test_cli_calibrate_bad_repeats(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    out = tmp_path / "x.toml"
-    assert main(["devices", "calibrate", "--quick", "--out", str(out), "--repeats", "0"]) == 2
-    assert ": --repeats: " in one_error_line(capsys.readouterr().err)
-    assert not out.exists()
+@pytest.mark.parametrize(("flag", "value"), [("--repeats", "0"), ("--threads", "-1")])
+def test_cli_calibrate_bad_counts(flag: str, value: str, tmp_path: Path,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "mine" / "x.toml"
+    assert main(["devices", "calibrate", "--quick", "--out", str(out), flag, value]) == 2
+    assert f": {flag}: " in one_error_line(capsys.readouterr().err)
+    assert not out.parent.exists()  # refused before its folder is made
 
 
 def test_cli_calibrate_unwritable_folder_is_one_line(tmp_path: Path,

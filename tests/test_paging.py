@@ -155,7 +155,19 @@ def test_a_fleet_below_the_smallest_step_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert code == 2 and "\n" not in err
     assert "paged layer by layer, one sample at a time" in err and "0.050 MB" in err
+    assert "raise fleet.reserved_memory_mb" in err  # these devices have more memory to give
     assert not (tmp_path / "r").exists()
+
+
+def test_a_device_smaller_than_the_smallest_step_is_told_to_go(tmp_path, capsys):
+    """smallcnn on the 256 KB nRF52840: its step needs more than the whole device, so raising
+    R_min cannot help (it is capped at the device's memory); the line says to drop it."""
+    root = Path(__file__).resolve().parents[1]
+    code = main(["run", str(root / "scenarios" / "quickstart.toml"), "--dry-run", "--set", "rounds=1",
+                 "--set", "fleet.pool=tiny", "--set", "model.name=smallcnn", "--out", str(tmp_path / "r")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "\n" not in err
+    assert "0.256 MB" in err and err.endswith("drop the device or choose a smaller model")
 
 
 @pytest.mark.parametrize("budget", [188, 200, 1e9])

@@ -12,6 +12,7 @@ not move the figure.
 from __future__ import annotations
 
 import json
+import math
 import mmap
 import os
 import platform
@@ -104,6 +105,25 @@ def median_time(fn: Callable[[], object], repeats: int, clock: Clock = time.perf
     return statistics.median(times)
 
 
+MIN_BATCH_S = 0.02  # a timed batch of calls lasts about this long at least
+PROBES = 3  # single calls timed to size the batch (their fastest counts)
+
+
+def per_call(fn: Callable[[], object], repeats: int, clock: Clock = time.perf_counter) -> float:
+    """Seconds one call of `fn` takes: calls timed in batches sized from the fastest of PROBES
+    single calls to last MIN_BATCH_S, the median over `repeats` batches, per call. Timing a small
+    kernel one call at a time let one late thread wake-up on a busy machine stand for the kernel (a
+    --quick 64x64 matmul read 0.03 GFLOP/s on a 70 GFLOP/s host in 6 of 8 runs)."""
+    fastest = min(median_time(fn, 1, clock) for _ in range(PROBES))
+    calls = max(1, math.ceil(MIN_BATCH_S / max(fastest, 1e-9)))
+    return median_time(lambda: _calls(fn, calls), repeats, clock) / calls
+
+
+def _calls(fn: Callable[[], object], n: int) -> None:
+    for _ in range(n):
+        fn()
+
+
 def measure_memory() -> float:
     """Total physical memory in MB (1e6 bytes), as psutil reports it (not a container's cgroup limit)."""
     return psutil.virtual_memory().total / 1e6
@@ -129,7 +149,7 @@ def measure_flops(sizes: Sizes, repeats: int, clock: Clock = time.perf_counter) 
 
 def _gflops(fn: Callable[[], object], flops: int, repeats: int, clock: Clock) -> float:
     fn()
-    return flops / median_time(fn, repeats, clock) / 1e9
+    return flops / per_call(fn, repeats, clock) / 1e9
 
 
 def measure_storage(folder: Path, sizes: Sizes, repeats: int) -> Storage:
@@ -231,7 +251,7 @@ def measure_rooflines(sizes: Sizes, repeats: int, peak_gflops: float,
                       clock: Clock = time.perf_counter) -> Fitted:
     """The compute model's rooflines, fitted on the layer grid (edgefl.calibration.kernels)."""
     def timer(fn: Callable[[], object], n: int) -> float:
-        return median_time(fn, n, clock)
+        return per_call(fn, n, clock)
 
     samples = [s for batch, module, shape in kernels.grid(sizes.quick_grid)
                for s in kernels.measure(batch, module, shape, repeats, timer)]
