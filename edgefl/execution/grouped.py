@@ -245,12 +245,15 @@ class GroupedNet(nn.Module):
         return out.view(b, g, -1).transpose(0, 1).reshape(g * b, -1)
 
     def states(self) -> list[State]:
-        """Each client's state dict, keyed as its own model's."""
+        """Each client's state dict, keyed as its own model's. Conv weights keep the grouped
+        network's channels_last strides: the averaged model then evaluates through the same oneDNN
+        path as before, and contiguous copies change the last bits (the quickstart's 98.1 % / 54.7 %
+        became 97.8 % / 55.0 %)."""
         parts: list[State] = [{} for _ in range(self.groups)]
         for name, m in self.body.named_modules():
             if hasattr(m, "part"):
                 for g, part in enumerate(parts):
-                    part.update({f"{name}.{k}": v.detach().clone(memory_format=torch.contiguous_format)
+                    part.update({f"{name}.{k}": v.detach().clone()
                                  for k, v in m.part(g, self.groups).items()})
         return [{k: p[k] for k in self.keys} for p in parts]
 
