@@ -10,11 +10,12 @@ lengths) from the paper's FedProphet time T (FedProphet Table 3 / Fig. 8, ../sha
 
 where W is the per-module clean warm-up (100 rounds), w_m and a_m the mean round time of module m in
 its warm-up and in its adversarial rounds. Those means come from a dry run of the whole 7 x 500-round
-budget under the `paper` accounting. It prints w_m and a_m per module, L, and whether L lies inside
-the release's bounds [125 + 50, 500].
+budget under the `paper` accounting. It prints w_m and a_m per module, L, whether L lies inside
+the release's bounds [125 + 50, 500], and whether the scenario file's module_rounds are L rounded
+(a change to the cost model moves the derivation; the file then wants updating).
 
 Run:
-    .venv/bin/python bench/module_rounds.py                      # the four paper settings (~5 min)
+    .venv/bin/python bench/module_rounds.py                      # the four paper settings (~1 min)
     .venv/bin/python bench/module_rounds.py --settings cifar10
 """
 
@@ -74,6 +75,18 @@ def main() -> None:
         inside = SHORTEST <= length <= LONGEST
         print(f"  sum w = {w:.2f} s, sum a = {a:.2f} s -> L = {length:.1f} rounds "
               f"({'inside' if inside else 'OUTSIDE'} the release's [{SHORTEST}, {LONGEST}])")
+        given = scenario_rounds(setting)
+        same = given == [round(length)] * len(modules)
+        print(f"  the scenario's module_rounds: {given} ({'as derived' if same else 'DIFFERENT: update it'})")
+
+
+def scenario_rounds(setting: str) -> list[int]:
+    """`fedprophet.module_rounds` as the scenario file gives it (pricing changes move the derivation)."""
+    from edgefl.methods.fedprophet.knobs import FedProphetConfig
+    from edgefl.scenario import load_scenario
+
+    s = load_scenario(ROOT / "scenarios" / f"fedprophet-{setting}.toml")
+    return list(s.knobs(FedProphetConfig).module_rounds)
 
 
 if __name__ == "__main__":
