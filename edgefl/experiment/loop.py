@@ -120,10 +120,10 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
             last = t + 1 == s.rounds or exp.method.finished()
             if evaluator:
                 row.update(dict.fromkeys(evaluator.columns, ""))  # as clean_acc: empty unless evaluated
-            if evaluator and ((t + 1) % s.evaluation.every == 0 or last):
-                row.update(evaluator(exp.method.global_model()))
-                bar.set_postfix(clean=f"{row['clean_acc']:.3f}", adv=f"{row['adv_acc']:.3f}",
-                                sim_h=f"{fed.now / 3600:.2f}")
+                if (t + 1) % s.evaluation.every == 0 or last:
+                    row.update(evaluator(exp.method.global_model()))
+                    bar.set_postfix(clean=f"{row['clean_acc']:.3f}", adv=f"{row['adv_acc']:.3f}",
+                                    sim_h=f"{fed.now / 3600:.2f}")
             metrics.write([row])
             why = (table.picked or selection.last) if selection.logged else None
             clients.write_columns(client_columns(table, exp.pool, real, why))

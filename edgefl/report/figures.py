@@ -10,7 +10,6 @@ need (Fig. 7), and APA's perturbation per round with the module boundaries (Fig.
 from __future__ import annotations
 
 import io
-import re
 from pathlib import Path
 
 import matplotlib
@@ -64,18 +63,17 @@ def make_figures(runs: list[Path], out_dir: Path, target: float | None = None,
     finally:  # a refused folder or a failed write leaves no figure open
         for fig in drawn.values():
             plt.close(fig)
-    drop_stale(out_dir, written)
+    drop_stale(out_dir, written, {*figures, "timeline"})
     return written
 
 
-FIGURE = re.compile(r"(accuracy|speedup|breakdown|memory|epsilon|timeline(-.+)?)\.(png|svg)")
-
-
-def drop_stale(out_dir: Path, written: list[Path]) -> None:
-    """Remove the figures an earlier plot into `out_dir` drew that this one did not (another set of
-    runs: a speed-up without jFAT, another run's timeline), so the folder shows one plot's figures."""
+def drop_stale(out_dir: Path, written: list[Path], names: set[str]) -> None:
+    """Remove the figures (`names`, or a run's `timeline-*`, as PNG or SVG) an earlier plot into
+    `out_dir` drew that this one did not (another set of runs: a speed-up without jFAT, another
+    run's timeline), so the folder shows one plot's figures."""
     for path in out_dir.iterdir():
-        if FIGURE.fullmatch(path.name) and path not in written and path.is_file():
+        ours = path.suffix in (".png", ".svg") and (path.stem in names or path.stem.startswith("timeline-"))
+        if ours and path not in written and path.is_file():
             path.unlink()
 
 
