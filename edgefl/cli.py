@@ -9,7 +9,6 @@ import argparse
 import json
 import os
 import sys
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,8 +20,6 @@ if TYPE_CHECKING:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    # fvcore scripts a few helpers with torch.jit, which recent torch warns about on every start
-    warnings.filterwarnings("ignore", message=r".*torch\.jit\.script.* is deprecated")
     args = None
     try:
         args = parser().parse_args(argv)

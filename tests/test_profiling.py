@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
 from torch import nn
@@ -162,3 +165,11 @@ def test_residual_block_layers():
     add = block.layers[5]
     assert (add.kind, add.in_elems, add.out_elems) == ("elementwise", 64 * 32 * 32, 64 * 32 * 32)
     assert block.layers[0].macs == 64 * 64 * 9 * 32 * 32  # 3x3 conv 64 -> 64 on 32x32
+
+
+def test_profiling_imports_fvcore_without_torch_jit_warnings() -> None:
+    """fvcore scripts helpers with torch.jit at import, which torch warns of as deprecated; edgefl
+    silences that one warning where it imports fvcore, so benches and Ray workers start quietly too."""
+    command = [sys.executable, "-W", "error::FutureWarning", "-c", "import edgefl.profiling.atoms"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert (done.returncode, done.stderr) == (0, "")

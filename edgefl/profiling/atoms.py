@@ -13,15 +13,19 @@ first saved (parameters excluded, a storage shared across layers or atoms counte
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
 import torch
-from fvcore.nn import FlopCountAnalysis
 from torch import nn
 from torch.overrides import TorchFunctionMode
+
+with warnings.catch_warnings():  # fvcore scripts a few helpers with torch.jit, which torch now warns of
+    warnings.filterwarnings("ignore", message=r".*torch\.jit\.script.* is deprecated")
+    from fvcore.nn import FlopCountAnalysis
 
 from edgefl.models.base import AtomModel
 from edgefl.sim.records import AtomProfile, LayerProfile, ModelProfile
