@@ -71,39 +71,70 @@ def scenario_file(text: str) -> Path:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="edgefl", description=__doc__.splitlines()[0] if __doc__ else "")
     sub = p.add_subparsers(dest="command", required=True)
+    settings, training = _settings_flags(), _training_flags()
+    _run_parser(sub, settings, training)
+    _compare_parser(sub, settings, training)
+    _plot_parser(sub)
+    part = sub.add_parser("partition", parents=[settings],
+                          help="FedProphet's modules for a scenario's model and R_min")
+    part.add_argument("scenario", type=scenario_file, help="scenario file or bundled scenario name")
+    part.add_argument("--json", action="store_true", help="print a JSON list of modules")
+    part.set_defaults(func=cmd_partition)
+    scen = sub.add_parser("scenarios", help="the bundled scenarios")
+    ssub = scen.add_subparsers(dest="scenarios_command", required=True)
+    ssub.add_parser("list", help="list the bundled scenarios (edgefl run NAME runs one)").set_defaults(
+        func=cmd_scenarios_list)
+    _devices_parser(sub)
+    return p
 
-    run = sub.add_parser("run", help="run a scenario: real training, simulated clock")
+
+Subparsers = argparse._SubParsersAction  # what add_subparsers returns
+
+
+def _settings_flags() -> argparse.ArgumentParser:
+    """--set, shared by the commands that read a scenario."""
+    flags = argparse.ArgumentParser(add_help=False)
+    flags.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a scenario key, e.g. --set rounds=5 --set fleet.clients=10")
+    return flags
+
+
+def _training_flags() -> argparse.ArgumentParser:
+    """The flags of the commands that train: run and compare."""
+    flags = argparse.ArgumentParser(add_help=False)
+    flags.add_argument("--download", action="store_true", help="allow downloading the dataset")
+    flags.add_argument("--quiet", action="store_true", help="no progress bar")
+    flags.add_argument("--dry-run", action="store_true",
+                       help="engine and cost model only: simulated times without data or training "
+                       "(client sample counts, when a method needs them, come from balanced labels)")
+    flags.add_argument("--executor", choices=["local", "ray"], help="where clients train (default: "
+                       "the scenario's `executor`)")
+    return flags
+
+
+def _run_parser(sub: Subparsers, *parents: argparse.ArgumentParser) -> None:
+    run = sub.add_parser("run", parents=list(parents), help="run a scenario: real training, simulated clock")
     run.add_argument("scenario", type=scenario_file, nargs="?",
                      help="scenario file or bundled scenario name (not with --resume)")
-    run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                     help="override a scenario key, e.g. --set rounds=5 --set fleet.clients=10")
     run.add_argument("--out", type=out_dir, help="run directory (default runs/<scenario name>, "
                      "runs/<scenario name>-dry for a dry run)")
     run.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
-    run.add_argument("--download", action="store_true", help="allow downloading the dataset")
-    run.add_argument("--quiet", action="store_true", help="no progress bar")
-    run.add_argument("--dry-run", action="store_true",
-                     help="engine and cost model only: simulated times without data or training "
-                     "(client sample counts, when a method needs them, come from balanced labels)")
     run.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue an interrupted run")
-    run.add_argument("--executor", choices=["local", "ray"], help="where clients train (default: "
-                     "the scenario's `executor`)")
     run.set_defaults(func=cmd_run)
 
-    comp = sub.add_parser("compare", help="run several methods on the same fleet, split and seed; "
-                          "write comparison.md, comparison.csv and figures")
+
+def _compare_parser(sub: Subparsers, *parents: argparse.ArgumentParser) -> None:
+    comp = sub.add_parser("compare", parents=list(parents), help="run several methods on the same fleet, "
+                          "split and seed; write comparison.md, comparison.csv and figures")
     comp.add_argument("scenario", type=scenario_file, help="scenario file or bundled scenario name")
     comp.add_argument("--methods", required=True, help="comma-separated, e.g. jfat,fedprophet,heterofl_at")
-    comp.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     comp.add_argument("--out", type=out_dir, help="folder (default runs/compare-<scenario name>), one run "
                       "directory per method; finished runs are kept, interrupted ones resumed")
     comp.add_argument("--target", type=float, metavar="ACC", help="adversarial accuracy to reach (0-1)")
-    comp.add_argument("--dry-run", action="store_true", help="simulated times only, no training")
-    comp.add_argument("--download", action="store_true", help="allow downloading the dataset")
-    comp.add_argument("--executor", choices=["local", "ray"], help="where clients train")
-    comp.add_argument("--quiet", action="store_true", help="no progress bars")
     comp.set_defaults(func=cmd_compare)
 
+
+def _plot_parser(sub: Subparsers) -> None:
     plot = sub.add_parser("plot", help="figures (PNG and SVG) from run directories: accuracy against "
                           "simulated time, speed-up over jFAT, time breakdown, fleet memory, epsilon, "
                           "per-client timeline")
@@ -115,17 +146,8 @@ def parser() -> argparse.ArgumentParser:
                       help="per-client timeline (Gantt chart) of each run's first N clients (0: none)")
     plot.set_defaults(func=cmd_plot)
 
-    part = sub.add_parser("partition", help="FedProphet's modules for a scenario's model and R_min")
-    part.add_argument("scenario", type=scenario_file, help="scenario file or bundled scenario name")
-    part.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    part.add_argument("--json", action="store_true", help="print a JSON list of modules")
-    part.set_defaults(func=cmd_partition)
 
-    scen = sub.add_parser("scenarios", help="the bundled scenarios")
-    ssub = scen.add_subparsers(dest="scenarios_command", required=True)
-    ssub.add_parser("list", help="list the bundled scenarios (edgefl run NAME runs one)").set_defaults(
-        func=cmd_scenarios_list)
-
+def _devices_parser(sub: Subparsers) -> None:
     dev = sub.add_parser("devices", help="device profiles")
     dsub = dev.add_subparsers(dest="devices_command", required=True)
     ls = dsub.add_parser("list", help="list device profiles")
@@ -153,7 +175,6 @@ def parser() -> argparse.ArgumentParser:
     cal.add_argument("--cpu-time", action="store_true",
                      help="time compute on the process's CPU clock (a shared machine; use with --threads 1)")
     cal.set_defaults(func=cmd_devices_calibrate)
-    return p
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -88,15 +88,17 @@ def test_attacks_stay_in_the_eps_ball_and_the_unit_box(name: str):
     assert float(x_adv.max()) <= 1.0
 
 
-def test_pgd_reaches_the_corner_of_the_ball_on_a_linear_model():
+@pytest.mark.parametrize("name", ["pgd", "cw"])
+def test_signed_attacks_reach_the_corner_of_the_ball_on_a_linear_model(name):
     # interior x (x +- eps inside [0, 1]); the random start is within eps of x, so the corner is at
-    # most 2 eps = 0.2 away per feature: 4 steps of 0.05 reach it, 10 are plenty.
+    # most 2 eps = 0.2 away per feature: 4 steps of 0.05 reach it, 10 are plenty. On two classes
+    # CW's margin z_other - z_true has the gradient w_other - w_true, cross-entropy's sign: one corner.
     model = linear([1.0, -1.0, 0.5, -2.0], [-1.0, 1.0, 1.0, -3.0])  # w_1 - w_0 = [-2, 2, 0.5, -1]
     x = torch.tensor([[0.3, 0.5, 0.7, 0.4],
                       [0.3, 0.5, 0.7, 0.4]])
     y = torch.tensor([0, 1])
     torch.manual_seed(0)
-    x_adv = make_attack("pgd", eps=0.1, step_size=0.05, steps=10)(model, x, y)
+    x_adv = make_attack(name, eps=0.1, step_size=0.05, steps=10)(model, x, y)
     expected = torch.tensor([[0.2, 0.6, 0.8, 0.3],   # y = 0: x + 0.1 x [-1, +1, +1, -1]
                              [0.4, 0.4, 0.6, 0.5]])  # y = 1: the opposite corner
     torch.testing.assert_close(x_adv, expected, rtol=0, atol=1e-6)

@@ -45,24 +45,42 @@ def same_logs(a: Path, b: Path) -> None:
         assert torch.equal(tensor, theirs["model"][key]), key
 
 
+# The killed run's process: once round 0's checkpoint is written, the next group to train says so
+# (a file) and sleeps mid-round until it is killed.
+KILLED_RUN = """
+import os, sys, time
+from pathlib import Path
+import edgefl.methods.fedavg as fedavg
+from edgefl.cli import main
+real, checkpoint, mark = fedavg.train_group, Path(sys.argv[-1]), Path(os.environ["MID_ROUND"])
+def train_group(*args, **kwargs):
+    if checkpoint.exists():
+        mark.touch()
+        time.sleep(600)
+    return real(*args, **kwargs)
+fedavg.train_group = train_group
+raise SystemExit(main(sys.argv[1:-1]))
+"""
+
+
 def test_a_real_run_killed_mid_round_resumes_to_the_same_metrics(uninterrupted, tmp_path):
-    out = tmp_path / "killed"
-    cmd = [sys.executable, "-c", "from edgefl.cli import main; raise SystemExit(main())", "run",
-           str(QUICKSTART), *sets(SMALL), "--out", str(out), "--quiet"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    out, mark = tmp_path / "killed", tmp_path / "mid-round"
+    cmd = [sys.executable, "-c", KILLED_RUN, "run", str(QUICKSTART), *sets(SMALL), "--out", str(out),
+           "--quiet", str(out / checkpoint.FILE)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "MID_ROUND": str(mark)})
     try:
         deadline = time.monotonic() + 120
-        while not (out / checkpoint.FILE).exists() and time.monotonic() < deadline:
+        while not mark.exists() and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.02)
-        time.sleep(0.05)  # into the next round's training (a grouped round takes a fraction of a second)
-        assert proc.poll() is None, "the run ended before it could be killed"
+        assert mark.exists(), "the run never reached round 1's training"
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     finally:
         proc.kill()
     assert not (out / "summary.json").exists()
     saved = torch.load(out / checkpoint.FILE, weights_only=True)["next_round"]
-    assert 1 <= saved < 4
+    assert saved == 1
     assert main(["run", "--resume", str(out), "--quiet"]) == 0
     same_logs(out, uninterrupted)
 

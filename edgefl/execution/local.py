@@ -35,8 +35,12 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+SERVER = -1  # the client key of the server's own stream in a round (clients are 0, 1, ...)
+
+
 def client_seed(*keys: int) -> int:
-    """The seed of a (seed, round, client) key."""
+    """The seed of a (seed, round, client) key: CPython's hash of the tuple, which for integers is
+    the same in every process and run (PYTHONHASHSEED salts only str and bytes)."""
     return hash(keys) % 2**63
 
 
@@ -130,7 +134,7 @@ def train_local(
     iters: int, batch: int, attack: Attack | None, gen: torch.Generator,
     objective: Objective | None = None, hooks: Hooks | None = None, settings: TrainSettings = FP32,
 ) -> float:
-    """Run `iters` (adversarial) SGD steps; returns the mean training loss (penalty excluded).
+    """Run `iters` (adversarial) optimizer steps; returns the mean training loss (penalty excluded).
 
     Every method's client trains through here (edgefl.methods.base `Method.train`). With
     `settings.channels_last` the model (and the objective's fixed modules) is left in

@@ -66,8 +66,9 @@ class Objective(ABC):
 OBJECTIVES: Registry[type[Objective]] = Registry("objective")
 
 
-def kl_rows(clean_logits: torch.Tensor, adv_logits: torch.Tensor) -> torch.Tensor:
-    """KL(softmax(clean) || softmax(adv)) per sample."""
+def kl_logits(clean_logits: torch.Tensor, adv_logits: torch.Tensor) -> torch.Tensor:
+    """KL(softmax(clean) || softmax(adv)) per sample, from logits: differentiable in both (the
+    distillation methods' `kl_rows` takes a fixed probability target instead)."""
     log_p = F.log_softmax(clean_logits, dim=1)
     return (log_p.exp() * (log_p - F.log_softmax(adv_logits, dim=1))).sum(1)
 
@@ -89,10 +90,10 @@ class TRADES(Objective):
             target = model.eval()(x)
             model.train(was)
         kl_attack = PGD(attack.eps, attack.step_size, attack.steps,
-                        loss=lambda out, t: self.mean(kl_rows(t, out)).sum())
+                        loss=lambda out, t: self.mean(kl_logits(t, out)).sum())
         x_adv = kl_attack(model, x, target)
         clean = model(x)
-        return self.ce(clean, y) + self.beta * self.mean(kl_rows(clean, model(x_adv)))
+        return self.ce(clean, y) + self.beta * self.mean(kl_logits(clean, model(x_adv)))
 
 
 @OBJECTIVES.register("mart")
@@ -106,4 +107,4 @@ class MART(Objective):
         others = p_adv.scatter(1, y[:, None], 0.0).max(1).values
         bce = self.ce(adv, y) - self.mean(torch.log(1.0001 - others))
         p_true = F.softmax(clean, dim=1).gather(1, y[:, None]).squeeze(1)
-        return bce + self.beta * self.mean(kl_rows(clean, adv) * (1 - p_true))
+        return bce + self.beta * self.mean(kl_logits(clean, adv) * (1 - p_true))

@@ -4,9 +4,10 @@
 Every round the driver puts one snapshot of the method's state (edgefl.snapshot) in Ray's object
 store; a task remakes the method once per worker process from the recipe the experiment gives (the
 resolved scenario and its file: edgefl.experiment.prepare.Rebuild, so the worker needs the dataset at
-`data.root`, as the driver does), loads the snapshot and calls `Method.train` for one client with its
-plan. Training is seeded per (seed, round, client) and `train` never writes the method's state, so the
-updates equal the in-process executor's on the same hardware.
+`data.root`, as the driver does), loads the snapshot and trains its client, or its group of clients
+trained together, with their plans (`train_timed_group`, as in-process). Training is seeded per (seed,
+round, client) and never writes the method's state, so the updates equal the in-process executor's
+on the same hardware.
 A task whose worker process dies is retried up to `ray.max_retries` times. Ray moves the state and
 the task's code with cloudpickle, so whoever runs the cluster runs code edgefl sends and sends back
 objects edgefl unpickles: scenario validation (edgefl.scenario) refuses an address not on this machine

@@ -37,7 +37,7 @@ import torch
 
 from edgefl.devices.pool import SAMPLE, DevicePool, DeviceState, rng, selected_per_round
 from edgefl.errors import EdgeflError
-from edgefl.execution.local import seed_everything
+from edgefl.execution.local import SERVER, seed_everything
 from edgefl.executors.executor import Executor
 from edgefl.experiment.energy import RoundEnergy
 from edgefl.experiment.prepare import Experiment
@@ -63,7 +63,6 @@ from edgefl.sim.living import (
 )
 
 ASYNC = 5  # the random stream of async picks (edgefl.devices.pool's streams, then availability's)
-Trained = tuple[float, np.ndarray]  # a round's mean loss ("" if none) and each client's measured seconds
 
 
 def phases(c: ClientCost) -> tuple[float, float, float, float]:
@@ -282,7 +281,7 @@ class AsyncRounds:
             m.skip(version, [j.client for j in batch])
         else:
             updates = [rebased(m, j) for j in batch]
-            seed_everything(exp.scenario.seed, version, -1)
+            seed_everything(exp.scenario.seed, version, SERVER)
             m.aggregate(version, updates)
             loss = round(sum(u.loss for u in updates) / len(updates), 5)
         self.done.append((self.table(version, ended), loss, measured(ended)))

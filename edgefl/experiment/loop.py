@@ -20,7 +20,7 @@ from tqdm import tqdm
 from edgefl import checkpoint, rundir
 from edgefl.attacks import make_attack
 from edgefl.errors import EdgeflError
-from edgefl.execution.local import evaluate, seed_everything
+from edgefl.execution.local import SERVER, evaluate, seed_everything
 from edgefl.executors.executor import Executor, LocalExecutor
 from edgefl.executors.ray import RayExecutor
 from edgefl.experiment.energy import RoundEnergy
@@ -249,7 +249,7 @@ def _trained(exp: Experiment, executor: Executor, table: RoundTable, clients: li
                                  if k in arriving})
     if selection:
         selection.record(t, table.states.clients, durations, {u.client: u.loss for u in updates})
-    seed_everything(s.seed, t, -1)  # the server's stream: the same wherever the clients trained
+    seed_everything(s.seed, t, SERVER)  # the server's stream: the same wherever the clients trained
     m.aggregate(t, updates)
     measured = {u.client: u.real_compute_s for u in updates}
     return (table, round(sum(u.loss for u in updates) / len(updates), 5),

@@ -43,7 +43,7 @@ from torch import nn
 from edgefl.config import Check, Knobs, Named, Scenario, knob_section
 from edgefl.devices.pool import DeviceState
 from edgefl.errors import EdgeflError
-from edgefl.execution.local import device_batches, seed_everything
+from edgefl.execution.local import SERVER, device_batches, seed_everything
 from edgefl.methods.aggregate import State, fedavg, state_bytes
 from edgefl.methods.base import ClientModel, ClientPlan, ClientUpdate, Context
 from edgefl.methods.fedavg import FedAvgAT
@@ -53,7 +53,6 @@ from edgefl.sim.records import ModelProfile
 from edgefl.sim.workload import train_pass_flops
 
 PUBLIC_SHARE = 5  # a default public split is at most 1/5 of the training set
-SERVER = -1  # the seed key of the server's distillation batches (clients are 0, 1, ...)
 TargetLoss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (student [B,C], teachers [K,B,C])
 
 

@@ -67,7 +67,7 @@ class FedAvgAT(Method):
 
     # --- hooks ------------------------------------------------------------------------------
     def iterations(self, round_: int, client: int) -> int:
-        """Local SGD steps: `training.local_iters`, or `training.local_epochs` over the client's data."""
+        """Local optimizer steps: `training.local_iters`, or `training.local_epochs` over its data."""
         t = self.ctx.scenario.training
         if not t.local_epochs:
             return t.local_iters
@@ -196,5 +196,5 @@ class JFAT(FedAvgAT):
 
 
 def epochs_to_iters(epochs: float, samples: int, batch: int) -> int:
-    """SGD steps that make `epochs` passes over `samples` (at least one)."""
+    """Optimizer steps that make `epochs` passes over `samples` (at least one)."""
     return max(1, math.ceil(epochs * samples / batch))

@@ -10,8 +10,12 @@ from edgefl.selection.base import SELECTORS, Ask, Known, Picked, Selector
 
 @SELECTORS.register("uniform")
 class Uniform(Selector):
-    """Every client equally likely, whatever the server knows."""
+    """Every client equally likely, whatever the server knows: the pool's seeded sample of the
+    whole fleet, whose size is the fleet's clients per round (`ask.count` when the fleet is not
+    living). A living fleet (who is online, async draws) picks its uniform clients itself, in
+    edgefl.experiment.living, and never asks this policy."""
 
     def select(self, ask: Ask, known: Known) -> Picked:
+        assert ask.online is None and ask.draw is None, "a living fleet picks its uniform clients itself"
         clients = ask.pool.sampled(ask.round)
         return Picked.of(clients, np.full(len(clients), np.nan), ["uniform"] * len(clients))

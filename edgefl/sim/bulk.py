@@ -22,7 +22,16 @@ from typing import Generic, Protocol, TypeVar
 import numpy as np
 
 from edgefl.devices.pool import DevicePool, States
-from edgefl.sim.cost import ClientCost, CostModel, WalkCost, full_speed_seconds, profile_rooflines
+from edgefl.sim.cost import (
+    ClientCost,
+    CostModel,
+    WalkCost,
+    full_speed_seconds,
+    profile_rooflines,
+    shared_seconds,
+    storage_seconds,
+    transfer_seconds,
+)
 from edgefl.sim.swap import Traffic, Trail, footprint, traced_walk
 from edgefl.sim.workload import Workload
 
@@ -198,14 +207,15 @@ class Pricer:
         ops = np.array([r[0].read_ops + r[0].write_ops for r in results])[ids]
         micro = np.array([r[2] for r in results])[ids]
         kind = s.kind[rows]
-        access = read / self.read_bw[kind] + write / self.write_bw[kind] + ops * self.latency_ms[kind] / 1e3
+        access = storage_seconds(read, write, ops, self.read_bw[kind], self.write_bw[kind],
+                                 self.latency_ms[kind])
         if communication:
-            down = w.download_bytes / s.down_bps[rows] + s.latency_s[rows]
-            up = w.upload_bytes / s.up_bps[rows] + s.latency_s[rows]
+            down = transfer_seconds(w.download_bytes, s.down_bps[rows], s.latency_s[rows])
+            up = transfer_seconds(w.upload_bytes, s.up_bps[rows], s.latency_s[rows])
         else:
             down = up = np.zeros(len(rows))
-        return {"compute_s": self._compute(w, kind, micro) / (s.flops[rows] / self.pool.kind_flops[kind]),
-                "data_access_s": access, "download_s": down, "upload_s": up,
+        compute = shared_seconds(self._compute(w, kind, micro), s.flops[rows], self.pool.kind_flops[kind])
+        return {"compute_s": compute, "data_access_s": access, "download_s": down, "upload_s": up,
                 "mem_req_bytes": np.full(len(rows), self.model.memory_need(w)),
                 "swapped": np.array([r[1] > 0 for r in results])[ids],
                 "read_bytes": read, "write_bytes": write}

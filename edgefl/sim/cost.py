@@ -22,7 +22,7 @@ import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from edgefl.config import CostConfig
 from edgefl.devices.pool import DeviceState
@@ -44,14 +44,6 @@ class ClientCost:
     swapped: bool
     read_bytes: float = 0.0
     write_bytes: float = 0.0
-
-    @property
-    def comm_s(self) -> float:
-        return self.download_s + self.upload_s
-
-    @property
-    def busy_s(self) -> float:
-        return self.compute_s + self.data_access_s + self.comm_s
 
 
 class CostModel(Protocol):
@@ -81,8 +73,27 @@ class CostModel(Protocol):
 
 def network_seconds(w: Workload, state: DeviceState) -> tuple[float, float]:
     """(download, upload) seconds: bytes over the drawn bandwidth plus one latency each way."""
-    return (w.download_bytes / state.down_bps + state.latency_s,
-            w.upload_bytes / state.up_bps + state.latency_s)
+    return (transfer_seconds(w.download_bytes, state.down_bps, state.latency_s),
+            transfer_seconds(w.upload_bytes, state.up_bps, state.latency_s))
+
+
+# The walk accounting's formulas, for one client (floats) or a round's clients (NumPy columns,
+# edgefl.sim.bulk): the same operations in the same order, so both give the same bits.
+
+def transfer_seconds(nbytes: Any, bps: Any, latency_s: Any) -> Any:
+    """Bytes over a link's bandwidth plus its latency."""
+    return nbytes / bps + latency_s
+
+
+def storage_seconds(read_bytes: Any, write_bytes: Any, ops: Any, read_bps: Any, write_bps: Any,
+                    latency_ms: Any) -> Any:
+    """Storage traffic: bytes over each direction's bandwidth plus one latency per access."""
+    return read_bytes / read_bps + write_bytes / write_bps + ops * latency_ms / 1e3
+
+
+def shared_seconds(full_speed_s: Any, flops: Any, peak_flops: Any) -> Any:
+    """Full-speed seconds on the share `flops / peak_flops` of a device a co-running app leaves."""
+    return full_speed_s / (flops / peak_flops)
 
 
 def walk_traffic(w: Workload, budget: float) -> tuple[Traffic, int, int]:
@@ -126,9 +137,9 @@ class WalkCost:
         need = self.memory_need(w)
         traffic, evictions, micro = walk_traffic(w, state.memory_bytes)
         dev = state.device
-        access = (traffic.read_bytes / (dev.storage_read_mbps * 1e6)
-                  + traffic.write_bytes / (dev.storage_write_mbps * 1e6)
-                  + (traffic.read_ops + traffic.write_ops) * dev.storage_latency_ms / 1e3)
+        ops = traffic.read_ops + traffic.write_ops
+        access = storage_seconds(traffic.read_bytes, traffic.write_bytes, ops, dev.storage_read_mbps * 1e6,
+                                 dev.storage_write_mbps * 1e6, dev.storage_latency_ms)
         down, up = network_seconds(w, state) if self.communication else (0.0, 0.0)
         return ClientCost(
             compute_s=walk_compute_seconds(w, state, micro),
@@ -140,7 +151,8 @@ class WalkCost:
 def walk_compute_seconds(w: Workload, state: DeviceState, micro: int = 1) -> float:
     """Compute seconds of the round by the roofline model (in `micro` micro-batches per batch when
     the swap walk splits the batch), slowed by the co-running app's share."""
-    return full_speed_seconds(w, profile_rooflines(state.device), micro) / (state.flops / state.device.flops)
+    return shared_seconds(full_speed_seconds(w, profile_rooflines(state.device), micro), state.flops,
+                          state.device.flops)
 
 
 @functools.lru_cache(maxsize=65536)
