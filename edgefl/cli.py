@@ -211,7 +211,17 @@ def _run_target(args: argparse.Namespace) -> tuple[Any, str, Path]:
     if not (args.resume / "checkpoint.pt").exists():
         raise EdgeflError(str(args.resume), "--resume", "has no checkpoint (a dry run, checkpoint_every = 0, "
                           "or killed in its first round): start it again with edgefl run --overwrite")
-    return load_scenario(where, overrides), where, args.resume
+    origin = _origin(args.resume) or where
+    return load_scenario(where, overrides, beside=origin), origin, args.resume
+
+
+def _origin(run_dir: Path) -> str | None:
+    """The scenario file a run started from, while its folder is there: the device profiles and a
+    trace beside that file are the run's, wherever its run folder is."""
+    from edgefl import rundir
+
+    origin = (rundir.read_marker(run_dir) or {}).get(rundir.ORIGIN)
+    return origin if isinstance(origin, str) and Path(origin).parent.is_dir() else None
 
 
 def default_out(scenario: Path, dry_run: bool, prefix: str = "") -> Path:

@@ -158,6 +158,9 @@ def probe(path: Path, flag: str) -> str:
     return "link" if stat.S_ISLNK(mode) else "dir" if stat.S_ISDIR(mode) else "file"
 
 
+ORIGIN = "origin"  # a run marker's key: the scenario file the run started from (profiles, trace beside it)
+
+
 def write_marker(folder: Path, kind: str, fingerprint: dict[str, str] | None = None) -> None:
     write_file(folder / MARKER, json.dumps({"kind": kind, **(fingerprint or {})}, indent=2) + "\n")
 

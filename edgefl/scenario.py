@@ -26,10 +26,13 @@ NOT_FOUND = ("not found; give the path of a scenario .toml or the name of a bund
              "(edgefl scenarios list)")
 
 
-def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
+def load_scenario(path: str | Path, overrides: list[str] | None = None,
+                  beside: str | None = None) -> Scenario:
     """Read (UTF-8, a byte-order mark allowed), override, type-check and validate a scenario file; a
     file with no key at all and no `--set` is refused rather than silently run as the defaults.
-    Defaults the user did not set that cannot fit the chosen dataset are scaled to it (`fit_defaults`)."""
+    Defaults the user did not set that cannot fit the chosen dataset are scaled to it (`fit_defaults`).
+    Device profiles and a relative trace are found beside the file `beside` (default: `path`; a
+    resumed run's is the scenario file it started from)."""
     where = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8-sig")
@@ -48,7 +51,7 @@ def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scena
                           "method = \"jfat\" (edgefl scenarios list shows complete ones)")
     try:
         scenario = scenario_from_toml(raw, where)
-        validate(scenario, where)
+        validate(scenario, where, beside)
     except EdgeflError as exc:
         raise blame_set(exc, where, overrides or []) from None
     return fit_defaults(scenario, raw)
@@ -116,8 +119,9 @@ def schema() -> dict[str, Any]:
     return keys
 
 
-def validate(s: Scenario, where: str) -> None:
-    """Range checks and known-name checks, each failing on the first bad key."""
+def validate(s: Scenario, where: str, beside: str | None = None) -> None:
+    """Range checks and known-name checks, each failing on the first bad key (profiles and a trace
+    found beside `beside`, default `where`)."""
     checks: list[Check] = [
         ("rounds", s.rounds >= 1, "must be at least 1"),
         ("seed", s.seed >= 0, "must be a non-negative integer"),
@@ -212,9 +216,9 @@ def validate(s: Scenario, where: str) -> None:
     for key, ok, fix in checks:
         if not ok:
             raise EdgeflError(where, key, fix)
-    _check_names(s, where)
+    _check_names(s, where, beside or where)
     check_device(s.device, where)
-    _check_living(s, where)
+    _check_living(s, where, beside or where)
 
 
 MODES = ("sync", "deadline", "async")
@@ -229,13 +233,13 @@ def check_mode(s: Scenario, modes: tuple[str, ...], where: str) -> None:
                           "sfat, gma)")
 
 
-def _check_living(s: Scenario, where: str) -> None:
+def _check_living(s: Scenario, where: str, beside: str) -> None:
     """The method runs in the round mode, and a trace given as availability reads."""
     check_mode(s, getattr(METHODS.get(s.method), "modes", MODES), where)  # a factory's: once it is made
     if s.fleet.availability not in ("always", "diurnal"):
         from edgefl.sim.availability import make_availability
 
-        make_availability(s.fleet, s.seed, where)
+        make_availability(s.fleet, s.seed, beside)
 
 
 def _selection_checks(s: Scenario) -> list[Check]:
@@ -287,7 +291,7 @@ def _is_range(values: list[float], low: float, high: float) -> bool:
     return len(values) == 2 and low <= values[0] <= values[1] <= high
 
 
-def _check_names(s: Scenario, where: str) -> None:
+def _check_names(s: Scenario, where: str, beside: str) -> None:
     """Names that must exist in a registry or along the scenario's profile search path."""
     from edgefl.attacks import ATTACKS
     from edgefl.data import DATASETS, PARTITIONS
@@ -310,7 +314,7 @@ def _check_names(s: Scenario, where: str) -> None:
     named += [("compare.rounds", m, METHODS.names()) for m in s.compare.rounds]
     named += [(f"{name}.{key}", value, known) for name, cls in KNOBS.classes().items()
               for key, value, known in s.knobs(cls).named()]
-    catalog = catalog_for(where)
+    catalog = catalog_for(beside)
     named += [("fleet.devices", d, sorted(catalog.devices)) for d in s.fleet.devices]
     named += [("fleet.apps", a, sorted(catalog.apps)) for a in s.fleet.apps]
     for key, value, known in named:

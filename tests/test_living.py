@@ -19,7 +19,7 @@ from edgefl.devices import draws
 from edgefl.errors import EdgeflError
 from edgefl.experiment import prepare, run
 from edgefl.experiment.energy import RoundEnergy
-from edgefl.experiment.living import Live, Pending, rebased
+from edgefl.experiment.living import Live, Pending, rebase, rebased, running_statistics
 from edgefl.experiment.rounds import planned_jobs
 from edgefl.methods.aggregate import fedavg
 from edgefl.methods.base import ClientUpdate
@@ -353,3 +353,22 @@ def test_over_selection_rounds_up_from_the_exact_product() -> None:
     exp = prepare(s, str(QUICKSTART), dry_run=True)
     live = Live.of(exp, RoundEnergy(s, exp.pool))
     assert (live.target, live.selected, live.deadline_s) == (10, 11, 600.0)
+
+
+def test_a_stale_update_rebases_weights_by_its_delta_and_statistics_by_a_mix() -> None:
+    """s = 1/2. Weight: now 3, downloaded 1, trained 2: 3 + (2 - 1) / 2 = 3.5 (FedBuff's Delta).
+    Running variance: now 1, downloaded 6, trained 2: the Delta would give 1 + (2 - 6) / 2 = -1, a
+    negative variance; as a mix of the estimates 1 + (2 - 1) / 2 = 1.5. A batch counter is the
+    client's."""
+    def state(w: float, var: float, n: int) -> dict[str, torch.Tensor]:
+        return {"w": torch.tensor(w, dtype=torch.float64), "bn.running_var": torch.tensor(var),
+                "bn.n": torch.tensor(n)}
+
+    now, downloaded, trained = state(3.0, 1.0, 5), state(1.0, 6.0, 2), state(2.0, 2.0, 7)
+    rebased_state = rebase(now, downloaded, trained, 0.5, frozenset({"bn.running_var"}))
+    assert {k: v.item() for k, v in rebased_state.items()} == {"w": 3.5, "bn.running_var": 1.5, "bn.n": 7}
+
+
+def test_running_statistics_are_a_models_floating_point_buffers() -> None:
+    model = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3), torch.nn.BatchNorm2d(2), torch.nn.ReLU())
+    assert running_statistics(model) == {"1.running_mean", "1.running_var"}  # not num_batches_tracked

@@ -155,3 +155,37 @@ def test_resume_names_a_changed_profile(uninterrupted, tmp_path, capsys, monkeyp
     assert main(["run", "--resume", str(out), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "profile" in err and "version" not in err
+
+
+def test_a_run_resumes_with_the_profiles_and_trace_beside_its_scenario_and_refuses_an_edited_trace(
+        tmp_path, monkeypatch, capsys):
+    """The run folder is elsewhere than the scenario; its device profile and its trace (a relative path)
+    are beside the scenario, found there on resume too; an edited trace is refused."""
+    folder = tmp_path / "scenario"
+    (folder / "device_profiles").mkdir(parents=True)
+    phone = (ROOT / "device_profiles" / "pixel_4a.toml").read_text().replace('name = "pixel_4a"',
+                                                                             'name = "my_phone"')
+    (folder / "device_profiles" / "my_phone.toml").write_text(phone)
+    trace = folder / "online.csv"
+    trace.write_text("client,start_s,end_s\n" + "".join(f"{k},0,1e7\n" for k in range(6)))
+    (folder / "mine.toml").write_text(QUICKSTART.read_text())
+    args = ["run", str(folder / "mine.toml"), *sets([*SMALL, 'fleet.devices=["my_phone"]',
+                                                     'fleet.availability="online.csv"'])]
+    real_save = checkpoint.save
+
+    def dies_at_round_2(path: Path, state: dict) -> None:
+        if state["next_round"] == 2:
+            raise KeyboardInterrupt
+        real_save(path, state)
+
+    monkeypatch.setattr(checkpoint, "save", dies_at_round_2)
+    runs = [tmp_path / "runs" / name for name in ("kept", "edited")]
+    for out in runs:
+        assert main([*args, "--out", str(out), "--quiet"]) == 130
+    monkeypatch.setattr(checkpoint, "save", real_save)
+    assert main(["run", "--resume", str(runs[0]), "--quiet"]) == 0
+    assert (runs[0] / "summary.json").exists()
+    trace.write_text(trace.read_text().replace("5,0,1e7", "5,0,1e3"))
+    capsys.readouterr()
+    assert main(["run", "--resume", str(runs[1]), "--quiet"]) == 2
+    assert "availability trace" in capsys.readouterr().err

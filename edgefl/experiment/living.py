@@ -16,7 +16,11 @@ downloaded is kept until its upload is aggregated. When
 the buffer is aggregated, an update of staleness tau > 0 is rebased on the current model before the
 method aggregates: x_now + s(tau) (x_client - x_downloaded) (FedBuff's Delta scaled by s(tau), its
 server learning rate 1); the method's weighted average of the buffer then gives x_now + sum_i w_i
-s(tau_i) Delta_i. A fresh update (tau = 0) is aggregated as it is.
+s(tau_i) Delta_i. A fresh update (tau = 0) is aggregated as it is. Running statistics (BatchNorm's
+mean and variance: the model's floating-point buffers) are estimates, not weights that a Delta
+moves: they are rebased as x_now + s(tau) (x_client - x_now), a mix of the two estimates. Added to a
+Delta, a stale client's variance could go negative (x_now + s (v - x_downloaded) < 0 where its
+download held a larger one), and the model's evaluation then gives NaN.
 
 Batteries (edgefl.sim.battery) make a fleet living: an empty one leaves its device offline until it
 is plugged in (`Powered`). A sync or deadline round drops, at its start, a client whose battery
@@ -200,6 +204,7 @@ class AsyncRounds:
         check_mode(s, exp.method.modes, exp.where)  # a method made by a factory (sfat's base) is known now
         self.exp, self.executor, self.fed, self.pricer, self.server_s = exp, executor, fed, pricer, server_s
         self.energy, self.selection = energy, selection
+        self.statistics = running_statistics(exp.method.ctx.new_model())
         self.avail = fleet_availability(exp, energy)
         self.starts, self.last_end = 0, fed.now
         self.done: list[tuple[RoundTable, float | str, np.ndarray]] = []
@@ -280,7 +285,7 @@ class AsyncRounds:
         if exp.dry_run:
             m.skip(version, [j.client for j in batch])
         else:
-            updates = [rebased(m, j) for j in batch]
+            updates = [rebased(m, j, self.statistics) for j in batch]
             seed_everything(exp.scenario.seed, version, SERVER)
             m.aggregate(version, updates)
             loss = round(sum(u.loss for u in updates) / len(updates), 5)
@@ -328,15 +333,31 @@ def start_state(m: Method, client: int) -> dict[str, torch.Tensor]:
     return state
 
 
-def rebased(m: Method, job: Started) -> ClientUpdate:
-    """The job's update as FedBuff applies it now: unchanged if fresh, else the current model plus
-    s(tau) x what the client changed from the model it downloaded (floating-point tensors)."""
+def rebased(m: Method, job: Started, statistics: frozenset[str] = frozenset()) -> ClientUpdate:
+    """The job's update as FedBuff applies it now: unchanged if fresh, else `rebase`d on the current
+    model (`statistics`: the names of the model's running statistics)."""
     p, tau = job_of(job), job.outcome.staleness
     assert p.update is not None and p.downloaded is not None
     if tau == 0:
         return p.update
-    w, now = staleness_weight(tau), start_state(m, job.client)
-    state = {n: now[n] + w * (v - p.downloaded[n]) if v.is_floating_point() else v
-             for n, v in p.update.state.items()}
     u = p.update
+    state = rebase(start_state(m, job.client), p.downloaded, u.state, staleness_weight(tau), statistics)
     return ClientUpdate(u.client, state, u.num_samples, u.loss, u.extra, u.real_compute_s)
+
+
+State = dict[str, torch.Tensor]
+
+
+def rebase(now: State, downloaded: State, trained: State, s: float, statistics: frozenset[str]) -> State:
+    """A stale update on the current model (module docstring): weights now + s (trained -
+    downloaded), running statistics now + s (trained - now), integers (batch counters) as trained."""
+    def one(name: str, v: torch.Tensor) -> torch.Tensor:
+        if not v.is_floating_point():
+            return v
+        return now[name] + s * (v - (now if name in statistics else downloaded)[name])
+    return {name: one(name, v) for name, v in trained.items()}
+
+
+def running_statistics(model: torch.nn.Module) -> frozenset[str]:
+    """The state-dict names of a model's floating-point buffers (BatchNorm's running statistics)."""
+    return frozenset(name for name, b in model.named_buffers() if b.is_floating_point())

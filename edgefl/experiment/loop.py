@@ -57,6 +57,7 @@ from edgefl.runlog import CsvLog, Log, log_names
 from edgefl.scenario import to_toml
 from edgefl.selection import Picked
 from edgefl.selection.server import Selection, workload_need
+from edgefl.sim.availability import trace_file
 from edgefl.sim.bulk import Pricer
 from edgefl.sim.engine import Federation
 from edgefl.sim.living import STATUSES
@@ -79,7 +80,8 @@ def run(exp: Experiment, out: Path, progress: bool = True, resume: bool = False)
 def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, Any]:
     s = exp.scenario
     text = to_toml(s)
-    fingerprint = rundir.fingerprint(text, exp.pool.profile_files())
+    trace = trace_file(s.fleet, exp.where)
+    fingerprint = rundir.fingerprint(text, [*exp.pool.profile_files(), *([trace] if trace else [])])
     if resume and s.round.mode == "async":
         raise EdgeflError(str(out), "--resume", "an async run cannot be resumed (its clients are mid-flight "
                           "in the simulation); start it again with --overwrite")
@@ -88,7 +90,7 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
     saved = resume_state(exp, out, fingerprint, selection) if resume else None
     if saved is None:
         rundir.claim(out, "run")  # a no-op after prepare_out; library callers get the same checks
-        rundir.write_marker(out, "run", fingerprint)
+        rundir.write_marker(out, "run", {**fingerprint, rundir.ORIGIN: str(Path(exp.where).resolve())})
         write_file(out / "scenario.toml", text)
     evaluator = None if exp.dry_run else Evaluator(exp)
     pricer = Pricer(exp.ctx.cost, exp.pool, lambda k, w: _counted(exp, k, w))

@@ -37,9 +37,9 @@ def resume_state(exp: Experiment, out: Path, fingerprint: dict[str, str], select
                           f"{code['code']}), this is edgefl {fingerprint['edgefl']} (code "
                           f"{fingerprint['code']}): resume it with that version, or start it again")
     if marker.get("profiles") != fingerprint["profiles"]:
-        raise EdgeflError(str(out), "--resume", "a device, app or network profile the run uses has changed "
-                          "since it started (`edgefl devices list --scenario` shows which files it finds): "
-                          "put the profiles back as they were, or start the run again")
+        raise EdgeflError(str(out), "--resume", "a device, app or network profile or the availability trace "
+                          "the run uses has changed since it started (`edgefl devices list --scenario` shows "
+                          "which profile files it finds): put them back as they were, or start the run again")
     if marker.get("scenario") != fingerprint["scenario"]:
         raise EdgeflError(str(out / "scenario.toml"), "--resume", "was edited after the run started; "
                           "restore it, or start a new run with the edited scenario")

@@ -173,10 +173,18 @@ def make_availability(fleet: FleetConfig, seed: int, where: str) -> Availability
         return Always()
     if fleet.availability == "diurnal":
         return Diurnal(seed, fleet.online_start_h, fleet.online_hours, fleet.tz_spread_h)
-    path = Path(fleet.availability).expanduser()
-    if not path.is_absolute():
-        path = Path(where).parent / path
+    path = trace_file(fleet, where)
+    assert path is not None
     return read_trace(path, fleet.trace_pickle, where)
+
+
+def trace_file(fleet: FleetConfig, where: str) -> Path | None:
+    """The trace file `fleet.availability` names (relative to the scenario file `where`); None for
+    `always` and `diurnal`."""
+    if fleet.availability in ("always", "diurnal"):
+        return None
+    path = Path(fleet.availability).expanduser()
+    return path if path.is_absolute() else Path(where).parent / path
 
 
 PICKLES = (".pkl", ".pickle")  # FedScale's trace files; read only with fleet.trace_pickle
