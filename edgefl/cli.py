@@ -242,8 +242,10 @@ def _run_line(summary: dict[str, Any], out: Path) -> str:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    """One run per method, each skipped when finished and resumed when interrupted; a method listed in
-    the scenario's `[compare] rounds` table runs that many rounds, the others the scenario's `rounds`."""
+    """One run per method, each skipped when finished and resumed when interrupted (an async one, which
+    cannot be resumed, started again); a method listed in the scenario's `[compare] rounds` table runs
+    that many rounds, the others the scenario's `rounds` (`--set rounds=N` overrides the scenario
+    file's table: every method N; a table given by --set too is kept)."""
     from edgefl.experiment import prepare, prepare_out, run
     from edgefl.methods import METHODS
     from edgefl.report.compare import check_target, compare_table, write_comparison
@@ -262,22 +264,22 @@ def cmd_compare(args: argparse.Namespace) -> int:
                           f"{', '.join(METHODS.names())}")
     out = args.out or default_out(args.scenario, args.dry_run, "compare-")
     where = str(args.scenario)
-    table = load_scenario(args.scenario, _overrides(args)).compare.rounds
+    keys = {item.partition("=")[0].strip() for item in args.overrides}
+    by_file = "rounds" in keys and not any(k.startswith("compare.rounds") for k in keys)  # --set rounds wins
+    table = {} if by_file else load_scenario(args.scenario, _overrides(args)).compare.rounds
     scenarios = {m: load_scenario(args.scenario, [*_overrides(args), f"method={json.dumps(m)}",
                                                   *([f"rounds={table[m]}"] if m in table else [])])
                  for m in methods}  # every method validated before any run starts
     claim(out, "compare")
     for method, scenario in scenarios.items():
         run_dir = out / method
-        if _saved_scenario(run_dir) not in (None, to_toml(scenario)):
-            raise EdgeflError(str(run_dir), "scenario.toml", "holds a run of another scenario; "
-                              "choose another --out or delete that run directory")
+        _check_kept(run_dir, to_toml(scenario), args.dry_run)
         if (run_dir / "summary.json").exists():
             print(f"{method}: finished, kept ({run_dir})")
             continue
         exp = prepare(scenario, where, dry_run=args.dry_run)
-        resume = (run_dir / "checkpoint.pt").exists()
-        if not resume:  # a dry run, or killed before its first checkpoint: replaced if edgefl's alone
+        resume = (run_dir / "checkpoint.pt").exists() and scenario.round.mode != "async"
+        if not resume:  # dry, async or killed before its first checkpoint: replaced if edgefl's alone
             prepare_out(run_dir, True)
         summary = run(exp, run_dir, progress=not args.quiet, resume=resume)
         print(_run_line(summary, run_dir))
@@ -287,6 +289,31 @@ def cmd_compare(args: argparse.Namespace) -> int:
     print((out / "comparison.md").read_text(), end="")
     print("\n".join(str(p) for p in paths))
     return 0
+
+
+def _check_kept(run_dir: Path, scenario_text: str, dry_run: bool) -> None:
+    """A comparison's run folder already there must hold a run of this scenario, dry or trained as
+    this comparison is (a finished dry run has no accuracies to compare; a trained one is not redone
+    dry)."""
+    if _saved_scenario(run_dir) not in (None, scenario_text):
+        raise EdgeflError(str(run_dir), "scenario.toml", "holds a run of another scenario; "
+                          "choose another --out or delete that run directory")
+    summary = run_dir / "summary.json"
+    if summary.is_file():
+        try:
+            was_dry = bool(json.loads(summary.read_text()).get("dry_run"))
+        except (OSError, ValueError, AttributeError) as exc:
+            raise EdgeflError(str(summary), "summary.json", f"cannot be read ({type(exc).__name__}); "
+                              "delete that run directory to run it again") from None
+    elif (run_dir / "checkpoint.pt").exists():
+        was_dry = False  # only a trained run checkpoints
+    else:
+        return
+    if was_dry != dry_run:
+        kind = "a dry run" if was_dry else "a trained run"
+        raise EdgeflError(str(run_dir), "--dry-run", f"holds {kind} of this scenario, and this comparison "
+                          f"{'is dry' if dry_run else 'trains'}; choose another --out or delete that run "
+                          "directory")
 
 
 def _saved_scenario(run_dir: Path) -> str | None:

@@ -98,3 +98,45 @@ def test_compare_digits_gives_fedprophet_m_times_jfats_rounds(capsys):
     rounds = load_scenario(SCENARIO).compare.rounds
     assert len(modules) == 2  # conv1-conv2 and conv3: every module fits R_min = 1.6 MB
     assert rounds["fedprophet"] == len(modules) * rounds["jfat"]
+
+
+def test_set_rounds_overrides_the_scenario_files_rounds_table(tmp_path, capsys):
+    """compare-digits.toml's table gives jfat 24 rounds and fedprophet 48; --set rounds=2 asks 2 of each."""
+    assert load_scenario(SCENARIO).compare.rounds == {"jfat": 24, "fedprophet": 48}
+    assert main(["compare", str(SCENARIO), "--methods", "jfat,fedprophet", "--set", "rounds=2",
+                 "--set", "fleet.clients=6", "--out", str(tmp_path / "cmp"), "--dry-run", "--quiet"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("jfat: 2 rounds") and lines[1].startswith("fedprophet: 2 rounds")
+
+
+def test_compare_refuses_to_keep_a_dry_run_in_a_comparison_that_trains(tmp_path, capsys):
+    out = tmp_path / "cmp"
+    args = ["compare", str(SCENARIO), "--methods", "jfat", *SMALL, "--out", str(out), "--quiet"]
+    assert main([*args, "--dry-run"]) == 0
+    capsys.readouterr()
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--dry-run: holds a dry run" in err
+    assert json.loads((out / "jfat" / "summary.json").read_text())["dry_run"] is True  # kept as it was
+
+
+def test_an_interrupted_async_run_is_started_again_not_resumed(tmp_path, capsys, monkeypatch):
+    from edgefl import checkpoint
+
+    real_save = checkpoint.save
+
+    def dies_at_round_2(path: Path, state: dict) -> None:
+        if state["next_round"] == 2:
+            raise KeyboardInterrupt
+        real_save(path, state)
+
+    args = ["compare", str(ROOT / "scenarios" / "async-digits.toml"), "--methods", "jfat", "--out",
+            str(tmp_path / "cmp"), "--quiet", "--set", "rounds=3", "--set", "training.local_iters=2",
+            "--set", "attack.steps=1", "--set", "evaluation.steps=1", "--set", "data.test_samples=32"]
+    monkeypatch.setattr(checkpoint, "save", dies_at_round_2)
+    assert main(args) == 130
+    assert (tmp_path / "cmp" / "jfat" / checkpoint.FILE).exists()
+    monkeypatch.setattr(checkpoint, "save", real_save)
+    capsys.readouterr()
+    assert main(args) == 0
+    assert capsys.readouterr().out.startswith("jfat: 3 rounds")
