@@ -8,6 +8,7 @@ import csv
 import json
 import math
 import pickle
+import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -372,3 +373,23 @@ def test_a_stale_update_rebases_weights_by_its_delta_and_statistics_by_a_mix() -
 def test_running_statistics_are_a_models_floating_point_buffers() -> None:
     model = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3), torch.nn.BatchNorm2d(2), torch.nn.ReLU())
     assert running_statistics(model) == {"1.running_mean", "1.running_var"}  # not num_batches_tracked
+
+
+@pytest.mark.parametrize("name, text, says", [
+    ("inf.csv", "client,start_s,end_s\n0,0,inf\n1,100,5000\n", "finite"),
+    ("inf.json", '{"0": [[0, Infinity]]}', "finite"),
+    ("nan.json", '{"0": [[NaN, 5]]}', "finite"),
+    ("columns.csv", "client,begin,end\n0,0,5\n", "no 'start_s'"),
+    ("lengths.json", '{"0": {"active": [0, 10], "inactive": [5], "duration": 20}}', "different lengths"),
+    ("period.json", '{"0": {"active": [0], "inactive": [5]}}', "no duration"),
+    ("never.json", '{"0": [], "1": []}', "no client has an online interval"),
+    ("deep.json", "[" * 100_000 + "]" * 100_000, "cannot read the trace"),
+    ("empty.pkl", "", "cannot read the trace"),
+])
+def test_a_bad_trace_is_refused_with_one_line(tmp_path: Path, name: str, text: str, says: str) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(EdgeflError) as info, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the pickle's own notice
+        read_trace(path, True, "s.toml")
+    assert info.value.key == "fleet.availability" and says in info.value.fix, info.value.fix

@@ -206,8 +206,15 @@ def read_trace(path: Path, allow_pickle: bool, where: str) -> Intervals:
     stat = path.stat()
     try:
         return _parse(path.resolve(), stat.st_mtime_ns, stat.st_size)
-    except (ValueError, KeyError, TypeError, IndexError, pickle.UnpicklingError) as exc:
+    except KeyError as exc:
+        raise EdgeflError(where, key, f"cannot read the trace {path.name}: it has no {exc} "
+                          f"({LAYOUTS})") from None
+    except (ValueError, TypeError, IndexError, EOFError, RecursionError, pickle.UnpicklingError) as exc:
         raise EdgeflError(where, key, f"cannot read the trace {path.name}: {exc}") from None
+
+
+LAYOUTS = ("a .csv has the columns client,start_s,end_s; a .json maps each client to [[start_s, end_s], "
+           "...] or to FedScale's {active, inactive, duration}")
 
 
 @functools.lru_cache(maxsize=2)
@@ -244,16 +251,31 @@ def from_mapping(data: Any) -> Intervals:
         raise ValueError("expected a non-empty mapping of client -> intervals")
     keys = sorted(data, key=lambda k: (0, int(k), "") if str(k).isdigit() else (1, 0, str(k)))
     if isinstance(data[keys[0]], dict):  # FedScale: online active[i] to inactive[i], repeating each duration
-        spans = [_sorted(zip(data[k]["active"], data[k]["inactive"], strict=True)) for k in keys]
-        periods = [float(data[k].get("duration", data[k].get("finish_time"))) for k in keys]
+        spans = [_fedscale_spans(k, data[k]) for k in keys]
+        periods = [_fedscale_period(k, data[k]) for k in keys]
     else:
         spans = [_sorted(data[k]) for k in keys]
         periods = [max((b for s in spans for _, b in s), default=0.0)] * len(spans)
+    if not any(spans):
+        raise ValueError("no client has an online interval; give each device when it is online")
     for s, period in zip(spans, periods, strict=True):
-        if period <= 0 or any(not 0 <= a < b <= period for a, b in s) or any(
+        if not 0 < period < math.inf or any(not 0 <= a < b <= period for a, b in s) or any(
                 s[i][1] > s[i + 1][0] for i in range(len(s) - 1)):
-            raise ValueError("intervals must satisfy 0 <= start < end <= period (> 0) and not overlap")
+            raise ValueError("intervals must be finite, 0 <= start < end <= period (> 0), and not overlap")
     return Intervals(spans, periods)
+
+
+def _fedscale_spans(client: Any, entry: dict[str, Any]) -> list[tuple[float, float]]:
+    if len(entry["active"]) != len(entry["inactive"]):
+        raise ValueError(f"client {client}: active and inactive have different lengths")
+    return _sorted(zip(entry["active"], entry["inactive"], strict=True))
+
+
+def _fedscale_period(client: Any, entry: dict[str, Any]) -> float:
+    period = entry.get("duration", entry.get("finish_time"))
+    if period is None:
+        raise ValueError(f"client {client}: no duration (the period its active/inactive times repeat with)")
+    return float(period)
 
 
 def _sorted(pairs: Any) -> list[tuple[float, float]]:
