@@ -76,6 +76,41 @@ def test_breakdown_by_hand_adds_up_to_the_simulated_time(runs: list[Path]) -> No
         assert math.isclose(sum(breakdown(load_run(run)).values()), last)
 
 
+def test_a_client_stopped_early_counts_its_phases_up_to_where_it_stopped(tmp_path: Path) -> None:
+    """One deadline round of 100 s. The completed client: 1 + 9 + 50 + 10 s, then waits 30. The late one
+    planned 2 + 8 + 200 + 5 s and was stopped at the deadline: download 2, data access 8, compute 90,
+    no upload, no wait. Means: compute (50 + 90) / 2 = 70, data access (9 + 8) / 2 = 8.5, comm
+    (11 + 2) / 2 = 6.5, wait (30 + 0) / 2 = 15."""
+    run = write_run(tmp_path / "late", "jfat", [{"round": 0, "sim_time_s": 100, "round_time_s": 100,
+                                                 "server_s": 0}], [(0, 1e6, 1e6, 1, 9, 50, 10, 30)])
+    rows = list(csv.DictReader((run / "clients.csv").open()))
+    rows[0].update(finish_s="70", status="completed")
+    rows.append({**rows[0], "client": "1", "download_s": "2", "data_access_s": "8", "compute_s": "200",
+                 "upload_s": "5", "wait_s": "0", "finish_s": "100", "status": "late"})
+    with open(run / "clients.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, [*CLIENTS, "status"])
+        writer.writeheader()
+        writer.writerows(rows)
+    assert breakdown(load_run(run)) == pytest.approx(
+        {"compute": 70, "data_access": 8.5, "comm": 6.5, "wait": 15, "server": 0})
+
+
+def test_an_async_breakdown_is_the_mean_slots_from_the_events(tmp_path: Path) -> None:
+    """Two slots over 12 s. Client 0: download 0-1, data access 1-2, compute 2-10, upload 10-11; client
+    1: download 0-1, compute 1-5, upload 5-6. Per slot: compute (8 + 4) / 2 = 6, data access 1 / 2,
+    comm (2 + 2) / 2 = 2, wait 12 - 8.5 = 3.5."""
+    run = write_run(tmp_path / "async", "jfat", [{"round": 0, "sim_time_s": 12, "server_s": 0}],
+                    [(0, 1e6, 1e6, 1, 1, 8, 1, 0), (0, 1e6, 1e6, 1, 0, 4, 1, 0)])
+    with open(run / "scenario.toml", "a") as f:
+        f.write('\n[round]\nmode = "async"\nconcurrency = 2\n')
+    spans = [(0, "download", 0, 1), (0, "data_access", 1, 2), (0, "compute", 2, 10), (0, "upload", 10, 11),
+             (1, "download", 0, 1), (1, "data_access", 1, 1), (1, "compute", 1, 5), (1, "upload", 5, 6)]
+    (run / "events.csv").write_text("round,client,phase,start_s,end_s\n"
+                                    + "".join(f"0,{k},{p},{a},{b}\n" for k, p, a, b in spans))
+    assert breakdown(load_run(run)) == pytest.approx(
+        {"compute": 6, "data_access": 0.5, "comm": 2, "wait": 3.5, "server": 0})
+
+
 def test_table_by_hand(runs: list[Path]) -> None:
     jfat, prophet, dry = compare_table(runs, target=0.4)
     assert list(jfat) == COLUMNS

@@ -44,7 +44,8 @@ FORMATS = {"clean_acc": ".4f", "adv_acc": ".4f", "sim_time_s": ".1f", "time_to_t
            "energy_per_device_j": ".4g", "energy_to_target_per_device_j": ".4g"}
 
 Row = dict[str, Any]
-NEEDED = {"metrics.csv": ["round", "sim_time_s", "server_s", "clean_acc", "adv_acc"],
+NEEDED = {"metrics.csv": ["round", "sim_time_s", "round_time_s", "server_s", "clean_acc", "adv_acc"],
+          "events.csv": ["round", "client", "start_s", "end_s"],
           "clients.csv": ["round", "client", "flops", "mem_avail_bytes", "mem_req_bytes",
                           *(c for cols in PARTS.values() for c in cols)]}
 
@@ -101,7 +102,7 @@ def _read_scenario(path: Path) -> dict[str, Any]:
 
 # how each column the reports read must parse ("" allowed where a round may leave it empty)
 NUMBERS = {"round": int, "client": int, "mem_avail_bytes": int, "mem_req_bytes": int}
-OPTIONAL = {"clean_acc", "adv_acc", "eps"}
+OPTIONAL = {"clean_acc", "adv_acc", "eps", "round_time_s"}
 
 
 def _read_csv(path: Path, name: str) -> list[dict[str, str]]:
@@ -117,7 +118,8 @@ def _read_csv(path: Path, name: str) -> list[dict[str, str]]:
     if not rows:
         raise EdgeflError(str(file), "rows", "no rounds logged yet; run at least one round")
     for line, row in enumerate(rows, start=2):
-        _check_row(file, line, row, [*NEEDED[name], *(c for c in ("eps", "energy_j") if c in header)])
+        _check_row(file, line, row, [*NEEDED[name], *(c for c in ("eps", "energy_j") if c in header),
+                                     *(["finish_s"] if "status" in header else [])])
     return rows
 
 
@@ -158,16 +160,66 @@ def time_to_target(run: Run, target: float | None) -> float | None:
 
 
 def breakdown(run: Run) -> dict[str, float]:
-    """Seconds spent in compute, data access, comm (download + upload), wait and server: the mean over
-    each round's clients, summed over rounds; the parts add up to the run's simulated time."""
+    """Seconds the run's mean client spends in compute, data access, comm (download + upload), wait
+    and server; the parts add up to the run's simulated time.
+
+    Rounds (sync, deadline): the mean over each round's clients, summed over rounds. A client
+    stopped early (dropped, late, offline) counts its phases up to where it stopped (`finish_s`);
+    what is left of its round, like a finished client's wait for the stragglers (and any time the
+    round waited for a device to come online), is wait. Async: the mean over the
+    min(`round.concurrency`, clients) slots of the phases in the events log (cut where a client
+    stopped); a slot's time without a client working is wait."""
+    work = _slot_work(run) if _mode(run) == "async" else _round_work(run)
+    server = sum(float(r["server_s"]) for r in run.metrics)
+    return {**work, "wait": sim_time(run) - server - sum(work.values()), "server": server}
+
+
+WORK = {"download_s": "comm", "data_access_s": "data_access", "compute_s": "compute", "upload_s": "comm"}
+
+
+def _mode(run: Run) -> str:
+    section = run.scenario.get("round", {})
+    return str(section.get("mode", "sync")) if isinstance(section, dict) else "sync"
+
+
+def _round_work(run: Run) -> dict[str, float]:
+    """Compute, data access and comm seconds: each round's clients' mean, summed over rounds."""
+    starts, end = {}, 0.0
+    for r in run.metrics:  # a round starts round_time_s before its end (a log without it: at the last's)
+        length = r.get("round_time_s")
+        starts[r["round"]] = float(r["sim_time_s"]) - float(length) if length else end
+        end = float(r["sim_time_s"])
     per_round: dict[str, list[dict[str, str]]] = defaultdict(list)
     for c in run.clients:
         per_round[c["round"]].append(c)
-    totals = dict.fromkeys([*PARTS, "server"], 0.0)
-    for clients in per_round.values():
-        for part, columns in PARTS.items():
-            totals[part] += sum(float(c[k]) for c in clients for k in columns) / len(clients)
-    totals["server"] = sum(float(r["server_s"]) for r in run.metrics)
+    totals = dict.fromkeys(WORK.values(), 0.0)
+    for round_, clients in per_round.items():
+        for c in clients:
+            for phase, seconds in _spent(c, starts[round_]).items():
+                totals[WORK[phase]] += seconds / len(clients)
+    return totals
+
+
+def _spent(client: dict[str, str], start: float) -> dict[str, float]:
+    """A client's phase seconds in order, cut at its `finish_s` if it stopped early."""
+    stopped = client.get("status", "completed") not in ("", "completed")
+    left = float(client["finish_s"]) - start if stopped else math.inf
+    spent = {}
+    for phase in WORK:
+        spent[phase] = min(float(client[phase]), max(left, 0.0))
+        left -= spent[phase]
+    return spent
+
+
+def _slot_work(run: Run) -> dict[str, float]:
+    """Compute, data access and comm seconds of an async run's mean slot, from its events' spans."""
+    round_section, fleet = run.scenario.get("round", {}), run.scenario.get("fleet", {})
+    slots = min(int(round_section.get("concurrency", 8)), int(fleet.get("clients", 20)))
+    totals = dict.fromkeys(WORK.values(), 0.0)
+    for e in _read_csv(run.path, "events.csv"):
+        part = WORK.get(f"{e['phase']}_s")
+        if part is not None:
+            totals[part] += (float(e["end_s"]) - float(e["start_s"])) / slots
     return totals
 
 
