@@ -261,6 +261,12 @@ class Scenario:
     server: ServerConfig = field(default_factory=ServerConfig)
     selection: SelectionConfig = field(default_factory=SelectionConfig)
 
+    @property
+    def living(self) -> bool:
+        """Whether the scenario needs a living fleet (edgefl.experiment.living): any availability or
+        round mode but the defaults, or batteries."""
+        return self.fleet.availability != "always" or self.round.mode != "sync" or self.energy.batteries
+
     def knobs(self, cls: type[K]) -> K:
         """The scenario's section of the knob dataclass `cls` (e.g. `s.knobs(ProxConfig).mu`)."""
         if not cls.section:

@@ -16,7 +16,7 @@ from test_safety import QUICKSTART, SMALL, full_disk, nth, sets
 
 from edgefl import rundir
 from edgefl.cli import main
-from edgefl.config import FleetConfig
+from edgefl.config import FleetConfig, RoundConfig
 from edgefl.data.datasets import _with_stats, to_float
 from edgefl.devices.pool import check_fleet_memory
 from edgefl.errors import EdgeflError
@@ -95,6 +95,20 @@ def test_a_fleet_too_large_for_memory_is_one_line(capsys: pytest.CaptureFixture[
     assert main(["run", str(QUICKSTART), "--dry-run", "--set", "fleet.clients=1000000000"]) == 2
     line = one_error_line(capsys.readouterr().err)
     assert "fleet.clients" in line and "use at most" in line
+
+
+def test_a_living_fleet_is_priced_per_client_it_plays() -> None:
+    """Deadline rounds select 1.3 x half of 100,000 clients, 10,000 B each: 1e5 x (160 + 0.65 x 10,000)
+    = 0.666 GB; at most 5e8 // 6,660 = 75,075 clients fit 0.5 GB. Async holds 8 at a time: 1e5 x 160 +
+    8 x 10,000 B = 16 MB."""
+    fleet = FleetConfig(clients=100_000, sample_fraction=0.5)
+    deadline = RoundConfig(mode="deadline", over_selection=1.3)
+    with pytest.raises(EdgeflError, match=r"about 0\.7 GB .* use at most 75,075 clients"):
+        check_fleet_memory(fleet, "here", available=5e8, living=deadline)
+    check_fleet_memory(fleet, "here", available=5e8)  # not living: 1e5 x (160 + 750) = 91 MB
+    check_fleet_memory(fleet, "here", available=1.7e7, living=RoundConfig(mode="async", concurrency=8))
+    with pytest.raises(EdgeflError):
+        check_fleet_memory(fleet, "here", available=1.6e7, living=RoundConfig(mode="async", concurrency=8))
 
 
 def test_uint8_batches_equal_the_float_dataset() -> None:

@@ -19,7 +19,7 @@ import numpy as np
 import psutil
 from scipy.special import ndtr, ndtri
 
-from edgefl.config import FleetConfig
+from edgefl.config import FleetConfig, RoundConfig
 from edgefl.devices import draws
 from edgefl.devices.catalog import Catalog, used_files
 from edgefl.devices.profile import DeviceProfile
@@ -31,6 +31,10 @@ from edgefl.errors import EdgeflError
 # 616 MB at 10,000 with 10 selected; 1,500 B with a margin)
 BYTES_PER_CLIENT = 160
 BYTES_PER_SELECTED = 1500
+# a living round's selected client is played as objects and one SimPy process (edgefl.experiment.living):
+# 7-9 kB measured (living-digits dry runs, 20,000 against 200,000 clients: 825 -> 1,918 MB in deadline
+# mode, 13 of every 20 selected; about 1,400 MB in sync mode); 10,000 B with a margin
+BYTES_PER_LIVING_SELECTED = 10_000
 ASSIGN, SAMPLE, STATE, TRACE = 0, 1, 2, 3  # independent random streams (TRACE: the trace's sample)
 APP, SHARE, NETWORK, UP, DOWN, LATENCY = range(6)  # a client's draws in a round (STATE's draw index)
 
@@ -74,17 +78,26 @@ def selected_per_round(fleet: FleetConfig) -> int:
     return max(1, round(fleet.sample_fraction * fleet.clients))
 
 
-def check_fleet_memory(fleet: FleetConfig, where: str, available: float | None = None) -> None:
+def check_fleet_memory(fleet: FleetConfig, where: str, available: float | None = None,
+                       living: RoundConfig | None = None) -> None:
     """Refuse, before any work, a fleet whose per-client arrays and one round's clients would not fit
-    in the memory available now (`available` bytes; psutil's figure if None)."""
+    in the memory available now (`available` bytes; psutil's figure if None). A living fleet's
+    (`living`: its round settings) round plays its clients one by one: more memory each, a deadline
+    round selects `over_selection` times as many, an async run holds `concurrency` at a time."""
     free = psutil.virtual_memory().available if available is None else available
-    need = fleet.clients * BYTES_PER_CLIENT + selected_per_round(fleet) * BYTES_PER_SELECTED
+    per, share, fixed = BYTES_PER_SELECTED, fleet.sample_fraction, 0  # bytes per selected, share selected
+    if living is not None:
+        per = BYTES_PER_LIVING_SELECTED
+        if living.mode == "async":  # a fixed number at a time, whatever the fleet
+            share, fixed = 0.0, min(living.concurrency, fleet.clients)
+        elif living.mode == "deadline":
+            share *= living.over_selection
+    need = fleet.clients * (BYTES_PER_CLIENT + share * per) + fixed * per
     if need > free:
-        per = BYTES_PER_CLIENT + fleet.sample_fraction * BYTES_PER_SELECTED
-        most = int(free // per)
+        most = int((free - fixed * per) // (BYTES_PER_CLIENT + share * per))
         raise EdgeflError(where, "fleet.clients", f"{fleet.clients:,} clients need about {need / 1e9:.1f} GB "
-                          f"({BYTES_PER_CLIENT} B per client, {BYTES_PER_SELECTED} B per client selected in "
-                          f"a round) but {free / 1e9:.1f} GB is available: use at most {most:,} clients at "
+                          f"({BYTES_PER_CLIENT} B per client, {per} B per client selected in a round) but "
+                          f"{free / 1e9:.1f} GB is available: use at most {most:,} clients at "
                           f"sample_fraction {fleet.sample_fraction:g}")
 
 

@@ -43,7 +43,6 @@ from edgefl.experiment.rows import (
     PICKED,
     emulates_host,
     energy_headers,
-    is_living,
     living_client_columns,
     open_log,
     output_format,
@@ -117,7 +116,7 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
         for t in bar:
             if exp.method.finished():  # ended before its last round (FedProphet's last module)
                 break
-            table, loss, real = play(t, None if is_living(s) else selection.pick(t))
+            table, loss, real = play(t, None if s.living else selection.pick(t))
             row = metrics_row(table, loss, exp.method.round_info())
             last = t + 1 == s.rounds or exp.method.finished()
             if evaluator:
@@ -151,7 +150,7 @@ def _headers(exp: Experiment, evaluator: Evaluator | None,
     s = exp.scenario
     energy_clients, energy_metrics = energy_headers(s)
     metrics = (METRICS + (evaluator.columns if evaluator else []) + list(exp.method.round_info())
-               + (list(STATUSES) if is_living(s) else []) + energy_metrics)
+               + (list(STATUSES) if s.living else []) + energy_metrics)
     clients = CLIENTS + (PICKED if selection.logged else []) + living_client_columns(s) + energy_clients
     return metrics, clients
 
@@ -218,7 +217,7 @@ def _player(exp: Experiment, executor: Executor, fed: Federation, pricer: Pricer
     if s.round.mode == "async":
         rounds = AsyncRounds(exp, executor, fed, pricer, server_s, energy, selection)
         return lambda t, _: rounds.next(t)
-    live = Live.of(exp, energy) if is_living(s) else None
+    live = Live.of(exp, energy) if s.living else None
 
     def play(t: int, picked: Picked | None) -> Played:
         if live is None:

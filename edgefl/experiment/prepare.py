@@ -47,7 +47,7 @@ class Experiment:
 def prepare(scenario: Scenario, where: str, dry_run: bool = False) -> Experiment:
     """Load data (a dry run needs only its shapes), build model and fleet, and check every device
     can run the workload at all."""
-    check_fleet_memory(scenario.fleet, where)
+    check_fleet_memory(scenario.fleet, where, living=scenario.round if scenario.living else None)
     ctx = method_context(scenario, where, dry_run)
     pool = DevicePool(catalog_for(where), scenario.fleet, scenario.seed)
     method = METHODS.get(scenario.method)(ctx)

@@ -26,18 +26,13 @@ PICKED = ["utility", "picked_by"]  # clients.csv under a selection policy other 
 PICKED_TYPES = {"utility": pa.float64(), "picked_by": pa.string()}
 
 
-def is_living(s: Scenario) -> bool:
-    """Whether the scenario needs a living fleet (edgefl.experiment.living): any availability or
-    round mode but the defaults, or batteries."""
-    return s.fleet.availability != "always" or s.round.mode != "sync" or s.energy.batteries
-
 
 def living_client_columns(s: Scenario) -> list[str]:
     """clients.csv's columns for a living fleet: `status`, and `staleness` in async mode; none
     with the default availability and round mode and no batteries."""
     if s.round.mode == "async":
         return ["status", "staleness"]
-    return ["status"] if is_living(s) else []
+    return ["status"] if s.living else []
 
 
 def energy_headers(s: Scenario) -> tuple[list[str], list[str]]:
