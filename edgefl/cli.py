@@ -203,6 +203,9 @@ def _run_target(args: argparse.Namespace) -> tuple[Any, str, Path]:
     if args.scenario or args.overrides or args.dry_run or args.out:
         raise EdgeflError(str(args.resume), "--resume", "continues a run as it was started; "
                           "drop the scenario, --set, --out and --dry-run")
+    if not args.resume.is_dir():
+        raise EdgeflError(str(args.resume), "--resume", "no such folder; give the run directory of an "
+                          "interrupted run")
     if not (args.resume / "scenario.toml").is_file():
         raise EdgeflError(str(args.resume), "--resume", "holds no run (no scenario.toml); give the "
                           "run directory of an interrupted run")
@@ -425,14 +428,21 @@ def cmd_devices_show(args: argparse.Namespace) -> int:
 
 
 def cmd_devices_validate(args: argparse.Namespace) -> int:
-    """Each file as a profile of the folder it is in: its networks are those of that folder, of
-    EDGEFL_PROFILE_PATH and the bundled ones."""
+    """Each file as a profile of the folder it is in: a device (its networks those of that folder,
+    of EDGEFL_PROFILE_PATH and the bundled ones), or an app or a network in an `apps/` or
+    `networks/` folder."""
     from edgefl.devices.catalog import load_profile, network_names, search_path
-    from edgefl.devices.profile import DeviceProfile
+    from edgefl.devices.profile import AppProfile, DeviceProfile, NetworkProfile
 
     for path in args.files:
         if not path.is_file():
-            raise EdgeflError(str(path), "file", "not found")
+            raise EdgeflError(str(path), "file", "not a file; give profile files (.toml)")
+        if path.parent.name == "apps":
+            print(f"{path}: ok ({load_profile(path, AppProfile).name}: app)")
+            continue
+        if path.parent.name == "networks":
+            print(f"{path}: ok ({load_profile(path, NetworkProfile).name}: network)")
+            continue
         roots = (path.parent.resolve(), *search_path())
         p = load_profile(path, DeviceProfile, network_names(roots))
         print(f"{path}: ok ({p.name}: {p.memory_mb} MB, {p.compute_gflops} GFLOP/s)")

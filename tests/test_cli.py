@@ -123,6 +123,24 @@ def test_devices_validate_bad_toml_or_missing_keys(
     assert str(bad) in one_error_line(capsys.readouterr().err)
 
 
+def test_devices_validate_checks_apps_and_networks_as_what_their_folder_says(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(ROOT)
+    files = ["device_profiles/apps/idle.toml", "device_profiles/networks/wifi.toml"]
+    assert main(["devices", "validate", *files]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [f"{files[0]}: ok (idle: app)", f"{files[1]}: ok (wifi: network)"]
+
+
+def test_devices_validate_refuses_active_watts_below_idle(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    phone = tmp_path / "phone.toml"
+    text = (PROFILES / "pixel_4a.toml").read_text().replace('name = "pixel_4a"', 'name = "phone"')
+    phone.write_text(text.replace("idle_w = ", "idle_w = 50.0  # was ", 1))
+    assert main(["devices", "validate", str(phone)]) == 2
+    assert "active_w: must be at least idle_w" in one_error_line(capsys.readouterr().err)
+
+
 def test_devices_validate_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["devices", "validate", str(tmp_path / "ghost.toml")]) == 2
     assert "ghost.toml" in one_error_line(capsys.readouterr().err)

@@ -13,7 +13,7 @@ from matplotlib.colors import to_rgba
 
 from edgefl.cli import main
 from edgefl.experiment import CLIENTS
-from edgefl.report.timeline import PHASE_COLOURS, timeline_figure
+from edgefl.report.timeline import PHASE_COLOURS, timeline_figure, timeline_names
 
 ROOT = Path(__file__).resolve().parents[1]
 # round, client, phase, start, end: client 3's round 0 (it waits for client 5), client 5's round 0,
@@ -81,3 +81,9 @@ def test_plot_writes_the_timeline_of_a_run(tmp_path: Path, capsys: pytest.Captur
         path = run / "figures" / f"timeline.{ext}"
         assert str(path) in written and path.stat().st_size > 1000
     assert main(["plot", str(run), "--timeline-clients", "-1"]) == 2
+
+
+def test_timelines_of_runs_whose_folders_share_a_name_do_not_overwrite_each_other() -> None:
+    assert timeline_names([Path("a/jfat")]) == ["timeline"]
+    assert timeline_names([Path("a/jfat"), Path("b/jfat"), Path("c/fed prophet")]) == [
+        "timeline-jfat-1", "timeline-jfat-2", "timeline-fed_prophet"]

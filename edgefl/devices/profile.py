@@ -124,6 +124,8 @@ def check_profile(p: DeviceProfile | AppProfile | NetworkProfile, where: str, st
         checks += [
             *_number_checks(p),
             ("device_class", p.device_class in DEVICE_CLASSES, f"must be one of {', '.join(DEVICE_CLASSES)}"),
+            ("active_w", not (p.active_w and p.idle_w) or p.active_w >= p.idle_w,
+             "must be at least idle_w (the watts at full load include the idle draw)"),
         ]
         checks += [(f"kernels.{k}", _kernel_ok(getattr(p.kernels, k)),
                     "must list up to 3 passes, each [GFLOP/s, GB/s, overhead us] with positive "

@@ -32,7 +32,7 @@ from edgefl.report.compare import (
     memory,
     table,
 )
-from edgefl.report.timeline import timeline_figure, timeline_name
+from edgefl.report.timeline import timeline_figure, timeline_names
 from edgefl.rundir import claim, write_file
 
 PART_LABELS = {"compute": "compute", "data_access": "data access (swap, data)",
@@ -55,7 +55,8 @@ def make_figures(runs: list[Path], out_dir: Path, target: float | None = None,
                "memory": memory_figure(loaded),
                "epsilon": epsilon_figure(loaded, labels)}
     if timeline_clients:
-        figures.update({timeline_name(p, len(runs) > 1): timeline_figure(p, timeline_clients) for p in runs})
+        figures.update({name: timeline_figure(p, timeline_clients)
+                        for name, p in zip(timeline_names(runs), runs, strict=True)})
     drawn = {name: fig for name, fig in figures.items() if fig is not None}
     try:
         claim(out_dir, "figures")

@@ -81,6 +81,10 @@ def timeline_figure(run: Path, clients: int) -> Figure | None:
     return fig
 
 
-def timeline_name(run: Path, several: bool) -> str:
-    """`timeline`, or `timeline-<run folder>` (safe characters only) when several runs are plotted."""
-    return f"timeline-{re.sub(r'[^A-Za-z0-9_.-]', '_', run.name)}" if several else "timeline"
+def timeline_names(runs: list[Path]) -> list[str]:
+    """`timeline` for one run; for several, `timeline-<run folder>` (safe characters only), and
+    `-<position>` (from 1) after the name of a folder that two runs share."""
+    if len(runs) == 1:
+        return ["timeline"]
+    names = [re.sub(r"[^A-Za-z0-9_.-]", "_", run.name) for run in runs]
+    return [f"timeline-{n}" + (f"-{i}" if names.count(n) > 1 else "") for i, n in enumerate(names, start=1)]
