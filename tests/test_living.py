@@ -333,9 +333,11 @@ def test_living_scenarios_are_seeded(tmp_path: Path, name: str) -> None:
 
 @pytest.mark.parametrize("mode", ["deadline", "async"])
 def test_a_fleet_that_never_comes_online_is_one_line(tmp_path: Path, mode: str) -> None:
-    trace = tmp_path / "never.json"
-    trace.write_text(json.dumps({"0": {"active": [], "inactive": [], "duration": 10}}))
-    s = load_scenario(QUICKSTART, [f"fleet.availability={trace}", f"round.mode={mode}"])
+    """A fleet of phones, every battery empty and no charger: no device comes online again (a trace in
+    which none ever is online is refused when the scenario is read: test_a_bad_trace_is_refused_...)."""
+    s = load_scenario(QUICKSTART, ['fleet.devices=["pixel_4a"]', "energy.enabled=true",
+                                   "energy.batteries=true", "energy.charge_w=0",
+                                   "energy.battery_start=[0.0, 0.0]", f"round.mode={mode}"])
     with pytest.raises(EdgeflError) as info:
         run(prepare(s, str(QUICKSTART), dry_run=True), tmp_path / "out", progress=False)
     assert info.value.key == "fleet.availability" and "comes online again" in info.value.fix

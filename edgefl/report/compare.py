@@ -70,7 +70,7 @@ class Run:
 
 def load_run(path: Path) -> Run:
     """Read a run directory written by `edgefl run`, checking every value the reports use."""
-    metrics, clients = _read_csv(path, "metrics.csv"), _read_csv(path, "clients.csv")
+    metrics, clients = read_log(path, "metrics.csv"), read_log(path, "clients.csv")
     return Run(path, _read_scenario(path), metrics, clients)
 
 
@@ -105,8 +105,8 @@ NUMBERS = {"round": int, "client": int, "mem_avail_bytes": int, "mem_req_bytes":
 OPTIONAL = {"clean_acc", "adv_acc", "eps", "round_time_s"}
 
 
-def _read_csv(path: Path, name: str) -> list[dict[str, str]]:
-    """A log's rows as text, checked; clients may be CSV or Parquet (`runlog.read_rows`)."""
+def read_log(path: Path, name: str) -> list[dict[str, str]]:
+    """A log's rows as text, checked; clients and events may be CSV or Parquet (`runlog.read_rows`)."""
     stem = name.removesuffix(".csv")
     header, rows = read_rows(path, stem)
     parquet = path / f"{stem}.parquet"
@@ -216,7 +216,7 @@ def _slot_work(run: Run) -> dict[str, float]:
     round_section, fleet = run.scenario.get("round", {}), run.scenario.get("fleet", {})
     slots = min(int(round_section.get("concurrency", 8)), int(fleet.get("clients", 20)))
     totals = dict.fromkeys(WORK.values(), 0.0)
-    for e in _read_csv(run.path, "events.csv"):
+    for e in read_log(run.path, "events.csv"):
         part = WORK.get(f"{e['phase']}_s")
         if part is not None:
             totals[part] += (float(e["end_s"]) - float(e["start_s"])) / slots

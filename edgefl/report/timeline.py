@@ -16,6 +16,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
+from edgefl.report.compare import read_log
 from edgefl.runlog import read_rows
 from edgefl.sim.engine import PHASES
 
@@ -30,7 +31,7 @@ def timeline_spans(run: Path, clients: int) -> dict[int, dict[str, list[Span]]]:
     (none for a run without one: written by hand, or by an edgefl before events were logged)."""
     if not any((run / f"events.{ext}").is_file() for ext in ("csv", "parquet")):
         return {}
-    rows = read_rows(run, "events")[1]
+    rows = read_log(run, "events.csv")
     shown = sorted({int(r["client"]) for r in rows})[:clients]
     spans: dict[int, dict[str, list[Span]]] = {k: {} for k in shown}
     for r in rows:
