@@ -122,7 +122,18 @@ def schema() -> dict[str, Any]:
 def validate(s: Scenario, where: str, beside: str | None = None) -> None:
     """Range checks and known-name checks, each failing on the first bad key (profiles and a trace
     found beside `beside`, default `where`)."""
-    checks: list[Check] = [
+    checks = [*_run_checks(s), *_data_checks(s), *_fleet_checks(s), *_training_checks(s), *_cost_checks(s)]
+    for key, ok, fix in checks:
+        if not ok:
+            raise EdgeflError(where, key, fix)
+    _check_names(s, where, beside or where)
+    check_device(s.device, where)
+    _check_living(s, where, beside or where)
+
+
+def _run_checks(s: Scenario) -> list[Check]:
+    """The run's own keys, its outputs, Ray and compare."""
+    return [
         ("rounds", s.rounds >= 1, "must be at least 1"),
         ("seed", s.seed >= 0, "must be a non-negative integer"),
         ("threads", 0 <= s.threads <= MAX_THREADS,
@@ -132,6 +143,19 @@ def validate(s: Scenario, where: str, beside: str | None = None) -> None:
         ("output.format", s.output.format in ("auto", "csv", "parquet"), "must be auto, csv or parquet"),
         ("output.parquet_above", s.output.parquet_above >= 0, "must be a client-round count, 0 or more"),
         ("output.trace_clients", s.output.trace_clients >= 0, "must be a client count, 0 or more"),
+        ("ray.workers", s.ray.workers >= 0, "must be 0 (one per CPU) or positive"),
+        ("ray.max_retries", s.ray.max_retries >= 0, "must be non-negative"),
+        *((f"compare.rounds.{printable(m)}", n >= 1, "must be at least 1")
+          for m, n in s.compare.rounds.items()),
+        ("ray.address", s.ray.trust_address or is_local_address(s.ray.address),
+         "joins a Ray cluster that is not on this machine; Ray runs code it receives pickled, so set "
+         "ray.trust_address = true only for a cluster you trust, or leave the address empty"),
+    ]
+
+
+def _data_checks(s: Scenario) -> list[Check]:
+    """The data and its split."""
+    return [
         ("data.alpha", s.data.alpha > 0, "must be positive"),
         ("data.skew_s", 0 <= s.data.skew_s < 100, "must be a percentage in [0, 100)"),
         ("data.shards_per_client", s.data.shards_per_client >= 1, "must be at least 1"),
@@ -144,11 +168,39 @@ def validate(s: Scenario, where: str, beside: str | None = None) -> None:
         ("data.synthetic_train", s.data.synthetic_train >= 1, "must be at least 1"),
         ("data.synthetic_test", s.data.synthetic_test >= 1, "must be at least 1"),
         ("data.synthetic_seed", s.data.synthetic_seed >= 0, "must be a non-negative integer"),
+        ("data.skew_s", s.data.partition != "skew" or (s.fleet.clients - 1) * s.data.skew_s < 100,
+         "skew gives each client s % of every other group: (clients - 1) x s must stay below 100"),
+    ]
+
+
+def _fleet_checks(s: Scenario) -> list[Check]:
+    """The fleet, how its rounds close, the server's links and client selection."""
+    return [
         ("fleet.clients", s.fleet.clients >= 1, "must be at least 1"),
         ("fleet.sample_fraction", 0 < s.fleet.sample_fraction <= 1, "must be a fraction in (0, 1]"),
         ("fleet.memory_fraction", _is_range(s.fleet.memory_fraction, 0, 1),
          "must be [low, high] with 0 <= low <= high <= 1"),
         ("fleet.reserved_memory_mb", s.fleet.reserved_memory_mb > 0, "must be positive (MB)"),
+        ("server.down_mbps", 0 <= s.server.down_mbps <= MAX_LINK_MBPS, f"must be 0 (unlimited) or "
+         f"positive, at most {MAX_LINK_MBPS:g} (Mbit/s)"),
+        ("server.up_mbps", 0 <= s.server.up_mbps <= MAX_LINK_MBPS, f"must be 0 (unlimited) or "
+         f"positive, at most {MAX_LINK_MBPS:g} (Mbit/s)"),
+        ("fleet.online_start_h", 0 <= s.fleet.online_start_h < 24, "must be a local hour in [0, 24)"),
+        ("fleet.online_hours", 0 < s.fleet.online_hours <= 24, "must be in (0, 24] (24: always online)"),
+        ("fleet.tz_spread_h", 0 <= s.fleet.tz_spread_h <= 24, "must be in [0, 24] hours"),
+        ("round.mode", s.round.mode in MODES, f"must be one of: {', '.join(MODES)}"),
+        ("round.deadline_s", s.round.deadline_s > 0, "must be positive (seconds)"),
+        ("round.over_selection", s.round.over_selection >= 1, "must be at least 1 (FedScale uses 1.3)"),
+        ("round.buffer", s.round.buffer >= 1, "must be at least 1"),
+        ("round.max_staleness", s.round.max_staleness >= 0, "must be non-negative"),
+        ("round.concurrency", s.round.concurrency >= 1, "must be at least 1"),
+        *_selection_checks(s),
+    ]
+
+
+def _training_checks(s: Scenario) -> list[Check]:
+    """Local training, its attack, the evaluation and the methods' knob sections."""
+    return [
         ("training.local_iters", s.training.local_iters >= 1, "must be at least 1"),
         ("training.batch_size", s.training.batch_size >= 1, "must be at least 1"),
         ("training.optimizer", s.training.optimizer in ("sgd", "adam"), "must be sgd or adam"),
@@ -167,6 +219,18 @@ def validate(s: Scenario, where: str, beside: str | None = None) -> None:
         ("evaluation.steps", s.evaluation.steps >= 1, "must be at least 1"),
         ("evaluation.eps", s.evaluation.eps >= 0, "must be non-negative"),
         ("evaluation.step_size", s.evaluation.step_size >= 0, "must be non-negative"),
+        *((f"{name}.{key}", ok, fix) for name, cls in KNOBS.classes().items()
+          for key, ok, fix in s.knobs(cls).checks()),
+        ("evaluation.extra", s.evaluation.attack not in s.evaluation.extra,
+         f"must not repeat evaluation.attack ({s.evaluation.attack!r}, already the adv_acc column)"),
+        ("evaluation.extra", len(set(s.evaluation.extra)) == len(s.evaluation.extra),
+         "names an attack twice; give each once"),
+    ]
+
+
+def _cost_checks(s: Scenario) -> list[Check]:
+    """The cost model and the energy model."""
+    return [
         ("cost.accounting", s.cost.accounting in ("walk", "paper"), "must be walk or paper"),
         ("cost.server_s", s.cost.server_s >= 0, "must be non-negative (seconds)"),
         ("cost.server_gflops", s.cost.server_gflops > 0, "must be positive (GFLOP/s)"),
@@ -181,44 +245,7 @@ def validate(s: Scenario, where: str, beside: str | None = None) -> None:
         ("energy.charge_start_h", 0 <= s.energy.charge_start_h < 24, "must be a local hour in [0, 24)"),
         ("energy.charge_hours", 0 < s.energy.charge_hours <= 24,
          "must be in (0, 24] (24: always plugged in)"),
-        ("server.down_mbps", 0 <= s.server.down_mbps <= MAX_LINK_MBPS, f"must be 0 (unlimited) or "
-         f"positive, at most {MAX_LINK_MBPS:g} (Mbit/s)"),
-        ("server.up_mbps", 0 <= s.server.up_mbps <= MAX_LINK_MBPS, f"must be 0 (unlimited) or "
-         f"positive, at most {MAX_LINK_MBPS:g} (Mbit/s)"),
-        *((f"{name}.{key}", ok, fix) for name, cls in KNOBS.classes().items()
-          for key, ok, fix in s.knobs(cls).checks()),
-        ("fleet.online_start_h", 0 <= s.fleet.online_start_h < 24, "must be a local hour in [0, 24)"),
-        ("fleet.online_hours", 0 < s.fleet.online_hours <= 24, "must be in (0, 24] (24: always online)"),
-        ("fleet.tz_spread_h", 0 <= s.fleet.tz_spread_h <= 24, "must be in [0, 24] hours"),
-        ("round.mode", s.round.mode in MODES, f"must be one of: {', '.join(MODES)}"),
-        ("round.deadline_s", s.round.deadline_s > 0, "must be positive (seconds)"),
-        ("round.over_selection", s.round.over_selection >= 1, "must be at least 1 (FedScale uses 1.3)"),
-        ("round.buffer", s.round.buffer >= 1, "must be at least 1"),
-        ("round.max_staleness", s.round.max_staleness >= 0, "must be non-negative"),
-        ("round.concurrency", s.round.concurrency >= 1, "must be at least 1"),
-        *_selection_checks(s),
-        ("ray.workers", s.ray.workers >= 0, "must be 0 (one per CPU) or positive"),
-        ("ray.max_retries", s.ray.max_retries >= 0, "must be non-negative"),
-        *((f"compare.rounds.{printable(m)}", n >= 1, "must be at least 1")
-          for m, n in s.compare.rounds.items()),
-        ("ray.address", s.ray.trust_address or is_local_address(s.ray.address),
-         "joins a Ray cluster that is not on this machine; Ray runs code it receives pickled, so set "
-         "ray.trust_address = true only for a cluster you trust, or leave the address empty"),
-        ("evaluation.extra", s.evaluation.attack not in s.evaluation.extra,
-         f"must not repeat evaluation.attack ({s.evaluation.attack!r}, already the adv_acc column)"),
-        ("evaluation.extra", len(set(s.evaluation.extra)) == len(s.evaluation.extra),
-         "names an attack twice; give each once"),
     ]
-    if s.data.partition == "skew":
-        checks.append(("data.skew_s", (s.fleet.clients - 1) * s.data.skew_s < 100,
-                       "skew gives each client s % of every other group: (clients - 1) x s "
-                       "must stay below 100"))
-    for key, ok, fix in checks:
-        if not ok:
-            raise EdgeflError(where, key, fix)
-    _check_names(s, where, beside or where)
-    check_device(s.device, where)
-    _check_living(s, where, beside or where)
 
 
 MODES = ("sync", "deadline", "async")

@@ -26,7 +26,7 @@ from edgefl.executors.ray import RayExecutor
 from edgefl.experiment.energy import RoundEnergy
 from edgefl.experiment.living import AsyncRounds, Live, completed, live_round
 from edgefl.experiment.prepare import Experiment, Rebuild
-from edgefl.experiment.resume import resume_state
+from edgefl.experiment.resume import Resumed, resume_state
 from edgefl.experiment.rounds import (
     RoundTable,
     bulk_round,
@@ -76,21 +76,30 @@ def run(exp: Experiment, out: Path, progress: bool = True, resume: bool = False)
                           f"before is kept: free space or make the folder writable, {then}") from None
 
 
-def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, Any]:
+def _start(exp: Experiment, out: Path, resume: bool, text: str,
+           selection: Selection) -> tuple[dict[str, str], Resumed | None]:
+    """The run's fingerprint, and its checkpoint when resuming (checked: resume_state); a new run
+    claims its folder and writes its marker and scenario.toml first."""
     s = exp.scenario
-    text = to_toml(s)
     trace = trace_file(s.fleet, exp.where)
     fingerprint = rundir.fingerprint(text, [*exp.pool.profile_files(), *([trace] if trace else [])])
     if resume and s.round.mode == "async":
         raise EdgeflError(str(out), "--resume", "an async run cannot be resumed (its clients are mid-flight "
                           "in the simulation); start it again with --overwrite")
+    if resume:
+        return fingerprint, resume_state(exp, out, fingerprint, selection)
+    rundir.claim(out, "run")  # a no-op after prepare_out; library callers get the same checks
+    rundir.write_marker(out, "run", {**fingerprint, rundir.ORIGIN: str(Path(exp.where).resolve())})
+    write_file(out / "scenario.toml", text)
+    return fingerprint, None
+
+
+def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, Any]:
+    s = exp.scenario
+    text = to_toml(s)
     selection = Selection(s.selection, exp.pool, exp.dry_run, exp.ctx.splits,
                           workload_need(exp.method, exp.pool))
-    saved = resume_state(exp, out, fingerprint, selection) if resume else None
-    if saved is None:
-        rundir.claim(out, "run")  # a no-op after prepare_out; library callers get the same checks
-        rundir.write_marker(out, "run", {**fingerprint, rundir.ORIGIN: str(Path(exp.where).resolve())})
-        write_file(out / "scenario.toml", text)
+    fingerprint, saved = _start(exp, out, resume, text, selection)
     evaluator = None if exp.dry_run else Evaluator(exp)
     pricer = Pricer(exp.ctx.cost, exp.pool, lambda k, w: _counted(exp, k, w))
     fed, rows, first = Federation(), [], 0
@@ -133,14 +142,19 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
             sample.add_columns(spans)  # nothing is kept across rounds but the trace's sample
             rows.append(row)
             if not exp.dry_run and s.checkpoint_every and ((t + 1) % s.checkpoint_every == 0 or last):
-                checkpoint.save(out, {"next_round": t + 1, "method": exp.method.state(), "rows": rows,
-                                      "selection": selection.state(),
-                                      "clock": fed.now, "fingerprint": fingerprint,
-                                      "battery": energy.battery.state(fed.now) if energy.battery else [],
-                                      "logs": {log.path.name: log.seal() for log in logs}})
-                for log in logs:
-                    log.commit()
+                _save(out, t + 1, exp, rows, selection, fed, fingerprint, energy, logs)
     return _finish(exp, out, rows, time.perf_counter() - started, sample)
+
+
+def _save(out: Path, next_round: int, exp: Experiment, rows: list[dict[str, Any]], selection: Selection,
+          fed: Federation, fingerprint: dict[str, str], energy: RoundEnergy, logs: list[Log]) -> None:
+    """The checkpoint after a round, sealing each log's rows so far; then the logs commit them."""
+    checkpoint.save(out, {"next_round": next_round, "method": exp.method.state(), "rows": rows,
+                          "selection": selection.state(), "clock": fed.now, "fingerprint": fingerprint,
+                          "battery": energy.battery.state(fed.now) if energy.battery else [],
+                          "logs": {log.path.name: log.seal() for log in logs}})
+    for log in logs:
+        log.commit()
 
 
 def _headers(exp: Experiment, evaluator: Evaluator | None,
