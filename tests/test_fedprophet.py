@@ -17,6 +17,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -37,7 +38,7 @@ from edgefl.methods.fedprophet.coordinator import (
     stage_score,
 )
 from edgefl.methods.fedprophet.knobs import FedProphetConfig
-from edgefl.methods.fedprophet.method import stage_control
+from edgefl.methods.fedprophet.method import spread_sample, stage_control
 from edgefl.methods.fedprophet.partition import Estimator, aux_head, head_profile, partition, partition_model
 from edgefl.models import build_model
 from edgefl.profiling import profile_model
@@ -676,6 +677,30 @@ def test_mu_term_gradient_on_the_module_output():
         assert float(cascade_loss(exit_, z, y, mu)) == pytest.approx(float(value), rel=1e-6)
 
 
+def test_the_last_module_adds_no_mu_term_to_the_logits():
+    """Prop. 1's l_M = l: with no auxiliary head (the exit's head is the identity) the loss is the
+    model's cross-entropy alone, whatever mu."""
+    torch.manual_seed(0)
+    stack = nn.Sequential(nn.Linear(5, 4))
+    z, y = torch.randn(6, 5), torch.randint(0, 4, (6,))
+    with torch.no_grad():
+        loss = cascade_loss(Exit(stack, nn.Identity()), z, y, mu=0.3)
+        assert float(loss) == float(nn.functional.cross_entropy(stack(z), y))
+
+
+def test_d_star_and_validation_sample_every_clients_data():
+    """Eq. 9 averages over all the clients' data: 15 of three clients' 30 indices, drawn from all
+    three sets (not the first client's), sorted, the same for the same seed; all of them when n
+    is larger."""
+    parts = [np.arange(0, 10), np.arange(10, 20), np.arange(20, 30)]
+    picked = spread_sample(parts, 15, seed=0)
+    assert len(picked) == 15 and len(set(picked.tolist())) == 15 and list(picked) == sorted(picked)
+    assert set((picked // 10).tolist()) == {0, 1, 2}
+    assert np.array_equal(picked, spread_sample(parts, 15, seed=0))
+    assert not np.array_equal(picked, spread_sample(parts, 15, seed=1))
+    assert np.array_equal(spread_sample(parts, 100, seed=0), np.arange(30))
+
+
 # --- 8. PGD in an L2 ball ----------------------------------------------------------------------------
 
 def test_pgd_l2_stays_in_the_ball_per_sample():
@@ -718,6 +743,26 @@ def test_pgd_l2_respects_the_lower_bound():
     assert ((x_adv - x).flatten(1).norm(dim=1) <= 2.0 * (1 + 1e-5)).all()
     attack.lower = None  # without a bound a large radius does go negative
     assert float(attack(model, x, y).min()) < 0.0
+
+
+def test_pgd_l2_spends_its_budget_only_above_the_lower_bound():
+    """The loss grows along w = (-1, 1) from x = (0, 1) with features bounded below by 0. As the
+    release, each step moves delta by s = 0.1 / sqrt 2 per coordinate, projects it into the ball of
+    eps = 0.5, then clips it so that x + delta >= 0: the first coordinate ends each step at 0, and
+    the second settles where one step and projection give it back, d = eps (d + s) / sqrt(s^2 +
+    (d + s)^2) = 0.4962. An unclipped delta would keep half its length in the first coordinate,
+    which the bound then throws away: the second would reach only 0.5 / sqrt 2 = 0.354."""
+    torch.manual_seed(4)
+    w = torch.tensor([-1.0, 1.0])
+    attack = PGDL2(eps=0.5, step_size=0.1, steps=50)
+    attack.lower = 0.0
+    attack.loss = lambda out, target: (out * w).sum()
+    x_adv = attack(nn.Identity(), torch.tensor([[0.0, 1.0]]), torch.zeros(1))
+    s, d = 0.1 / math.sqrt(2), 0.0
+    for _ in range(1000):
+        d = 0.5 * (d + s) / math.hypot(s, d + s)
+    assert d == pytest.approx(0.4962, abs=1e-4)
+    torch.testing.assert_close(x_adv, torch.tensor([[0.0, 1.0 + d]]), rtol=0, atol=1e-6)
 
 
 def test_pgd_l2_reaches_the_boundary_on_a_linear_model():

@@ -1,6 +1,8 @@
 """PGD in an L2 ball, for intermediate features (FedProphet §5.1, Eq. 7: the input z_{m-1} of
 module m is perturbed within ||delta||_2 <= eps_{m-1}). Features have no [0, 1] box; a lower bound
-(0 after a ReLU) can be kept. FedProphet's feature attack steps 2.5 eps / T, as the release
+(0 after a ReLU) can be kept: as the authors' release (utils/adversarial.py), the random start and
+every projected step are clipped so that x + delta stays above it, so no part of the budget is spent
+pushing features below the bound. FedProphet's feature attack steps 2.5 eps / T, as the release
 (edgefl.methods.fedprophet.cascade.feature_attack).
 """
 
@@ -23,12 +25,13 @@ class PGDL2(Attack):
     def perturb(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         delta = normal_like(x)
         radius = uniform_like(torch.empty(len(x), *([1] * (x.dim() - 1)), device=x.device))
-        delta = delta / _per_sample_norm(delta) * self.eps * radius
+        delta = self._clip(x, delta / _per_sample_norm(delta) * self.eps * radius)
         for _ in range(self.steps):
-            grad = input_gradient(model, self._clamp(x + delta), y, self.loss)
+            grad = input_gradient(model, x + delta, y, self.loss)
             delta = delta + self.step_size * grad / _per_sample_norm(grad)
-            delta = delta * (self.eps / _per_sample_norm(delta)).clamp(max=1.0)
-        return self._clamp(x + delta)
+            delta = self._clip(x, delta * (self.eps / _per_sample_norm(delta)).clamp(max=1.0))
+        return x + delta
 
-    def _clamp(self, x: torch.Tensor) -> torch.Tensor:
-        return x if self.lower is None else x.clamp_min(self.lower)
+    def _clip(self, x: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+        """delta with x + delta at or above `lower` (its norm only shrinks: x is above it)."""
+        return delta if self.lower is None else (x + delta).clamp_min(self.lower) - x

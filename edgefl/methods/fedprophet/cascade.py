@@ -33,9 +33,12 @@ class Exit(nn.Module):
 
 
 def cascade_loss(exit_: Exit, z: torch.Tensor, y: torch.Tensor, mu: float) -> torch.Tensor:
-    """Eq. 7 / 11: CE through the head plus mu/2 ||z_out||^2 (mean over the batch)."""
+    """Eq. 7 / 11: CE through the head plus mu/2 ||z_out||^2 (mean over the batch); at the last
+    module, whose output is the logits (no auxiliary head), the loss is the model's own CE (Prop. 1's
+    l_M = l; the release adds no term there)."""
     out = exit_.stack(z)
-    reg = 0.5 * mu * out.flatten(1).pow(2).sum(1).mean() if mu else 0.0
+    headed = not isinstance(exit_.head, nn.Identity)
+    reg = 0.5 * mu * out.flatten(1).pow(2).sum(1).mean() if mu and headed else 0.0
     return nn.functional.cross_entropy(exit_.head(out), y) + reg
 
 

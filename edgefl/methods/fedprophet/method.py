@@ -42,6 +42,16 @@ from edgefl.methods.fedprophet.partition import aux_head, partition_model
 from edgefl.sim.records import optimizer_slots
 from edgefl.sim.workload import Workload
 
+SAMPLES = 43  # the random stream of the server's samples for d* and validation (unlike any other)
+
+
+def spread_sample(parts: list[np.ndarray], n: int, seed: int) -> np.ndarray:
+    """Up to n of the indices in `parts` (the clients' index sets), drawn uniformly without
+    replacement from all of them and sorted; the same for the same seed and sets."""
+    every = np.concatenate(parts)
+    rng = np.random.default_rng([seed, SAMPLES, len(every)])
+    return every[np.sort(rng.choice(len(every), size=min(n, len(every)), replace=False))]
+
 
 class Backbone(nn.Module):
     """The global model and one auxiliary head per module but the last."""
@@ -259,8 +269,10 @@ class FedProphet(Method):
         return feature_attack(self.eps, a.steps, self.lower)
 
     def samples(self, parts: list[np.ndarray], n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Up to n training-set samples from the clients' index sets, in client order."""
-        idx = torch.from_numpy(np.concatenate(parts)[:n]).to(self.ctx.device)
+        """Up to n training-set samples drawn uniformly from all the clients' index sets (Eq. 9's
+        average over the clients' data; the release measures every client), seeded by the scenario:
+        the same draw every time the same sets are sampled."""
+        idx = torch.from_numpy(spread_sample(parts, n, self.ctx.scenario.seed)).to(self.ctx.device)
         return to_float(self.ctx.data.train_x[idx]), self.ctx.data.train_y[idx]
 
     def validate(self) -> tuple[float, float]:
