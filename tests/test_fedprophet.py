@@ -896,3 +896,19 @@ def test_the_cli_and_the_api_run_agree(cli_run: tuple[int, Path], api_run: tuple
     _, api_rows = read_csv(api_run[1] / "metrics.csv")
     keys = ("module", "eps", "alpha", "val_clean", "val_adv", "clean_acc", "adv_acc")
     assert [[r[k] for k in keys] for r in cli_rows] == [[r[k] for k in keys] for r in api_rows]
+
+
+def test_how_a_run_is_evaluated_does_not_change_its_training(tmp_path: Path):
+    """d* at module 2 draws PGD random starts from torch's global generator after the previous
+    round's evaluation; evaluating every round, or every fourth with CW besides, must leave every
+    training figure (loss, eps, alpha, validation) as it was."""
+    def trained(name: str, evaluation: list[str]) -> list[dict[str, str]]:
+        s = load_scenario(QUICKSTART, [*TINY, *evaluation])
+        single_thread(lambda: run(prepare(s, str(QUICKSTART)), tmp_path / name, progress=False))
+        rows = list(csv.DictReader((tmp_path / name / "metrics.csv").open()))
+        keys = ("module", "train_loss", "eps", "alpha", "val_clean", "val_adv")
+        return [{k: r[k] for k in keys} for r in rows]
+
+    every = trained("every", ["evaluation.every=1"])
+    assert [r["module"] for r in every] == ["1", "1", "2", "2"]  # d* measured once, at round 2
+    assert trained("sparse", ["evaluation.every=4", 'evaluation.extra=["cw"]']) == every

@@ -200,13 +200,18 @@ class Evaluator:
         self.columns = [f"{name}_acc" for name in e.extra]
         n = s.data.test_samples or len(exp.ctx.data.test_y)
         self.x, self.y = exp.ctx.data.test_x[:n], exp.ctx.data.test_y[:n]
+        self.cuda = [exp.ctx.device] if exp.ctx.device.type == "cuda" else []
 
     def __call__(self, model: torch.nn.Module) -> dict[str, float]:
+        """The row's accuracies; the attacks' random starts come from a fork of torch's random
+        state, so how often and how a run is evaluated never changes what training draws next
+        (FedProphet's d* at the next module, for one)."""
         (_, attack), *extras = self.attacks.items()
-        clean, adv = evaluate(model, self.x, self.y, attack)
-        row = {"clean_acc": round(clean, 4), "adv_acc": round(adv, 4)}
-        for name, extra in extras:
-            row[f"{name}_acc"] = round(evaluate(model, self.x, self.y, extra)[1], 4)
+        with torch.random.fork_rng(devices=self.cuda):
+            clean, adv = evaluate(model, self.x, self.y, attack)
+            row = {"clean_acc": round(clean, 4), "adv_acc": round(adv, 4)}
+            for name, extra in extras:
+                row[f"{name}_acc"] = round(evaluate(model, self.x, self.y, extra)[1], 4)
         return row
 
 
