@@ -338,6 +338,10 @@ def _check_names(s: Scenario, where: str, beside: str) -> None:
         ("evaluation.attack", s.evaluation.attack, ATTACKS.names()),
     ]
     named += [("evaluation.extra", a, ATTACKS.names()) for a in s.evaluation.extra]
+    trainers = [n for n in ATTACKS.names() if ATTACKS.get(n).trains]
+    if s.attack.name in ATTACKS.names() and s.attack.name not in trainers:
+        raise EdgeflError(where, "attack.name", f"{s.attack.name} is an evaluation attack (give it as "
+                          f"evaluation.attack or evaluation.extra); train with one of: {', '.join(trainers)}")
     named += [("compare.rounds", m, METHODS.names()) for m in s.compare.rounds]
     named += [(f"{name}.{key}", value, known) for name, cls in KNOBS.classes().items()
               for key, value, known in s.knobs(cls).named()]

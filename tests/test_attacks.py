@@ -9,13 +9,19 @@ and PGD with enough steps ends at the corner x + eps * sign(w_wrong - w_true) of
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
 from edgefl.attacks import ATTACKS, Attack, make_attack
+from edgefl.errors import EdgeflError
 from edgefl.execution.local import evaluate
+from edgefl.experiment import prepare
+from edgefl.scenario import load_scenario
+
+QUICKSTART = Path(__file__).resolve().parents[1] / "scenarios" / "quickstart.toml"
 
 
 def linear(w_0: list[float], w_1: list[float], bias: tuple[float, float] = (0.0, 0.0)) -> nn.Sequential:
@@ -224,3 +230,18 @@ def test_evaluate_counts_over_batches():
     clean, adv = evaluate(model, x, y, attack, batch=2)
     assert clean == pytest.approx(4 / 5)
     assert adv == pytest.approx(2 / 5)
+
+
+@pytest.mark.parametrize("name, steps", [("pgd", 10), ("fgsm", 1), ("cw", 10)])
+def test_a_round_is_charged_the_attack_passes_it_runs(name, steps):
+    """FGSM runs one forward and input-gradient pair whatever attack.steps says; PGD and CW run
+    attack.steps of them. The workload the cost model prices carries that count."""
+    s = load_scenario(QUICKSTART, [f'attack.name="{name}"', "attack.steps=10"])
+    exp = prepare(s, str(QUICKSTART), dry_run=True)
+    assert exp.method.plan(0, 0, exp.pool.state(0, 0)).workload.attack_steps == steps
+
+
+def test_autoattack_is_refused_as_the_training_attack():
+    with pytest.raises(EdgeflError) as info:
+        load_scenario(QUICKSTART, ['attack.name="autoattack"'])
+    assert info.value.key == "attack.name" and "evaluation attack" in info.value.fix

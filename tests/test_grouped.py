@@ -245,10 +245,12 @@ def test_which_methods_train_in_groups(method: str, grouped: bool) -> None:
 
 def test_attacks_that_cannot_be_grouped_train_one_by_one() -> None:
     """AutoAttack probes the model with one row and re-attacks subsets of rows, which a grouped
-    network's client-major rows do not allow: jFAT trains its clients one by one under it."""
-    exp = prepare(load_scenario(QUICKSTART, ['attack.name="autoattack"']), str(QUICKSTART), dry_run=True)
+    network's client-major rows do not allow: a plan carrying it (a method that attacked with it)
+    trains one by one. (Scenarios refuse it as the training attack: it is an evaluation attack.)"""
+    exp = prepare(load_scenario(QUICKSTART), str(QUICKSTART), dry_run=True)
     w = Workload(exp.ctx.profile.atoms, 32, 3, 3, 1, 0.0, 0.0)
-    assert exp.method.group_key(0, 0, ClientPlan(w, exp.ctx.attack_for(0), 0.05)) is None
+    autoattack = make_attack("autoattack", 0.1, 0.03, 3)
+    assert exp.method.group_key(0, 0, ClientPlan(w, autoattack, 0.05)) is None
     assert exp.method.group_key(0, 0, ClientPlan(w, make_attack("pgd", 0.1, 0.03, 3), 0.05)) is not None
 
 

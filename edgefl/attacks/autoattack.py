@@ -31,6 +31,7 @@ class AutoAttack(Attack):
     """
 
     groupable = False  # probes the model with one row, re-runs on subsets, draws inside torchattacks
+    trains = False  # thousands of gradient steps per batch: an evaluation attack
     version = "standard"
     seed = 0
     iterations = 100  # of APGD, APGD-T and FAB

@@ -29,6 +29,7 @@ class Attack(ABC):
     # positive per-client scale (its sign, or normalised per row), random draws through
     # uniform_like / normal_like.
     groupable = True
+    trains = True  # usable as the training attack (AutoAttack is an evaluation attack only)
 
     def __init__(self, eps: float = 8 / 255, step_size: float = 2 / 255, steps: int = 10,
                  loss: Loss = nn.functional.cross_entropy) -> None:
@@ -53,6 +54,12 @@ class Attack(ABC):
             for p in trained:
                 p.requires_grad_(True)
             model.train(was_training)
+
+    @property
+    def gradient_steps(self) -> int:
+        """Forward and input-gradient pass pairs per batch: what the cost model charges as the
+        attack's steps."""
+        return self.steps
 
     @abstractmethod
     def perturb(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor: ...

@@ -93,7 +93,7 @@ class FedAvgAT(Method):
         pairs, forwards = (self.objective.train_pairs, self.objective.extra_forwards) if attack else (1, 0)
         return ClientPlan(Workload(
             atoms=self.ctx.profile.atoms, batch=t.batch_size, iterations=self.iterations(round_, client),
-            attack_steps=attack.steps if attack else 0, slots=self.slots,
+            attack_steps=attack.gradient_steps if attack else 0, slots=self.slots,
             download_bytes=self.model_bytes - self.kept_bytes(client) + down,
             upload_bytes=self.model_bytes + up, train_pairs=pairs, extra_forwards=forwards,
             extra_flops=self.extra_flops(client)), attack, self.ctx.lr(round_))

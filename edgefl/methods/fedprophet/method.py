@@ -129,7 +129,7 @@ class FedProphet(Method):
         t = self.ctx.scenario.training
         workload = Workload(
             atoms=(*self.ctx.profile.atoms[first.start:end.stop], *head), batch=t.batch_size,
-            iterations=t.local_iters, attack_steps=attack.steps if attack else 0, slots=self.slots,
+            iterations=t.local_iters, attack_steps=attack.gradient_steps if attack else 0, slots=self.slots,
             download_bytes=down, upload_bytes=up)
         return ClientPlan(workload, self.client_attack(round_), self.lr(round_), last=last)
 
