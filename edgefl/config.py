@@ -12,6 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import ClassVar, TypeVar
 
+# bounds on a client's local work: far above any edge device's, and what pricing stays quick and exact
+# at (a batch of 10^8, micro-batched by the swap walk, took minutes and GBs; 10^300 epochs overflowed)
+MAX_ITERS, MAX_EPOCHS, MAX_BATCH = 1_000_000, 10_000, 65_536
+
 
 @dataclass
 class DataConfig:

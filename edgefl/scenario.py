@@ -14,7 +14,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from edgefl.config import KNOBS, Check, Scenario
+from edgefl.config import KNOBS, MAX_BATCH, MAX_EPOCHS, MAX_ITERS, Check, Scenario
 from edgefl.devices.pool import selected_per_round
 from edgefl.devices.profile import MAX_LINK_MBPS
 from edgefl.errors import EdgeflError
@@ -201,15 +201,16 @@ def _fleet_checks(s: Scenario) -> list[Check]:
 def _training_checks(s: Scenario) -> list[Check]:
     """Local training, its attack, the evaluation and the methods' knob sections."""
     return [
-        ("training.local_iters", s.training.local_iters >= 1, "must be at least 1"),
-        ("training.batch_size", s.training.batch_size >= 1, "must be at least 1"),
+        ("training.local_iters", 1 <= s.training.local_iters <= MAX_ITERS, f"must be 1 to {MAX_ITERS:,}"),
+        ("training.batch_size", 1 <= s.training.batch_size <= MAX_BATCH, f"must be 1 to {MAX_BATCH:,}"),
         ("training.optimizer", s.training.optimizer in ("sgd", "adam"), "must be sgd or adam"),
         ("training.lr", s.training.lr > 0, "must be positive"),
         ("training.lr_decay", 0 < s.training.lr_decay <= 1, "must be in (0, 1]"),
         ("training.momentum", 0 <= s.training.momentum < 1, "must be in [0, 1)"),
         ("training.weight_decay", s.training.weight_decay >= 0, "must be non-negative"),
         ("training.warmup_rounds", s.training.warmup_rounds >= 0, "must be non-negative"),
-        ("training.local_epochs", s.training.local_epochs >= 0, "must be 0 (use local_iters) or positive"),
+        ("training.local_epochs", 0 <= s.training.local_epochs <= MAX_EPOCHS,
+         f"must be 0 (use local_iters) or positive, at most {MAX_EPOCHS:,}"),
         ("training.beta", s.training.beta >= 0, "must be non-negative"),
         ("training.precision", s.training.precision in ("fp32", "bf16"), "must be fp32 or bf16"),
         ("attack.eps", s.attack.eps >= 0, "must be non-negative"),

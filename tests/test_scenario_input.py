@@ -85,3 +85,25 @@ def test_a_scenario_file_setting_an_ignored_key_names_the_file(tmp_path: Path) -
     with pytest.raises(EdgeflError) as info:
         load_scenario(path)
     assert (info.value.where, info.value.key) == (str(path), "training.objective")
+
+
+def test_scaffold_refuses_another_optimizer_and_is_priced_as_the_sgd_it_runs() -> None:
+    with pytest.raises(EdgeflError) as info:
+        load_scenario(QUICKSTART, ["method=scaffold_at", 'training.optimizer="adam"'])
+    assert info.value.key == "training.optimizer" and "scaffold_at ignores it" in info.value.fix
+    from edgefl.experiment import prepare
+
+    exp = prepare(load_scenario(QUICKSTART, ["method=scaffold_at"]), str(QUICKSTART), dry_run=True)
+    plan = exp.method.plan(0, 0, exp.pool.state(0, 0))
+    assert plan.workload.slots == 2  # c and c_k beside each weight, no momentum buffer
+
+
+@pytest.mark.parametrize("key, value, bound", [
+    ("training.local_epochs", "1e300", "10,000"), ("training.local_epochs", "10001", "10,000"),
+    ("training.local_iters", "9223372036854775807", "1,000,000"),
+    ("training.batch_size", "100000000", "65,536"),
+])
+def test_local_work_beyond_the_bounds_is_one_line(key: str, value: str, bound: str) -> None:
+    with pytest.raises(EdgeflError) as info:
+        load_scenario(QUICKSTART, [f"{key}={value}"])
+    assert info.value.key == key and bound in info.value.fix

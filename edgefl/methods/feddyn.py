@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from edgefl.config import Check, Knobs, knob_section
+from edgefl.config import MAX_EPOCHS, Check, Knobs, knob_section
 from edgefl.methods.base import METHODS
 from edgefl.methods.fedavg import FedAvgAT, epochs_to_iters
 from edgefl.methods.fedcurv import FedCurvAT
@@ -47,7 +47,7 @@ class DynConfig(Knobs):
 
     def checks(self) -> list[Check]:
         return [
-            ("e0", self.e0 >= 1, "must be at least one epoch"),
+            ("e0", 1 <= self.e0 <= MAX_EPOCHS, f"must be 1 to {MAX_EPOCHS:,} epochs"),
             ("gamma", 0 < self.gamma <= 1, "must be in (0, 1]"),
             ("f", self.f >= 1, "must be at least 1 round"),
         ]

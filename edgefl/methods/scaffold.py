@@ -23,9 +23,11 @@ from edgefl.methods.fedavg import FedAvgAT
 class ScaffoldAT(FedAvgAT):
     modes = ("sync", "deadline")  # not async: control variates need every round's clients
     state_attrs = ("c", "c_local")
+    ignores = ("training.optimizer",)  # its local steps are plain SGD (the module docstring)
 
     def __init__(self, ctx: Context) -> None:
         super().__init__(ctx)
+        self.slots = 2  # priced as it runs: plain SGD (no momentum buffer) with c and c_k per weight
         self.c = {n: torch.zeros_like(p) for n, p in self.model.named_parameters()}
         self.c_local: dict[int, dict[str, torch.Tensor]] = {}
 
