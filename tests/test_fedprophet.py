@@ -912,3 +912,16 @@ def test_how_a_run_is_evaluated_does_not_change_its_training(tmp_path: Path):
     every = trained("every", ["evaluation.every=1"])
     assert [r["module"] for r in every] == ["1", "1", "2", "2"]  # d* measured once, at round 2
     assert trained("sparse", ["evaluation.every=4", 'evaluation.extra=["cw"]']) == every
+
+
+def test_a_dry_run_writes_the_real_runs_columns_and_leaves_unmeasured_figures_empty(tmp_path: Path):
+    """README: a dry run writes the same files with empty accuracy columns. FedProphet's validation
+    and the feature eps of modules after the first need training: empty, not 0."""
+    s = load_scenario(QUICKSTART, [*TINY, 'evaluation.extra=["fgsm"]'])
+    run(prepare(s, str(QUICKSTART), dry_run=True), tmp_path / "dry", progress=False)
+    rows = list(csv.DictReader((tmp_path / "dry" / "metrics.csv").open()))
+    assert "fgsm_acc" in rows[0] and {r["fgsm_acc"] for r in rows} == {""}
+    assert {r["val_clean"] for r in rows} == {r["val_adv"] for r in rows} == {""}
+    assert [r["eps"] for r in rows if r["module"] == "2"] and all(
+        r["eps"] == "" for r in rows if r["module"] == "2")
+    assert all(float(r["eps"]) == s.attack.eps for r in rows if r["module"] == "1")

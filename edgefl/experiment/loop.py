@@ -19,6 +19,7 @@ from tqdm import tqdm
 
 from edgefl import checkpoint, rundir
 from edgefl.attacks import make_attack
+from edgefl.config import Scenario
 from edgefl.errors import EdgeflError
 from edgefl.execution.local import SERVER, evaluate, seed_everything
 from edgefl.executors.executor import Executor, LocalExecutor
@@ -114,7 +115,7 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
     kept = saved.logs if saved else {}
     names = log_names(output_format(s))
     sample = TraceSample(s.fleet.clients, s.output.trace_clients, s.seed)
-    metric_headers, client_headers = _headers(exp, evaluator, selection)
+    metric_headers, client_headers = _headers(exp, selection)
     with (CsvLog(out / names["metrics"], metric_headers, kept.get(names["metrics"])) as metrics,
           open_log(out, names["clients"], client_headers, kept) as clients,
           open_log(out, names["events"], EVENTS, kept) as events):
@@ -128,12 +129,11 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
             table, loss, real = play(t, None if s.living else selection.pick(t))
             row = metrics_row(table, loss, exp.method.round_info())
             last = t + 1 == s.rounds or exp.method.finished()
-            if evaluator:
-                row.update(dict.fromkeys(evaluator.columns, ""))  # as clean_acc: empty unless evaluated
-                if (t + 1) % s.evaluation.every == 0 or last:
-                    row.update(evaluator(exp.method.global_model()))
-                    bar.set_postfix(clean=f"{row['clean_acc']:.3f}", adv=f"{row['adv_acc']:.3f}",
-                                    sim_h=f"{fed.now / 3600:.2f}")
+            row.update(dict.fromkeys(extra_columns(s), ""))  # as clean_acc: empty unless evaluated
+            if evaluator and ((t + 1) % s.evaluation.every == 0 or last):
+                row.update(evaluator(exp.method.global_model()))
+                bar.set_postfix(clean=f"{row['clean_acc']:.3f}", adv=f"{row['adv_acc']:.3f}",
+                                sim_h=f"{fed.now / 3600:.2f}")
             metrics.write([row])
             why = (table.picked or selection.last) if selection.logged else None
             clients.write_columns(client_columns(table, exp.pool, real, why))
@@ -157,13 +157,12 @@ def _save(out: Path, next_round: int, exp: Experiment, rows: list[dict[str, Any]
         log.commit()
 
 
-def _headers(exp: Experiment, evaluator: Evaluator | None,
-             selection: Selection) -> tuple[list[str], list[str]]:
+def _headers(exp: Experiment, selection: Selection) -> tuple[list[str], list[str]]:
     """metrics.csv's and clients.csv's columns: the fixed ones, then the evaluation's, the method's,
     a living fleet's, the selection's and energy's where the scenario has them."""
     s = exp.scenario
     energy_clients, energy_metrics = energy_headers(s)
-    metrics = (METRICS + (evaluator.columns if evaluator else []) + list(exp.method.round_info())
+    metrics = (METRICS + extra_columns(s) + list(exp.method.round_info())
                + (list(STATUSES) if s.living else []) + energy_metrics)
     clients = CLIENTS + (PICKED if selection.logged else []) + living_client_columns(s) + energy_clients
     return metrics, clients
@@ -190,6 +189,11 @@ def _executor(exp: Experiment, text: str) -> Executor:
     return LocalExecutor(exp.method)
 
 
+def extra_columns(s: Scenario) -> list[str]:
+    """metrics.csv's column of each `evaluation.extra` attack (empty in a dry run)."""
+    return [f"{name}_acc" for name in s.evaluation.extra]
+
+
 class Evaluator:
     """Clean and adversarial test accuracy of a model: `adv_acc` and one `<name>_acc` per extra."""
 
@@ -197,7 +201,7 @@ class Evaluator:
         s, e = exp.scenario, exp.scenario.evaluation
         self.attacks = {name: make_attack(name, e.eps or s.attack.eps, e.step_size or s.attack.step_size,
                                           e.steps) for name in [e.attack, *e.extra]}
-        self.columns = [f"{name}_acc" for name in e.extra]
+        self.columns = extra_columns(s)
         n = s.data.test_samples or len(exp.ctx.data.test_y)
         self.x, self.y = exp.ctx.data.test_x[:n], exp.ctx.data.test_y[:n]
         self.cuda = [exp.ctx.device] if exp.ctx.device.type == "cuda" else []

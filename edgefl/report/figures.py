@@ -10,6 +10,7 @@ need (Fig. 7), and APA's perturbation per round with the module boundaries (Fig.
 from __future__ import annotations
 
 import io
+import math
 from pathlib import Path
 
 import matplotlib
@@ -216,7 +217,7 @@ def epsilon_figure(runs: list[Run], labels: list[str]) -> Figure | None:
     if not with_eps:
         return None
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    logged = [[float(r["eps"]) for r in run.metrics] for run, _ in with_eps]
+    logged = [[float(r["eps"]) if r["eps"] else math.nan for r in run.metrics] for run, _ in with_eps]
     for i, (run, label) in enumerate(with_eps):
         rounds = [int(r["round"]) + 1 for r in run.metrics]
         ax.plot(rounds, logged[i], color=f"C{i}", label=label)
@@ -225,7 +226,7 @@ def epsilon_figure(runs: list[Run], labels: list[str]) -> Figure | None:
         for k, x in enumerate(starts):
             ax.axvline(x - 0.5, color=f"C{i}", ls="--", alpha=0.6,
                        label=f"{label}: next module starts" if k == 0 else None)
-    log = all(e > 0 for eps in logged for e in eps)  # a dry run measures no feature perturbation: 0
+    log = all(e > 0 for eps in logged for e in eps if e == e)  # a dry run measures no feature eps: NaN
     ax.set(yscale="log" if log else "linear", xlabel="communication round",
            ylabel=f"perturbation magnitude ε{' (log scale)' if log else ''}\n"
                   "input L∞ on module 1, feature L2 after",

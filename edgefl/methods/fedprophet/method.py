@@ -294,12 +294,15 @@ class FedProphet(Method):
         return self.net.model if self.final else self.cascade(self.m)
 
     def round_info(self) -> dict[str, Any]:
-        """The module trained in the round just aggregated, its perturbation and validation."""
+        """The module trained in the round just aggregated, its perturbation and validation (empty in
+        a dry run, which measures neither d* nor accuracy)."""
+        measured = not self.dry or self.m == 0
         return {"module": self.m + 1, "modules": len(self.modules),
                 "max_assigned": max(self.assignment.values(), default=self.m) + 1,
-                "eps": round(self.eps if self.m else self.ctx.scenario.attack.eps, 5),
+                "eps": round(self.eps if self.m else self.ctx.scenario.attack.eps, 5) if measured else "",
                 "alpha": round(self.alpha, 3),
-                "val_clean": round(self.val[0], 4), "val_adv": round(self.val[1], 4)}
+                "val_clean": "" if self.dry else round(self.val[0], 4),
+                "val_adv": "" if self.dry else round(self.val[1], 4)}
 
 
 def stage_control(rounds: int, modules: int, cfg: FedProphetConfig) -> StageControl:
