@@ -23,10 +23,11 @@ from edgefl.calibration.calibrate import (
     render_profile,
     write_profile,
 )
+from edgefl.calibration.kernels import Sample, fit_one
 from edgefl.cli import main
 from edgefl.devices import catalog
 from edgefl.devices.catalog import load_profile
-from edgefl.devices.profile import DeviceProfile
+from edgefl.devices.profile import MAX_FIGURE, DeviceProfile
 from edgefl.errors import EdgeflError
 from edgefl.scenario import load_scenario
 
@@ -164,3 +165,25 @@ def test_cli_calibrate_unwritable_folder_is_one_line(tmp_path: Path,
 def test_cli_calibrate_needs_a_toml_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["devices", "calibrate", "--quick", "--out", str(tmp_path / "x.txt")]) == 2
     assert ".toml" in one_error_line(capsys.readouterr().err)
+
+
+def test_a_fit_whose_bytes_explain_no_time_keeps_its_bandwidth_within_a_profiles_figures() -> None:
+    """Times that fall as the bytes grow (timing noise on tiny shapes): no bandwidth explains them,
+    so the fit is all overhead, the geometric mean of the times in log least squares, (4 x 3 x 2
+    x 1)^(1/4) = 2.213 us; unbounded, the fitted bandwidth ran to 1.9e20 B/s (1.9e11 GB/s, which
+    a profile refuses); it stops at MAX_FIGURE GB/s."""
+    times = (4e-6, 3e-6, 2e-6, 1e-6)
+    samples = [Sample("norm", "forward", 1e3 * k, 1e4 * k, 1, t) for k, t in zip((1, 2, 4, 8), times, strict=True)]
+    roof = fit_one(samples, flops=1e15)  # compute explains nothing either
+    assert roof.bandwidth <= MAX_FIGURE * 1e9
+    assert roof.overhead_s == pytest.approx(24 ** 0.25 * 1e-6, rel=1e-3)
+
+
+def test_a_profile_with_an_absurd_kernel_figure_is_refused(tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    phone = tmp_path / "phone.toml"
+    text = (ROOT / "device_profiles" / "pixel_4a.toml").read_text()
+    text = text.replace('name = "pixel_4a"', 'name = "phone"')
+    phone.write_text(text + "\n[kernels]\nconv = [[115.9, 1e300, 1e308]]\n")
+    assert main(["devices", "validate", str(phone)]) == 2
+    assert "kernels.conv" in capsys.readouterr().err

@@ -20,6 +20,7 @@ import torch
 from scipy.optimize import least_squares
 from torch import nn
 
+from edgefl.devices.profile import MAX_FIGURE
 from edgefl.models.base import AtomModel, Normalize
 from edgefl.profiling import profile_model
 from edgefl.sim.compute import FORWARD, INPUT_GRAD, KINDS, MATMUL_KINDS, WEIGHT_GRAD, Roofline, pass_work
@@ -103,12 +104,15 @@ def fit(samples: list[Sample], peak_flops: float) -> dict[tuple[str, str], Roofl
 
 
 def fit_one(samples: list[Sample], flops: float | None) -> Roofline:
-    """Least squares on log seconds over log figures; `flops` given keeps F fixed."""
+    """Least squares on log seconds over log figures; `flops` given keeps F fixed. F and B stay at
+    most a profile's largest figure (MAX_FIGURE G/s): where the bytes explain none of the time
+    (small shapes, all overhead) the fit would take B to 10^13 GB/s, which a profile refuses."""
     t = np.array([s.seconds for s in samples])
     f = np.array([s.flops for s in samples])
     b = np.array([s.nbytes for s in samples])
     n = np.array([s.ops for s in samples], dtype=float)
-    start = [math.log(max(float(np.max(f / t)), 1.0)), math.log(float(np.max(b / t))),
+    top = math.log(MAX_FIGURE * 1e9) - 1e-9  # strictly inside the bound, as the solver starts
+    start = [min(math.log(max(float(np.max(f / t)), 1.0)), top), min(math.log(float(np.max(b / t))), top),
              math.log(float(np.min(t / n)) / 2)]
 
     def predict(v: np.ndarray) -> np.ndarray:
@@ -118,5 +122,6 @@ def fit_one(samples: list[Sample], flops: float | None) -> Roofline:
     def residual(v: np.ndarray) -> np.ndarray:
         return np.log(predict(v) / t)
 
-    best = least_squares(residual, np.array(start), method="trf").x
+    best = least_squares(residual, np.array(start), method="trf",
+                         bounds=([-np.inf] * 3, [top, top, np.inf])).x
     return Roofline(math.exp(best[0]) if flops is None else flops, math.exp(best[1]), math.exp(best[2]))

@@ -129,7 +129,7 @@ def check_profile(p: DeviceProfile | AppProfile | NetworkProfile, where: str, st
         ]
         checks += [(f"kernels.{k}", _kernel_ok(getattr(p.kernels, k)),
                     "must list up to 3 passes, each [GFLOP/s, GB/s, overhead us] with positive "
-                    "rates and a non-negative overhead") for k in KERNEL_KINDS]
+                    f"rates and a non-negative overhead, each at most {MAX_FIGURE:g}") for k in KERNEL_KINDS]
     elif isinstance(p, AppProfile):
         checks += [(k, 0 < getattr(p, k) <= 1, "must be a fraction in (0, 1]")
                    for k in ("perf_left", "memory_left")]
@@ -147,7 +147,8 @@ def check_profile(p: DeviceProfile | AppProfile | NetworkProfile, where: str, st
 
 
 def _kernel_ok(rows: list[list[float]]) -> bool:
-    return len(rows) <= 3 and all(len(r) == 3 and r[0] > 0 and r[1] > 0 and r[2] >= 0 for r in rows)
+    return len(rows) <= 3 and all(len(r) == 3 and 0 < r[0] <= MAX_FIGURE and 0 < r[1] <= MAX_FIGURE
+                                  and 0 <= r[2] <= MAX_FIGURE for r in rows)
 
 
 DEVICE_CLASSES = ("microcontroller", "phone_cpu", "phone_gpu", "sbc", "gpu", "fpga", "cpu", "generic")
