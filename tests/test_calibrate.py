@@ -172,8 +172,8 @@ def test_a_fit_whose_bytes_explain_no_time_keeps_its_bandwidth_within_a_profiles
     so the fit is all overhead, the geometric mean of the times in log least squares, (4 x 3 x 2
     x 1)^(1/4) = 2.213 us; unbounded, the fitted bandwidth ran to 1.9e20 B/s (1.9e11 GB/s, which
     a profile refuses); it stops at MAX_FIGURE GB/s."""
-    times = (4e-6, 3e-6, 2e-6, 1e-6)
-    samples = [Sample("norm", "forward", 1e3 * k, 1e4 * k, 1, t) for k, t in zip((1, 2, 4, 8), times, strict=True)]
+    times = {1: 4e-6, 2: 3e-6, 4: 2e-6, 8: 1e-6}
+    samples = [Sample("norm", "forward", 1e3 * k, 1e4 * k, 1, t) for k, t in times.items()]
     roof = fit_one(samples, flops=1e15)  # compute explains nothing either
     assert roof.bandwidth <= MAX_FIGURE * 1e9
     assert roof.overhead_s == pytest.approx(24 ** 0.25 * 1e-6, rel=1e-3)
