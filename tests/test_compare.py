@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from interrupt import dies_before_checkpoint
 
 from edgefl.cli import main
 from edgefl.scenario import load_scenario
@@ -120,23 +121,13 @@ def test_compare_refuses_to_keep_a_dry_run_in_a_comparison_that_trains(tmp_path,
     assert json.loads((out / "jfat" / "summary.json").read_text())["dry_run"] is True  # kept as it was
 
 
-def test_an_interrupted_async_run_is_started_again_not_resumed(tmp_path, capsys, monkeypatch):
-    from edgefl import checkpoint
-
-    real_save = checkpoint.save
-
-    def dies_at_round_2(path: Path, state: dict) -> None:
-        if state["next_round"] == 2:
-            raise KeyboardInterrupt
-        real_save(path, state)
-
+def test_an_interrupted_async_run_is_started_again_not_resumed(tmp_path, capsys):
     args = ["compare", str(ROOT / "scenarios" / "async-digits.toml"), "--methods", "jfat", "--out",
             str(tmp_path / "cmp"), "--quiet", "--set", "rounds=3", "--set", "training.local_iters=2",
             "--set", "attack.steps=1", "--set", "evaluation.steps=1", "--set", "data.test_samples=32"]
-    monkeypatch.setattr(checkpoint, "save", dies_at_round_2)
-    assert main(args) == 130
-    assert (tmp_path / "cmp" / "jfat" / checkpoint.FILE).exists()
-    monkeypatch.setattr(checkpoint, "save", real_save)
+    with dies_before_checkpoint(2):
+        assert main(args) == 130
+    assert (tmp_path / "cmp" / "jfat" / "checkpoint.pt").exists()
     capsys.readouterr()
     assert main(args) == 0
     assert capsys.readouterr().out.startswith("jfat: 3 rounds")

@@ -6,13 +6,12 @@ from __future__ import annotations
 import csv
 import math
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
+from interrupt import dies_before_checkpoint
 from test_fidelity import simulated_rows
 
-from edgefl import checkpoint
 from edgefl.cli import main
 from edgefl.experiment import prepare, run
 from edgefl.experiment.energy import RoundEnergy, worked
@@ -154,8 +153,7 @@ def test_an_emptied_phone_is_offline_until_it_is_plugged_in(tmp_path: Path) -> N
     assert back and all(start[r["round"]] >= 1800 and float(r["battery_j"]) > 0 for r in back)
 
 
-def test_a_deadline_run_with_batteries_resumes_to_the_same_rows(tmp_path: Path,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_deadline_run_with_batteries_resumes_to_the_same_rows(tmp_path: Path) -> None:
     """living-digits (deadline, diurnal, memory_fit, charging batteries, shared links), trained for
     real, dies after round 1's checkpoint: resumed, its rows are those of a run that never stopped
     (the batteries' charges come back from the checkpoint)."""
@@ -163,17 +161,10 @@ def test_a_deadline_run_with_batteries_resumes_to_the_same_rows(tmp_path: Path,
     small = ["rounds=4", "training.local_iters=3", "attack.steps=2", "evaluation.steps=2",
              "data.test_samples=32", "energy.battery_start=[0.0005,0.001]", "checkpoint_every=1"]
     args = [a for s in small for a in ("--set", s)]
-    whole, out, real_save = tmp_path / "whole", tmp_path / "late", checkpoint.save
+    whole, out = tmp_path / "whole", tmp_path / "late"
     assert main(["run", str(path), *args, "--out", str(whole), "--quiet"]) == 0
-
-    def dies_at_round_2(at: Path, state: dict[str, Any]) -> None:
-        if state["next_round"] == 2:
-            raise KeyboardInterrupt
-        real_save(at, state)
-
-    monkeypatch.setattr(checkpoint, "save", dies_at_round_2)
-    assert main(["run", str(path), *args, "--out", str(out), "--quiet"]) == 130
-    monkeypatch.setattr(checkpoint, "save", real_save)
+    with dies_before_checkpoint(2):
+        assert main(["run", str(path), *args, "--out", str(out), "--quiet"]) == 130
     assert main(["run", "--resume", str(out), "--quiet"]) == 0
     assert (out / "metrics.csv").read_text() == (whole / "metrics.csv").read_text()
     assert simulated_rows(out / "clients.csv") == simulated_rows(whole / "clients.csv")

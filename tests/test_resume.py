@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from interrupt import dies_before_checkpoint
 from test_fidelity import simulated_rows
 
 from edgefl import checkpoint
@@ -85,20 +86,12 @@ def test_a_real_run_killed_mid_round_resumes_to_the_same_metrics(uninterrupted, 
     same_logs(out, uninterrupted)
 
 
-def test_rows_written_after_the_last_checkpoint_are_not_repeated(uninterrupted, tmp_path, monkeypatch):
+def test_rows_written_after_the_last_checkpoint_are_not_repeated(uninterrupted, tmp_path):
     """Die after round 2's rows are written but before its checkpoint: resume drops and redoes them."""
     out = tmp_path / "late"
-    real_save = checkpoint.save
-
-    def dies_at_round_2(path: Path, state: dict) -> None:
-        if state["next_round"] == 3:
-            raise KeyboardInterrupt
-        real_save(path, state)
-
-    monkeypatch.setattr(checkpoint, "save", dies_at_round_2)
-    assert main(["run", str(QUICKSTART), *sets(SMALL), "--out", str(out), "--quiet"]) == 130
+    with dies_before_checkpoint(3):
+        assert main(["run", str(QUICKSTART), *sets(SMALL), "--out", str(out), "--quiet"]) == 130
     assert (out / "metrics.csv").read_text().count("\n") == 1 + 3  # header, rounds 0-2
-    monkeypatch.setattr(checkpoint, "save", real_save)
     assert main(["run", "--resume", str(out), "--quiet"]) == 0
     same_logs(out, uninterrupted)
 
@@ -158,7 +151,7 @@ def test_resume_names_a_changed_profile(uninterrupted, tmp_path, capsys, monkeyp
 
 
 def test_a_run_resumes_with_the_profiles_and_trace_beside_its_scenario_and_refuses_an_edited_trace(
-        tmp_path, monkeypatch, capsys):
+        tmp_path, capsys):
     """The run folder is elsewhere than the scenario; its device profile and its trace (a relative path)
     are beside the scenario, found there on resume too; an edited trace is refused."""
     folder = tmp_path / "scenario"
@@ -171,18 +164,10 @@ def test_a_run_resumes_with_the_profiles_and_trace_beside_its_scenario_and_refus
     (folder / "mine.toml").write_text(QUICKSTART.read_text())
     args = ["run", str(folder / "mine.toml"), *sets([*SMALL, 'fleet.devices=["my_phone"]',
                                                      'fleet.availability="online.csv"'])]
-    real_save = checkpoint.save
-
-    def dies_at_round_2(path: Path, state: dict) -> None:
-        if state["next_round"] == 2:
-            raise KeyboardInterrupt
-        real_save(path, state)
-
-    monkeypatch.setattr(checkpoint, "save", dies_at_round_2)
     runs = [tmp_path / "runs" / name for name in ("kept", "edited")]
-    for out in runs:
-        assert main([*args, "--out", str(out), "--quiet"]) == 130
-    monkeypatch.setattr(checkpoint, "save", real_save)
+    with dies_before_checkpoint(2):
+        for out in runs:
+            assert main([*args, "--out", str(out), "--quiet"]) == 130
     assert main(["run", "--resume", str(runs[0]), "--quiet"]) == 0
     assert (runs[0] / "summary.json").exists()
     trace.write_text(trace.read_text().replace("5,0,1e7", "5,0,1e3"))

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from interrupt import dies_before_checkpoint
 
-from edgefl import checkpoint
 from edgefl.cli import main
 from edgefl.config import FleetConfig, SelectionConfig
 from edgefl.devices.catalog import load_catalog
@@ -146,21 +146,14 @@ def run_args(out: Path) -> list[str]:
     return ["run", str(QUICKSTART), *[a for s in SMALL for a in ("--set", s)], "--out", str(out), "--quiet"]
 
 
-def test_selection_state_survives_resume(tmp_path, monkeypatch):
+def test_selection_state_survives_resume(tmp_path):
     """Oort's picks depend on the losses and durations of past rounds: a run that dies after round 2's
     checkpoint and resumes picks the same clients, for the same reasons, as one that never stopped."""
     whole = tmp_path / "whole"
     assert main(run_args(whole)) == 0
-    out, real_save = tmp_path / "late", checkpoint.save
-
-    def dies_at_round_3(path: Path, state: dict) -> None:
-        if state["next_round"] == 3:
-            raise KeyboardInterrupt
-        real_save(path, state)
-
-    monkeypatch.setattr(checkpoint, "save", dies_at_round_3)
-    assert main(run_args(out)) == 130
-    monkeypatch.setattr(checkpoint, "save", real_save)
+    out = tmp_path / "late"
+    with dies_before_checkpoint(3):
+        assert main(run_args(out)) == 130
     assert main(["run", "--resume", str(out), "--quiet"]) == 0
 
     def picks(run: Path) -> list[list[str]]:
