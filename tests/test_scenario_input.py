@@ -107,3 +107,14 @@ def test_local_work_beyond_the_bounds_is_one_line(key: str, value: str, bound: s
     with pytest.raises(EdgeflError) as info:
         load_scenario(QUICKSTART, [f"{key}={value}"])
     assert info.value.key == key and bound in info.value.fix
+
+
+def test_a_distillation_family_must_be_listed_largest_first() -> None:
+    """A client trains the first member that fits; smallcnn (3.39 MB at the quickstart's batch)
+    after digits_cnn (1.91 MB) would never be trained."""
+    from edgefl.experiment import prepare
+
+    s = load_scenario(QUICKSTART, ["method=feddf_at", 'distill.family=["digits_cnn", "smallcnn"]'])
+    with pytest.raises(EdgeflError) as info:
+        prepare(s, str(QUICKSTART), dry_run=True)
+    assert info.value.key == "distill.family" and "largest first: smallcnn needs 3.39 MB" in info.value.fix

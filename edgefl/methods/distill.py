@@ -32,6 +32,7 @@ training". Here:
 from __future__ import annotations
 
 import copy
+import itertools
 from abc import abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -50,7 +51,7 @@ from edgefl.methods.fedavg import FedAvgAT
 from edgefl.models import MODELS, AtomModel, build_model
 from edgefl.profiling import profile_model
 from edgefl.sim.records import ModelProfile
-from edgefl.sim.workload import train_pass_flops
+from edgefl.sim.workload import Workload, train_pass_flops
 
 PUBLIC_SHARE = 5  # a default public split is at most 1/5 of the training set
 TargetLoss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (student [B,C], teachers [K,B,C])
@@ -191,6 +192,20 @@ class DistillAT(FedAvgAT):
         self.profiles = {self.names[0]: ctx.profile, **{name: p for name, (_, p) in built.items()}}
         self.bytes = {name: state_bytes(self.net(name).state_dict()) for name in self.names}
         self.members: dict[int, str] = {}  # client -> the member it trains this round (`planned`)
+        self.check_largest_first()
+
+    def check_largest_first(self) -> None:
+        """Each member must need less memory than the one before it (a client trains the first
+        that fits: a member after a smaller one would never be trained)."""
+        s = self.ctx.scenario
+        needs = [(name, self.ctx.cost.memory_need(Workload(
+            self.profiles[name].atoms, s.training.batch_size, s.training.local_iters, s.attack.steps,
+            self.slots, 0.0, 0.0))) for name in self.names]
+        for (big, more), (small, less) in itertools.pairwise(needs):
+            if less >= more:
+                raise EdgeflError(self.ctx.where, "distill.family", f"must be largest first: {small} needs "
+                                  f"{less / 1e6:.2f} MB, not less than {big}'s {more / 1e6:.2f} MB before "
+                                  "it; reorder the family or drop one")
 
     def net(self, name: str) -> nn.Module:
         """The server's copy of the member clients train (the first is the large model, which is
