@@ -19,7 +19,7 @@ from edgefl.devices.pool import selected_per_round
 from edgefl.devices.profile import MAX_LINK_MBPS
 from edgefl.errors import EdgeflError
 from edgefl.methods import METHODS  # every method's knob section registers on import
-from edgefl.methods.base import method_class
+from edgefl.methods.base import method_class, refuse_ignored
 from edgefl.tomlschema import build_value, printable, reject_unknown, toml_value
 
 NOT_FOUND = ("not found; give the path of a scenario .toml or the name of a bundled scenario "
@@ -352,22 +352,12 @@ def _check_names(s: Scenario, where: str, beside: str) -> None:
     for key, value, known in named:
         if value not in known:
             raise EdgeflError(where, key, f"unknown {value!r}; choose one of: {', '.join(known)}")
-    for key in getattr(METHODS.get(s.method), "ignores", ()):
-        section, _, leaf = key.partition(".")
-        value, default = getattr(_section(s, section), leaf), getattr(_section(Scenario(), section), leaf)
-        if value != default:
-            raise EdgeflError(where, key, f"method {s.method} ignores it (it would have no effect); leave "
-                              f"it at its default {toml_value(default)} or choose another method")
+    refuse_ignored(s, METHODS.get(s.method), s.method, where)
     if not s.fleet.devices and not catalog.pool(s.fleet.pool):
         raise EdgeflError(
             where, "fleet.pool",
             f"no device profile is in pool {s.fleet.pool!r}; pools: {', '.join(catalog.pools())}",
         )
-
-
-def _section(s: Scenario, name: str) -> Any:
-    """The scenario's `[name]`: one of its own sections or a method's knob section."""
-    return s.sections[name] if name in KNOBS.classes() else getattr(s, name)
 
 
 def to_toml(s: Scenario) -> str:

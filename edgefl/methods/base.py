@@ -18,9 +18,10 @@ import numpy as np
 import torch
 
 from edgefl.attacks import Attack
-from edgefl.config import Scenario
+from edgefl.config import KNOBS, Scenario
 from edgefl.data import ClientSplit, Dataset
 from edgefl.devices.pool import DeviceState
+from edgefl.errors import EdgeflError
 from edgefl.execution.local import Hooks, TrainSettings, make_optimizer, seed_everything, train_local
 from edgefl.execution.objectives import Objective
 from edgefl.models import AtomModel
@@ -30,6 +31,7 @@ from edgefl.sim.cost import CostModel, make_cost_model
 from edgefl.sim.records import ModelProfile
 from edgefl.sim.workload import Workload
 from edgefl.snapshot import plain, restore
+from edgefl.tomlschema import toml_value
 
 
 @dataclass
@@ -232,6 +234,21 @@ def grouped(plans: Sequence[ClientPlan]) -> RoundPlan[ClientPlan]:
 
 
 METHODS: Registry[Callable[[Context], Method]] = Registry("method")  # a class or a factory
+
+
+def refuse_ignored(s: Scenario, cls: type[Method] | Any, name: str, where: str) -> None:
+    """Stop on the first of `cls.ignores` (settings method `name` would not use) set off its default."""
+    for key in getattr(cls, "ignores", ()):
+        section, _, leaf = key.partition(".")
+        value, default = getattr(_section(s, section), leaf), getattr(_section(Scenario(), section), leaf)
+        if value != default:
+            raise EdgeflError(where, key, f"method {name} ignores it (it would have no effect); leave "
+                              f"it at its default {toml_value(default)} or choose another method")
+
+
+def _section(s: Scenario, name: str) -> Any:
+    """The scenario's `[name]`: one of its own sections or a method's knob section."""
+    return s.sections[name] if name in KNOBS.classes() else getattr(s, name)
 
 
 def method_class(name: str) -> type[Method]:

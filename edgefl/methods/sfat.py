@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from edgefl.config import Check, Knobs, knob_section
 from edgefl.methods.aggregate import State, bn_keys, fedavg, slack_weights
-from edgefl.methods.base import METHODS, ClientUpdate, Context, Method
+from edgefl.methods.base import METHODS, ClientUpdate, Context, Method, refuse_ignored
 from edgefl.methods.fedavg import FedAvgAT
 from edgefl.methods.fedprox import FedProxAT
 from edgefl.methods.scaffold import ScaffoldAT
@@ -72,4 +72,5 @@ class Slack(FedAvgAT):
 @METHODS.register("sfat")
 def sfat(ctx: Context) -> Method:
     base = BASES[ctx.scenario.knobs(SFATConfig).base]
+    refuse_ignored(ctx.scenario, base, f"sfat on {base.__name__}", ctx.where)
     return type(f"SFAT[{base.__name__}]", (Slack, base), {})(ctx)
