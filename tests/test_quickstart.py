@@ -177,3 +177,14 @@ def test_rounds_not_evaluated_leave_every_accuracy_empty(tmp_path: Path):
     _, rows = read_csv(out / "metrics.csv")
     cells = [(r["clean_acc"] != "", r["adv_acc"] != "", r["fgsm_acc"] != "") for r in rows]
     assert cells == [(False, False, False), (True, True, True), (True, True, True)]
+
+
+def test_the_summary_holds_the_extra_attacks_final_accuracies(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    args = ["rounds=2", "evaluation.every=2", 'evaluation.extra=["fgsm"]', "data.test_samples=40",
+            "evaluation.steps=2", "training.local_iters=2", "attack.steps=2", "fleet.clients=4", "threads=1"]
+    assert main(["run", str(QUICKSTART), *[a for s in args for a in ("--set", s)], "--out", str(out),
+                 "--quiet"]) == 0
+    last = list(csv.DictReader((out / "metrics.csv").open()))[-1]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["fgsm_acc"] == float(last["fgsm_acc"]) and summary["adv_acc"] == float(last["adv_acc"])

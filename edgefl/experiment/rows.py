@@ -66,13 +66,15 @@ def span(row: dict[str, str]) -> Span:
 
 
 def run_summary(exp: Experiment, rows: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
-    """Totals of the run; accuracies are the last evaluated round's (None in a dry run)."""
-    last = next((r for r in reversed(rows) if r["clean_acc"] != ""), {"clean_acc": None, "adv_acc": None})
+    """Totals of the run; accuracies (with each `evaluation.extra` attack's) are the last evaluated
+    round's (None in a dry run)."""
+    accuracies = ["clean_acc", "adv_acc", *(f"{a}_acc" for a in exp.scenario.evaluation.extra)]
+    last = next((r for r in reversed(rows) if r["clean_acc"] != ""), dict.fromkeys(accuracies))
     devices = exp.pool.devices
     return {
         "method": exp.scenario.method, "rounds": len(rows), "seed": exp.scenario.seed,
         "dry_run": exp.dry_run, "sim_time_s": rows[-1]["sim_time_s"], "wall_time_s": round(wall_s, 2),
-        "clean_acc": last["clean_acc"], "adv_acc": last["adv_acc"],
+        **{name: last[name] for name in accuracies},
         "compute_s": sum(r["compute_s"] for r in rows),
         "data_access_s": sum(r["data_access_s"] for r in rows),
         "comm_s": sum(r["comm_s"] for r in rows),
