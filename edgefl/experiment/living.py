@@ -46,6 +46,7 @@ from edgefl.executors.executor import Executor
 from edgefl.experiment.energy import RoundEnergy
 from edgefl.experiment.prepare import Experiment
 from edgefl.experiment.rounds import RoundTable, each_priced, planned_jobs, priced
+from edgefl.methods.aggregate import State
 from edgefl.methods.base import ClientPlan, ClientUpdate, Method, grouped
 from edgefl.scenario import check_mode
 from edgefl.selection import Picked
@@ -343,9 +344,6 @@ def rebased(m: Method, job: Started, statistics: frozenset[str] = frozenset()) -
     u = p.update
     state = rebase(start_state(m, job.client), p.downloaded, u.state, staleness_weight(tau), statistics)
     return ClientUpdate(u.client, state, u.num_samples, u.loss, u.extra, u.real_compute_s)
-
-
-State = dict[str, torch.Tensor]
 
 
 def rebase(now: State, downloaded: State, trained: State, s: float, statistics: frozenset[str]) -> State:
