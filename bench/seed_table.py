@@ -25,7 +25,7 @@ from pathlib import Path
 from edgefl.config import Scenario
 from edgefl.experiment import prepare, run
 from edgefl.runlog import read_rows
-from edgefl.scenario import load_scenario, to_toml
+from edgefl.scenario import compare_scenario, to_toml
 
 METHODS = "fedavg_at,jfat,fedprox_at,scaffold_at,fedcurv_at,feddynat,fedavg_dynat,sfat,gma"
 COLUMNS = ["clean_acc", "fgsm_acc", "adv_acc", "cw_acc"]
@@ -43,13 +43,6 @@ def mean_std(values: list[float]) -> str:
         return "-"
     std = statistics.stdev(values) if len(values) > 1 else 0.0
     return f"{statistics.mean(values):.1f} +- {std:.1f}"
-
-
-def method_scenario(path: str, overrides: list[str], method: str, seed: int) -> Scenario:
-    """The scenario for one (method, seed), with the method's rounds from `[compare] rounds`."""
-    table = load_scenario(path, overrides).compare.rounds
-    rounds = [f"rounds={table[method]}"] if method in table else []
-    return load_scenario(path, [*overrides, f"method={json.dumps(method)}", f"seed={seed}", *rounds])
 
 
 def finished(out: Path, s: Scenario) -> bool:
@@ -74,7 +67,7 @@ def main() -> None:
         for method in args.methods.split(","):
             rows = []
             for seed in args.seeds:
-                s = method_scenario(args.scenario, args.overrides, method, seed)
+                s = compare_scenario(args.scenario, [*args.overrides, f"seed={seed}"], method)
                 out = root / f"{method}-{seed}"
                 if not finished(out, s):
                     run(prepare(s, args.scenario), out, progress=False)

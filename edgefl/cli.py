@@ -254,7 +254,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from edgefl.report.compare import check_target, compare_table, write_comparison
     from edgefl.report.figures import make_figures
     from edgefl.rundir import claim
-    from edgefl.scenario import load_scenario, to_toml
+    from edgefl.scenario import compare_scenario, to_toml
 
     check_target(args.target)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -267,11 +267,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                           f"{', '.join(METHODS.names())}")
     out = args.out or default_out(args.scenario, args.dry_run, "compare-")
     where = str(args.scenario)
-    keys = {item.partition("=")[0].strip() for item in args.overrides}
-    by_file = "rounds" in keys and not any(k.startswith("compare.rounds") for k in keys)  # --set rounds wins
-    table = {} if by_file else load_scenario(args.scenario, _overrides(args)).compare.rounds
-    scenarios = {m: load_scenario(args.scenario, [*_overrides(args), f"method={json.dumps(m)}",
-                                                  *([f"rounds={table[m]}"] if m in table else [])])
+    scenarios = {m: compare_scenario(args.scenario, _overrides(args), m)
                  for m in methods}  # every method validated before any run starts
     claim(out, "compare")
     for method, scenario in scenarios.items():

@@ -9,6 +9,7 @@ one line naming the file, the key and the fix.
 from __future__ import annotations
 
 import dataclasses
+import json
 import tomllib
 import typing
 from pathlib import Path
@@ -107,6 +108,16 @@ def scenario_from_toml(raw: dict[str, Any], where: str) -> Scenario:
     values = {name: build_value(keys[name], value, where, name) for name, value in raw.items()}
     knobs = {name: values.pop(name) for name in KNOBS.classes() if name in values}
     return Scenario(**values, sections={**KNOBS.defaults(), **knobs})
+
+
+def compare_scenario(path: str | Path, overrides: list[str], method: str) -> Scenario:
+    """One method's scenario in a comparison (`edgefl compare`, bench/seed_table.py): its count of the
+    `[compare] rounds` table, unless `--set rounds=N` gives one and no table of its own."""
+    keys = {item.partition("=")[0].strip() for item in overrides}
+    own_rounds = "rounds" in keys and not any(k.startswith("compare.rounds") for k in keys)
+    table = {} if own_rounds else load_scenario(path, overrides).compare.rounds
+    return load_scenario(path, [*overrides, f"method={json.dumps(method)}",
+                                *([f"rounds={table[method]}"] if method in table else [])])
 
 
 def schema() -> dict[str, Any]:

@@ -19,7 +19,6 @@ from tqdm import tqdm
 
 from edgefl import checkpoint, rundir
 from edgefl.attacks import make_attack
-from edgefl.config import Scenario
 from edgefl.errors import EdgeflError
 from edgefl.execution.local import SERVER, evaluate, seed_everything
 from edgefl.executors.executor import Executor, LocalExecutor
@@ -44,6 +43,7 @@ from edgefl.experiment.rows import (
     PICKED,
     emulates_host,
     energy_headers,
+    extra_columns,
     living_client_columns,
     open_log,
     output_format,
@@ -187,11 +187,6 @@ def _executor(exp: Experiment, text: str) -> Executor:
     if exp.scenario.executor == "ray" and not exp.dry_run:
         return RayExecutor(exp.scenario.ray, exp.where, exp.method, Rebuild(text, exp.where))
     return LocalExecutor(exp.method)
-
-
-def extra_columns(s: Scenario) -> list[str]:
-    """metrics.csv's column of each `evaluation.extra` attack (empty in a dry run)."""
-    return [f"{name}_acc" for name in s.evaluation.extra]
 
 
 class Evaluator:

@@ -65,10 +65,15 @@ def span(row: dict[str, str]) -> Span:
                 float(row["end_s"]))
 
 
+def extra_columns(s: Scenario) -> list[str]:
+    """metrics.csv's column of each `evaluation.extra` attack (empty in a dry run)."""
+    return [f"{name}_acc" for name in s.evaluation.extra]
+
+
 def run_summary(exp: Experiment, rows: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
     """Totals of the run; accuracies (with each `evaluation.extra` attack's) are the last evaluated
     round's (None in a dry run)."""
-    accuracies = ["clean_acc", "adv_acc", *(f"{a}_acc" for a in exp.scenario.evaluation.extra)]
+    accuracies = ["clean_acc", "adv_acc", *extra_columns(exp.scenario)]
     last = next((r for r in reversed(rows) if r["clean_acc"] != ""), dict.fromkeys(accuracies))
     devices = exp.pool.devices
     return {
