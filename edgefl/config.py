@@ -85,7 +85,7 @@ class TrainingConfig:
 class AttackConfig:
     """The attack used for local adversarial training."""
 
-    name: str = "pgd"  # pgd | fgsm | none
+    name: str = "pgd"  # pgd | pgd_l2 | fgsm | cw | none
     eps: float = 8 / 255
     step_size: float = 2 / 255
     steps: int = 10
