@@ -15,9 +15,20 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from edgefl.config import KNOBS, MAX_BATCH, MAX_EPOCHS, MAX_ITERS, Check, Scenario
+from edgefl.config import (
+    KNOBS,
+    MAX_BALANCE_S,
+    MAX_BATCH,
+    MAX_BUFFER,
+    MAX_EPOCHS,
+    MAX_ITERS,
+    MAX_OVER_SELECTION,
+    MAX_SECONDS,
+    Check,
+    Scenario,
+)
 from edgefl.devices.pool import selected_per_round
-from edgefl.devices.profile import MAX_LINK_MBPS
+from edgefl.devices.profile import MAX_FIGURE, MAX_LINK_MBPS, MIN_FIGURE
 from edgefl.errors import EdgeflError
 from edgefl.methods import METHODS  # every method's knob section registers on import
 from edgefl.methods.base import method_class, refuse_ignored
@@ -192,6 +203,8 @@ def _fleet_checks(s: Scenario) -> list[Check]:
         ("fleet.memory_fraction", _is_range(s.fleet.memory_fraction, 0, 1),
          "must be [low, high] with 0 <= low <= high <= 1"),
         ("fleet.reserved_memory_mb", s.fleet.reserved_memory_mb > 0, "must be positive (MB)"),
+        ("fleet.balance_s", abs(s.fleet.balance_s) <= MAX_BALANCE_S,
+         f"must be in [-{MAX_BALANCE_S:g}, {MAX_BALANCE_S:g}] (0 balanced; the release's unbalanced fleet is -1)"),
         ("server.down_mbps", 0 <= s.server.down_mbps <= MAX_LINK_MBPS, f"must be 0 (unlimited) or "
          f"positive, at most {MAX_LINK_MBPS:g} (Mbit/s)"),
         ("server.up_mbps", 0 <= s.server.up_mbps <= MAX_LINK_MBPS, f"must be 0 (unlimited) or "
@@ -200,9 +213,11 @@ def _fleet_checks(s: Scenario) -> list[Check]:
         ("fleet.online_hours", 0 < s.fleet.online_hours <= 24, "must be in (0, 24] (24: always online)"),
         ("fleet.tz_spread_h", 0 <= s.fleet.tz_spread_h <= 24, "must be in [0, 24] hours"),
         ("round.mode", s.round.mode in MODES, f"must be one of: {', '.join(MODES)}"),
-        ("round.deadline_s", s.round.deadline_s > 0, "must be positive (seconds)"),
-        ("round.over_selection", s.round.over_selection >= 1, "must be at least 1 (FedScale uses 1.3)"),
-        ("round.buffer", s.round.buffer >= 1, "must be at least 1"),
+        ("round.deadline_s", 0 < s.round.deadline_s <= MAX_SECONDS, f"must be positive, at most {MAX_SECONDS:g} "
+         "(seconds)"),
+        ("round.over_selection", 1 <= s.round.over_selection <= MAX_OVER_SELECTION,
+         f"must be 1 to {MAX_OVER_SELECTION:g} (FedScale uses 1.3)"),
+        ("round.buffer", 1 <= s.round.buffer <= MAX_BUFFER, f"must be 1 to {MAX_BUFFER:,}"),
         ("round.max_staleness", s.round.max_staleness >= 0, "must be non-negative"),
         ("round.concurrency", s.round.concurrency >= 1, "must be at least 1"),
         *_selection_checks(s),
@@ -244,9 +259,11 @@ def _cost_checks(s: Scenario) -> list[Check]:
     """The cost model and the energy model."""
     return [
         ("cost.accounting", s.cost.accounting in ("walk", "paper"), "must be walk or paper"),
-        ("cost.server_s", s.cost.server_s >= 0, "must be non-negative (seconds)"),
-        ("cost.server_gflops", s.cost.server_gflops > 0, "must be positive (GFLOP/s)"),
-        ("cost.paper_access_s", s.cost.paper_access_s >= 0, "must be non-negative (seconds)"),
+        ("cost.server_s", 0 <= s.cost.server_s <= MAX_SECONDS, f"must be 0 to {MAX_SECONDS:g} (seconds)"),
+        ("cost.server_gflops", MIN_FIGURE <= s.cost.server_gflops <= MAX_FIGURE,
+         f"must be {MIN_FIGURE:g} to {MAX_FIGURE:g} (GFLOP/s)"),
+        ("cost.paper_access_s", 0 <= s.cost.paper_access_s <= MAX_SECONDS,
+         f"must be 0 to {MAX_SECONDS:g} (seconds)"),
         ("energy.battery_start", _is_range(s.energy.battery_start, 0, 1),
          "must be [low, high] with 0 <= low <= high <= 1 (a share of the battery's capacity)"),
         ("energy.batteries", s.energy.enabled or not s.energy.batteries,

@@ -132,6 +132,10 @@ def test_fitted_kernels_replace_the_figures_kind_by_kind():
     ("efficiency = 1.5", "efficiency"),
     ("memory_bandwidth_gbps = -1.0", "memory_bandwidth_gbps"),
     ("[kernels]\nconv = [[100.0, 0.0, 5.0]]", "kernels.conv"),
+    # below MIN_FIGURE, a figure that is a typo would turn simulated hours into inf
+    ("[kernels]\nconv = [[1e-300, 1e-300, 0.0]]", "kernels.conv"),
+    ("efficiency = 1e-300", "efficiency"),
+    ("memory_bandwidth_gbps = 1e-300", "memory_bandwidth_gbps"),
 ])
 def test_bad_compute_figures_are_one_clear_error(tmp_path, line, key):
     from edgefl.devices.catalog import load_profile

@@ -261,7 +261,14 @@ def test_unknown_profile_key(tmp_path: Path) -> None:
     expect_error(path, DeviceProfile, "pool")
 
 
-@pytest.mark.parametrize("perf_left", ["1.5", "0", "-0.2"])
+def test_a_figure_below_the_least_is_refused(tmp_path: Path) -> None:
+    """1e-300 MB would price a client at ~1e300 s: refused as the typo it is."""
+    path = tmp_path / "board.toml"
+    path.write_text(device_text(memory_mb="1e-300"))
+    assert "1e-06 to 1e+09" in expect_error(path, DeviceProfile, "memory_mb").fix
+
+
+@pytest.mark.parametrize("perf_left", ["1.5", "0", "-0.2", "1e-320"])
 def test_app_perf_left_must_be_a_fraction(tmp_path: Path, perf_left: str) -> None:
     path = tmp_path / "busy.toml"
     path.write_text(APP.format(perf_left=perf_left))
@@ -274,7 +281,7 @@ def test_app_valid_fraction_loads(tmp_path: Path) -> None:
     assert load_profile(path, AppProfile).perf_left == 1.0
 
 
-@pytest.mark.parametrize("up", ["[5.0, 1.0]", "[0.0, 1.0]", "[1.0]"])
+@pytest.mark.parametrize("up", ["[5.0, 1.0]", "[0.0, 1.0]", "[1.0]", "[1e-320, 1e-320]"])
 def test_network_range_must_be_low_high(tmp_path: Path, up: str) -> None:
     path = tmp_path / "slow.toml"
     path.write_text(NETWORK.format(up=up))

@@ -20,7 +20,7 @@ from edgefl.devices import draws
 from edgefl.errors import EdgeflError
 from edgefl.experiment import prepare, run
 from edgefl.experiment.energy import RoundEnergy
-from edgefl.experiment.living import Live, Pending, rebase, rebased, running_statistics
+from edgefl.experiment.living import Live, Pending, rebase, rebased, running_statistics, stall_error
 from edgefl.experiment.rounds import planned_jobs
 from edgefl.methods.aggregate import fedavg
 from edgefl.methods.base import ClientUpdate
@@ -33,7 +33,19 @@ from edgefl.sim.bulk import Costs, Pricer
 from edgefl.sim.cost import ClientCost
 from edgefl.sim.engine import Federation, Span
 from edgefl.sim.links import Links
-from edgefl.sim.living import COMPLETED, DROPPED, LATE, OFFLINE, Buffered, Started, Transfer, play_round
+from edgefl.sim.living import (
+    COMPLETED,
+    DROPPED,
+    LATE,
+    OFFLINE,
+    STALL_S,
+    Buffered,
+    Stalled,
+    Started,
+    Transfer,
+    play_round,
+    stall_runs,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "scenarios" / "quickstart.toml"
@@ -126,6 +138,39 @@ def test_fedbuff_four_updates_with_staleness_weights() -> None:
     assert xs[0] == 2.0
     assert xs[1] == pytest.approx(2 + (4 / math.sqrt(2) + 0.5) / 2, abs=1e-12)
     assert xs[1] == pytest.approx(3.664213562373095, abs=1e-12)
+
+
+def test_fedbuff_stalls_when_no_client_can_finish() -> None:
+    """Every client's battery runs out 0.5 s into its 1 s of work (offline): after stall_runs(1) =
+    10,000 ended clients with no update, Stalled with none arrived (not an endless run)."""
+    fed = Federation()
+    server = Buffered(fed, Always(), 1, 1, 8, lambda v, b: Started(0, (0.0, 0.0, 1.0, 0.0), None, None, 0.5),
+                      lambda v, b, e: None, lambda: 0.0)
+    with pytest.raises(Stalled) as info:
+        server.next_aggregation()
+    assert info.value.arrived == 0 and len(server.ended) == stall_runs(1) == 10_000
+    assert fed.now == pytest.approx(0.5 * 10_000)
+    assert all(j.outcome.status == OFFLINE for j in server.ended)
+
+
+def test_fedbuff_stalls_when_the_buffer_does_not_fill_in_thirty_days() -> None:
+    """One slot, clients of one day each, a buffer of 100: the 31st ends at day 31, over STALL_S
+    (30 days) since the start, with 31 of the 100 updates in."""
+    fed, day = Federation(), 86_400.0
+    server = Buffered(fed, Always(), 1, 100, 8, lambda v, b: Started(0, (0.0, 0.0, day, 0.0)),
+                      lambda v, b, e: None, lambda: 0.0)
+    with pytest.raises(Stalled) as info:
+        server.next_aggregation()
+    assert STALL_S == 30 * day and info.value.arrived == 31 and fed.now == 31 * day
+
+
+@pytest.mark.parametrize(("arrived", "key"), [(None, "fleet.availability"), (0, "round.mode"),
+                                              (3, "round.buffer")])
+def test_a_stalled_async_run_names_the_key_to_change(arrived: int | None, key: str) -> None:
+    err = stall_error(load_scenario(ASYNC), "async.toml", arrived)
+    assert err.key == key and "\n" not in str(err)
+    if arrived:
+        assert f"only 3 of its {load_scenario(ASYNC).round.buffer} updates arrived" in err.fix
 
 
 def test_fedbuff_drops_an_update_staler_than_max_staleness() -> None:

@@ -102,6 +102,10 @@ def test_scaffold_refuses_another_optimizer_and_is_priced_as_the_sgd_it_runs() -
     ("training.local_epochs", "1e300", "10,000"), ("training.local_epochs", "10001", "10,000"),
     ("training.local_iters", "9223372036854775807", "1,000,000"),
     ("training.batch_size", "100000000", "65,536"),
+    ("round.buffer", "9223372036854775807", "10,000"), ("round.over_selection", "1e308", "10"),
+    ("cost.server_s", "1e308", "1e+09"), ("round.deadline_s", "1e308", "1e+09"),
+    ("cost.server_gflops", "1e-300", "1e-06"), ("fleet.balance_s", "400", "[-4, 4]"),
+    ("fleet.balance_s", "-400", "[-4, 4]"),
 ])
 def test_local_work_beyond_the_bounds_is_one_line(key: str, value: str, bound: str) -> None:
     with pytest.raises(EdgeflError) as info:

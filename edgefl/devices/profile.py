@@ -102,6 +102,7 @@ class NetworkProfile:
 UPPER = {"storage_read_mbps": 1e8, "storage_write_mbps": 1e8, "storage_latency_ms": 1e6,  # MB/s, ms
          "efficiency": 1.0}  # a fraction of peak (0 = the class default)
 MAX_FIGURE = 1e9  # MB of memory, GFLOP/s: a petabyte, an exaFLOP/s
+MIN_FIGURE = 1e-6  # the least non-zero figure: a byte, a kFLOP/s, a byte/s, a millionth of peak
 POSITIVE = ("memory_mb", "compute_gflops", "storage_read_mbps", "storage_write_mbps")
 MAX_LATENCY_MS = UPPER["storage_latency_ms"]  # 1000 s per access or message
 MAX_LINK_MBPS = 1e8  # 100 Tbit/s
@@ -112,8 +113,8 @@ def _number_checks(p: DeviceProfile) -> list[tuple[str, bool, str]]:
     checks = []
     for k in (f.name for f in fields(DeviceProfile) if hints[f.name] in (int, float)):
         v, high, positive = getattr(p, k), UPPER.get(k, MAX_FIGURE), k in POSITIVE
-        checks.append((k, (v > 0 if positive else v >= 0) and v <= high,
-                       f"must be {'positive' if positive else 'non-negative'} and at most {high:g}"))
+        checks.append((k, (v == 0 and not positive or MIN_FIGURE <= v) and v <= high,
+                       f"must be {'' if positive else '0 or '}{MIN_FIGURE:g} to {high:g}"))
     return checks
 
 
@@ -128,14 +129,15 @@ def check_profile(p: DeviceProfile | AppProfile | NetworkProfile, where: str, st
              "must be at least idle_w (the watts at full load include the idle draw)"),
         ]
         checks += [(f"kernels.{k}", _kernel_ok(getattr(p.kernels, k)),
-                    "must list up to 3 passes, each [GFLOP/s, GB/s, overhead us] with positive "
-                    f"rates and a non-negative overhead, each at most {MAX_FIGURE:g}") for k in KERNEL_KINDS]
+                    "must list up to 3 passes, each [GFLOP/s, GB/s, overhead us] with rates of "
+                    f"{MIN_FIGURE:g} to {MAX_FIGURE:g} and an overhead of 0 to {MAX_FIGURE:g}")
+                   for k in KERNEL_KINDS]
     elif isinstance(p, AppProfile):
-        checks += [(k, 0 < getattr(p, k) <= 1, "must be a fraction in (0, 1]")
+        checks += [(k, MIN_FIGURE <= getattr(p, k) <= 1, f"must be a fraction in [{MIN_FIGURE:g}, 1]")
                    for k in ("perf_left", "memory_left")]
     else:
-        checks += [(k, len(v) == 2 and 0 < v[0] <= v[1] <= high,
-                    f"must be [low, high] with 0 < low <= high <= {high:g}")
+        checks += [(k, len(v) == 2 and MIN_FIGURE <= v[0] <= v[1] <= high,
+                    f"must be [low, high] with {MIN_FIGURE:g} <= low <= high <= {high:g}")
                    for k, v, high in (("up_mbps", p.up_mbps, MAX_LINK_MBPS),
                                       ("down_mbps", p.down_mbps, MAX_LINK_MBPS),
                                       ("latency_ms", p.latency_ms, MAX_LATENCY_MS))]
@@ -147,7 +149,7 @@ def check_profile(p: DeviceProfile | AppProfile | NetworkProfile, where: str, st
 
 
 def _kernel_ok(rows: list[list[float]]) -> bool:
-    return len(rows) <= 3 and all(len(r) == 3 and 0 < r[0] <= MAX_FIGURE and 0 < r[1] <= MAX_FIGURE
+    return len(rows) <= 3 and all(len(r) == 3 and MIN_FIGURE <= r[0] <= MAX_FIGURE and MIN_FIGURE <= r[1] <= MAX_FIGURE
                                   and 0 <= r[2] <= MAX_FIGURE for r in rows)
 
 

@@ -48,7 +48,7 @@ from edgefl.experiment.prepare import Experiment
 from edgefl.experiment.rounds import RoundTable, each_priced, planned_jobs, priced
 from edgefl.methods.aggregate import State
 from edgefl.methods.base import ClientPlan, ClientUpdate, Method, grouped
-from edgefl.scenario import check_mode
+from edgefl.scenario import Scenario, check_mode
 from edgefl.selection import Picked
 from edgefl.selection.server import Selection
 from edgefl.sim.availability import Availability, make_availability
@@ -59,11 +59,13 @@ from edgefl.sim.engine import Federation
 from edgefl.sim.living import (
     COMPLETED,
     DROPPED,
+    STALL_S,
     Buffered,
     Outcome,
     Stalled,
     Started,
     play_round,
+    stall_runs,
     staleness_weight,
 )
 
@@ -219,8 +221,8 @@ class AsyncRounds:
         while not self.done:
             try:
                 self.server.next_aggregation()
-            except Stalled:
-                raise EdgeflError(self.exp.where, "fleet.availability", NEVER_ONLINE) from None
+            except Stalled as stalled:
+                raise stall_error(self.exp.scenario, self.exp.where, stalled.arrived) from None
         return self.done.pop(0)
 
     def choose(self, version: int, busy: set[int]) -> tuple[int, float, str] | float:
@@ -312,6 +314,19 @@ class AsyncRounds:
             table.dropped = np.zeros(len(ended), dtype=bool)
             table.charge_j = np.array([p.charge_j for p in pending])
         return table
+
+
+def stall_error(s: Scenario, where: str, arrived: int | None) -> EdgeflError:
+    """Why an async run can make no next aggregation (Stalled), as one line naming the key to change."""
+    if arrived is None:
+        return EdgeflError(where, "fleet.availability", NEVER_ONLINE)
+    waited = f"{STALL_S / 86_400:g} simulated days or {stall_runs(s.round.buffer):,} client runs after the last aggregation"
+    if arrived:
+        return EdgeflError(where, "round.buffer", f"only {arrived} of its {s.round.buffer} updates arrived "
+                           f"in {waited}; lower round.buffer")
+    return EdgeflError(where, "round.mode", f"no client finished its work in {waited} (each went offline "
+                       "first: online windows or batteries shorter than the work); give the devices longer "
+                       "online windows (fleet.online_hours) or a charger, or use round.mode = \"sync\"")
 
 
 def job_of(job: Started) -> Pending:

@@ -177,8 +177,23 @@ def play_round(fed: Federation, jobs: Sequence[tuple[int, Sequence[float]]], ava
     return result[0]
 
 
+STALL_S = 30 * 86_400.0  # async: no aggregation for 30 simulated days means none will come
+STALL_ENDED = 10_000  # nor after max(this, 20 x buffer) clients ended since the last one
+
+
+def stall_runs(buffer: int) -> int:
+    """How many clients may end between two aggregations before an async run counts as stalled."""
+    return max(STALL_ENDED, 20 * buffer)
+
+
 class Stalled(Exception):
-    """Every async slot closed before the next aggregation: no device comes online again."""
+    """No next aggregation: every async slot closed (no device comes online again; `arrived` is
+    None), or STALL_S simulated seconds or `stall_runs` ended clients passed since the last one with
+    only `arrived` of the buffer's updates in."""
+
+    def __init__(self, arrived: int | None = None) -> None:
+        super().__init__(arrived)
+        self.arrived = arrived
 
 
 @dataclass
@@ -217,7 +232,7 @@ class Buffered:
         self.pick, self.fold, self.server_s, self.heard = pick, aggregate, server_s, ended
         self.links = None if links is None else (SharedLink(self.env, links.down_bps),
                                                  SharedLink(self.env, links.up_bps))
-        self.version, self.busy = 0, set[int]()
+        self.version, self.busy, self.since = 0, set[int](), self.env.now
         self.buffer: list[Started] = []
         self.ended: list[Started] = []
         self.aggregated = self.env.event()
@@ -227,7 +242,7 @@ class Buffered:
 
     def next_aggregation(self) -> None:
         """Play on until the next aggregation has been folded in (`aggregate` was called); Stalled
-        if every slot has closed first."""
+        if every slot has closed first, or if none comes in STALL_S seconds or `stall_runs(buffer)` clients."""
         try:
             self.env.run(until=self.aggregated)
         except RuntimeError:  # SimPy: nothing left to play before the aggregation
@@ -262,8 +277,12 @@ class Buffered:
         self.ended.append(job)
         if out.status == COMPLETED:
             self.buffer.append(job)
-        if len(self.buffer) == self.size:
+        if len(self.buffer) < self.size:
+            if len(self.ended) >= stall_runs(self.size) or self.env.now - self.since > STALL_S:
+                raise Stalled(len(self.buffer))  # ends the SimPy run: the caller says why
+        else:
             (batch, self.buffer), (ended, self.ended) = (self.buffer, []), (self.ended, [])
+            self.since = self.env.now
             server = self.server_s()
             if server > 0:  # clients starting meanwhile download the version before
                 self.env.process(self._after(server, batch, ended))
