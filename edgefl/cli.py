@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edgefl.errors import EdgeflError
+from edgefl.errors import NOT_A_RUN, EdgeflError
 
 if TYPE_CHECKING:
     from edgefl.devices.catalog import Catalog
@@ -283,8 +283,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
         summary = run(exp, run_dir, progress=not args.quiet, resume=resume)
         print(_run_line(summary, run_dir))
     runs = [out / m for m in methods]
-    paths = [*write_comparison(compare_table(runs, args.target), out, args.target),
-             *make_figures(runs, out / "figures", args.target)]
+    try:
+        paths = [*write_comparison(compare_table(runs, args.target), out, args.target),
+                 *make_figures(runs, out / "figures", args.target)]
+    except EdgeflError as err:  # a kept run damaged since: redoing it is the fix, not another folder
+        if not err.fix.endswith(NOT_A_RUN):
+            raise
+        redo = f"delete that method's folder in {out} and run edgefl compare again to redo it"
+        raise EdgeflError(err.where, err.key, err.fix.removesuffix(NOT_A_RUN) + redo) from None
     print((out / "comparison.md").read_text(), end="")
     print("\n".join(str(p) for p in paths))
     return 0

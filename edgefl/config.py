@@ -18,6 +18,7 @@ MAX_ITERS, MAX_EPOCHS, MAX_BATCH = 1_000_000, 10_000, 65_536
 # bounds on the fleet and the server, far beyond any study's, that keep simulated hours finite
 MAX_SECONDS = 1e9  # a deadline or a server's seconds per round: about 32 years
 MAX_BUFFER, MAX_OVER_SELECTION, MAX_BALANCE_S = 10_000, 10.0, 4.0
+MAX_CHANNELS, MAX_SIDE, MAX_CLASSES = 64, 4096, 100_000  # synthetic images: ImageNet-21k has 21,841 classes
 
 
 @dataclass

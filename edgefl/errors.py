@@ -11,3 +11,6 @@ class EdgeflError(Exception):
         self.where = where
         self.key = key
         self.fix = fix
+
+
+NOT_A_RUN = "give a run directory made by edgefl run"  # the fix for a run folder edgefl cannot read

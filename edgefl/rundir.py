@@ -135,6 +135,8 @@ def claim(folder: Path, kind: str, flag: str = "--out") -> None:
         raise EdgeflError(where, flag, f"cannot create or read this folder ({_reason(exc)}); choose "
                           f"another {flag}") from None
     marked = marker_kind(folder)
+    if entries and marked is None and MARKER in entries:
+        raise EdgeflError(where, flag, f"{DAMAGED}; choose an empty or new folder")
     if entries and marked is None:
         raise EdgeflError(where, flag, f"holds files that edgefl did not write (e.g. {entries[0]!r}) "
                           f"and no {MARKER} marker; choose an empty or new folder")
@@ -158,6 +160,8 @@ def probe(path: Path, flag: str) -> str:
     return "link" if stat.S_ISLNK(mode) else "dir" if stat.S_ISDIR(mode) else "file"
 
 
+DAMAGED = (f"its {MARKER} marker is damaged (not the JSON edgefl writes), so edgefl cannot tell what "
+           "wrote the folder")
 ORIGIN = "origin"  # a run marker's key: the scenario file the run started from (profiles, trace beside it)
 
 
@@ -187,8 +191,9 @@ def clear_run(folder: Path, flag: str = "--out") -> None:
     anything else and nothing is deleted."""
     where = str(folder)
     if marker_kind(folder) != "run":
-        raise EdgeflError(where, flag, f"holds no edgefl run ({MARKER} missing); edgefl replaces "
-                          "only its own run folders: choose another " + flag)
+        why = DAMAGED if (folder / MARKER).exists() else f"holds no edgefl run ({MARKER} missing)"
+        raise EdgeflError(where, flag, f"{why}; edgefl replaces only its own run folders: choose another "
+                          + flag)
     strange = _foreign(folder, RUN_FILES)
     figures = folder / "figures"
     if not strange and figures.is_dir() and not figures.is_symlink():

@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from edgefl.errors import EdgeflError
+from edgefl.errors import NOT_A_RUN, EdgeflError
 from edgefl.rundir import Appender, WriteFailed, _fsync_folder, _umask, write_file
 
 # per-client columns and their Parquet types (all CSV columns are text)
@@ -259,17 +259,16 @@ def read_rows(folder: Path, name: str) -> tuple[list[str], list[dict[str, str]]]
             file = pq.ParquetFile(parquet)
             return list(file.schema_arrow.names), list(text_rows(file))
         except (OSError, pa.ArrowException) as exc:
-            raise EdgeflError(str(parquet), "file", f"cannot be read as Parquet ({exc}); give a run "
-                              "directory made by edgefl run") from None
+            raise EdgeflError(str(parquet), "file", f"cannot be read as Parquet ({exc}); "
+                              f"{NOT_A_RUN}") from None
     path = folder / f"{name}.csv"
     if not path.is_file():
-        raise EdgeflError(str(folder), f"{name}.csv", "missing; give a run directory made by edgefl run")
+        raise EdgeflError(str(folder), f"{name}.csv", f"missing; {NOT_A_RUN}")
     try:
         reader = csv.DictReader(io.StringIO(_whole_lines(path.read_bytes().decode()), newline=""))
         rows = list(reader)
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise EdgeflError(str(path), "file", f"cannot be read as CSV ({exc}); give a run directory "
-                          "made by edgefl run") from None
+        raise EdgeflError(str(path), "file", f"cannot be read as CSV ({exc}); {NOT_A_RUN}") from None
     return list(reader.fieldnames or []), rows
 
 

@@ -20,10 +20,13 @@ from edgefl.config import (
     MAX_BALANCE_S,
     MAX_BATCH,
     MAX_BUFFER,
+    MAX_CHANNELS,
+    MAX_CLASSES,
     MAX_EPOCHS,
     MAX_ITERS,
     MAX_OVER_SELECTION,
     MAX_SECONDS,
+    MAX_SIDE,
     Check,
     Scenario,
 )
@@ -106,7 +109,8 @@ def apply_override(raw: dict[str, Any], item: str) -> None:
     for part in parents:
         node = node.setdefault(part, {})
         if not isinstance(node, dict):
-            raise EdgeflError("--set", printable(key), f"{part!r} is not a section")
+            raise EdgeflError("--set", printable(key), f"{part!r} is not a section (the scenario file or "
+                              f"an earlier --set gives it a value); make it a [{part}] table")
     node[leaf] = value
 
 
@@ -184,9 +188,12 @@ def _data_checks(s: Scenario) -> list[Check]:
         ("data.iid_share", 0 <= s.data.iid_share <= 1, "must be a fraction in [0, 1]"),
         ("data.val_fraction", 0 <= s.data.val_fraction < 1, "must be a fraction in [0, 1)"),
         ("data.test_samples", s.data.test_samples >= 0, "must be 0 (all) or positive"),
-        ("data.synthetic_shape", len(s.data.synthetic_shape) == 3 and min(s.data.synthetic_shape) >= 1,
-         "must be [channels, height, width], each at least 1"),
-        ("data.synthetic_classes", s.data.synthetic_classes >= 2, "must be at least 2"),
+        ("data.synthetic_shape", len(s.data.synthetic_shape) == 3 and min(s.data.synthetic_shape) >= 1
+         and s.data.synthetic_shape[0] <= MAX_CHANNELS and max(s.data.synthetic_shape[1:]) <= MAX_SIDE,
+         f"must be [channels, height, width], each at least 1, at most {MAX_CHANNELS} channels and "
+         f"{MAX_SIDE:,} pixels a side"),
+        ("data.synthetic_classes", 2 <= s.data.synthetic_classes <= MAX_CLASSES,
+         f"must be 2 to {MAX_CLASSES:,}"),
         ("data.synthetic_train", s.data.synthetic_train >= 1, "must be at least 1"),
         ("data.synthetic_test", s.data.synthetic_test >= 1, "must be at least 1"),
         ("data.synthetic_seed", s.data.synthetic_seed >= 0, "must be a non-negative integer"),
@@ -204,7 +211,8 @@ def _fleet_checks(s: Scenario) -> list[Check]:
          "must be [low, high] with 0 <= low <= high <= 1"),
         ("fleet.reserved_memory_mb", s.fleet.reserved_memory_mb > 0, "must be positive (MB)"),
         ("fleet.balance_s", abs(s.fleet.balance_s) <= MAX_BALANCE_S,
-         f"must be in [-{MAX_BALANCE_S:g}, {MAX_BALANCE_S:g}] (0 balanced; the release's unbalanced fleet is -1)"),
+         f"must be in [-{MAX_BALANCE_S:g}, {MAX_BALANCE_S:g}] (0 balanced; the release's unbalanced "
+         "fleet is -1)"),
         ("server.down_mbps", 0 <= s.server.down_mbps <= MAX_LINK_MBPS, f"must be 0 (unlimited) or "
          f"positive, at most {MAX_LINK_MBPS:g} (Mbit/s)"),
         ("server.up_mbps", 0 <= s.server.up_mbps <= MAX_LINK_MBPS, f"must be 0 (unlimited) or "
@@ -213,8 +221,8 @@ def _fleet_checks(s: Scenario) -> list[Check]:
         ("fleet.online_hours", 0 < s.fleet.online_hours <= 24, "must be in (0, 24] (24: always online)"),
         ("fleet.tz_spread_h", 0 <= s.fleet.tz_spread_h <= 24, "must be in [0, 24] hours"),
         ("round.mode", s.round.mode in MODES, f"must be one of: {', '.join(MODES)}"),
-        ("round.deadline_s", 0 < s.round.deadline_s <= MAX_SECONDS, f"must be positive, at most {MAX_SECONDS:g} "
-         "(seconds)"),
+        ("round.deadline_s", 0 < s.round.deadline_s <= MAX_SECONDS,
+         f"must be positive, at most {MAX_SECONDS:g} (seconds)"),
         ("round.over_selection", 1 <= s.round.over_selection <= MAX_OVER_SELECTION,
          f"must be 1 to {MAX_OVER_SELECTION:g} (FedScale uses 1.3)"),
         ("round.buffer", 1 <= s.round.buffer <= MAX_BUFFER, f"must be 1 to {MAX_BUFFER:,}"),

@@ -50,6 +50,19 @@ def test_compare_refuses_a_run_directory_of_another_scenario_even_finished(tmp_p
     assert err.count("\n") == 1 and "another scenario" in err
 
 
+def test_a_kept_run_damaged_since_is_redone_not_replaced(tmp_path, capsys):
+    """A finished method's metrics.csv deleted: the fix named is to delete that method's folder."""
+    out = tmp_path / "cmp"
+    args = ["compare", str(SCENARIO), "--methods", "jfat", *SMALL, "--out", str(out), "--dry-run", "--quiet"]
+    assert main(args) == 0
+    (out / "jfat" / "metrics.csv").unlink()
+    capsys.readouterr()
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "metrics.csv: missing; delete that method's folder in" in err
+    assert "made by edgefl run" not in err
+
+
 @pytest.mark.parametrize("methods", [",", "jfat,jfat"])
 def test_compare_wants_each_method_once(tmp_path, capsys, methods):
     out = str(tmp_path / "c")

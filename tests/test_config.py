@@ -176,6 +176,13 @@ def test_override_dotted_key_reaches_section(tmp_path: Path) -> None:
     assert type(s.training.lr) is float
 
 
+def test_override_into_a_file_value_that_is_no_table_says_so(tmp_path: Path) -> None:
+    path = write(tmp_path, "[[fleet]]\nclients = 3\n")  # an array of tables, not [fleet]
+    with pytest.raises(EdgeflError) as info:
+        load_scenario(path, ["fleet.clients=4"])
+    assert info.value.where == "--set" and "make it a [fleet] table" in info.value.fix
+
+
 def test_override_int_accepted_for_float(tmp_path: Path) -> None:
     s = load_scenario(write(tmp_path, ""), ["training.lr=1"])
     assert s.training.lr == 1.0

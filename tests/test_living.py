@@ -161,7 +161,7 @@ def test_fedbuff_stalls_when_the_buffer_does_not_fill_in_thirty_days() -> None:
                       lambda v, b, e: None, lambda: 0.0)
     with pytest.raises(Stalled) as info:
         server.next_aggregation()
-    assert STALL_S == 30 * day and info.value.arrived == 31 and fed.now == 31 * day
+    assert 30 * day == STALL_S and info.value.arrived == 31 and fed.now == 31 * day
 
 
 @pytest.mark.parametrize(("arrived", "key"), [(None, "fleet.availability"), (0, "round.mode"),
@@ -432,6 +432,10 @@ def test_running_statistics_are_a_models_floating_point_buffers() -> None:
     ("never.json", '{"0": [], "1": []}', "no client has an online interval"),
     ("deep.json", "[" * 100_000 + "]" * 100_000, "cannot read the trace"),
     ("empty.pkl", "", "cannot read the trace"),
+    # a wrong layout names the layouts, beside Python's words for what it tripped on
+    ("triple.json", '{"0": [[0, 1, 2]]}', "a .json maps each client to [[start_s, end_s], ...]"),
+    ("number.json", '{"0": 5}', "a .json maps each client to [[start_s, end_s], ...]"),
+    ("short.csv", "client,start_s,end_s\n0,0\n", "a .csv has the columns client,start_s,end_s"),
 ])
 def test_a_bad_trace_is_refused_with_one_line(tmp_path: Path, name: str, text: str, says: str) -> None:
     path = tmp_path / name

@@ -120,6 +120,17 @@ def test_overwrite_never_deletes_a_folder_edgefl_did_not_make(tmp_path: Path, ca
     assert snapshot(out) == before
 
 
+@pytest.mark.parametrize("extra", [("--overwrite", "--dry-run"), ("--dry-run",)])
+def test_a_damaged_marker_is_named_and_nothing_is_deleted(tmp_path: Path, capsys: Capsys, extra) -> None:
+    out = tmp_path / "run"
+    assert main(run_args(out, "--dry-run")) == 0
+    (out / rundir.MARKER).write_text("garbage")
+    before = snapshot(out)
+    line = refused(capsys, run_args(out, *extra))
+    assert "marker is damaged" in line and "did not write" not in line and "--out" in line
+    assert snapshot(out) == before
+
+
 def test_overwrite_keeps_a_user_file_put_into_a_run(tmp_path: Path, capsys: Capsys) -> None:
     out = tmp_path / "run"
     assert main(run_args(out, "--dry-run")) == 0

@@ -106,6 +106,8 @@ def test_scaffold_refuses_another_optimizer_and_is_priced_as_the_sgd_it_runs() -
     ("cost.server_s", "1e308", "1e+09"), ("round.deadline_s", "1e308", "1e+09"),
     ("cost.server_gflops", "1e-300", "1e-06"), ("fleet.balance_s", "400", "[-4, 4]"),
     ("fleet.balance_s", "-400", "[-4, 4]"),
+    ("data.synthetic_shape", "[3,100000,100000]", "4,096 pixels a side"),
+    ("data.synthetic_classes", "9223372036854775807", "100,000"),
 ])
 def test_local_work_beyond_the_bounds_is_one_line(key: str, value: str, bound: str) -> None:
     with pytest.raises(EdgeflError) as info:

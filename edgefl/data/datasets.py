@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import psutil
 import torch
 
 from edgefl.config import DataConfig
@@ -183,12 +184,24 @@ def caltech256(cfg: DataConfig, where: str) -> Dataset:
     return _with_stats(x[order[:cut]], y[order[:cut]], x[order[cut:]], y[order[cut:]], 256)
 
 
+def available_bytes() -> int:
+    """Memory this machine can give now (psutil), what a dataset drawn in memory must fit in."""
+    return int(psutil.virtual_memory().available)
+
+
 @register("synthetic", (3, 32, 32), 10, 5000)
 def synthetic(cfg: DataConfig, where: str) -> Dataset:
     """Uniform images of `synthetic_shape` in [0, 1] and uniform labels, drawn from
     `synthetic_seed` (train, then test)."""
-    r = np.random.default_rng(cfg.synthetic_seed)
     shape, classes = tuple(cfg.synthetic_shape), cfg.synthetic_classes
+    images = cfg.synthetic_train + cfg.synthetic_test
+    need, free = 4 * images * int(np.prod(shape)), available_bytes()
+    if need > free:
+        raise EdgeflError(where, "data.synthetic_train", f"{images:,} float32 images of "
+                          f"{'x'.join(map(str, shape))} need {need / 1e9:.1f} GB and this machine has "
+                          f"{free / 1e9:.1f} GB free; draw fewer (data.synthetic_train, data.synthetic_test) "
+                          "or smaller ones (data.synthetic_shape)")
+    r = np.random.default_rng(cfg.synthetic_seed)
     x = r.random((cfg.synthetic_train, *shape), dtype=np.float32)
     y = r.integers(classes, size=cfg.synthetic_train).astype(np.int64)
     tx = r.random((cfg.synthetic_test, *shape), dtype=np.float32)

@@ -113,7 +113,7 @@ def _number_checks(p: DeviceProfile) -> list[tuple[str, bool, str]]:
     checks = []
     for k in (f.name for f in fields(DeviceProfile) if hints[f.name] in (int, float)):
         v, high, positive = getattr(p, k), UPPER.get(k, MAX_FIGURE), k in POSITIVE
-        checks.append((k, (v == 0 and not positive or MIN_FIGURE <= v) and v <= high,
+        checks.append((k, ((v == 0 and not positive) or v >= MIN_FIGURE) and v <= high,
                        f"must be {'' if positive else '0 or '}{MIN_FIGURE:g} to {high:g}"))
     return checks
 
@@ -149,8 +149,8 @@ def check_profile(p: DeviceProfile | AppProfile | NetworkProfile, where: str, st
 
 
 def _kernel_ok(rows: list[list[float]]) -> bool:
-    return len(rows) <= 3 and all(len(r) == 3 and MIN_FIGURE <= r[0] <= MAX_FIGURE and MIN_FIGURE <= r[1] <= MAX_FIGURE
-                                  and 0 <= r[2] <= MAX_FIGURE for r in rows)
+    return len(rows) <= 3 and all(len(r) == 3 and min(r[:2]) >= MIN_FIGURE and max(r) <= MAX_FIGURE
+                                  and r[2] >= 0 for r in rows)
 
 
 DEVICE_CLASSES = ("microcontroller", "phone_cpu", "phone_gpu", "sbc", "gpu", "fpga", "cpu", "generic")

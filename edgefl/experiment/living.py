@@ -65,8 +65,8 @@ from edgefl.sim.living import (
     Stalled,
     Started,
     play_round,
-    stall_runs,
     staleness_weight,
+    stall_runs,
 )
 
 ASYNC = 5  # the random stream of async picks (edgefl.devices.pool's streams, then availability's)
@@ -320,7 +320,8 @@ def stall_error(s: Scenario, where: str, arrived: int | None) -> EdgeflError:
     """Why an async run can make no next aggregation (Stalled), as one line naming the key to change."""
     if arrived is None:
         return EdgeflError(where, "fleet.availability", NEVER_ONLINE)
-    waited = f"{STALL_S / 86_400:g} simulated days or {stall_runs(s.round.buffer):,} client runs after the last aggregation"
+    runs = stall_runs(s.round.buffer)
+    waited = f"{STALL_S / 86_400:g} simulated days or {runs:,} client runs after the last aggregation"
     if arrived:
         return EdgeflError(where, "round.buffer", f"only {arrived} of its {s.round.buffer} updates arrived "
                            f"in {waited}; lower round.buffer")

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edgefl.errors import EdgeflError
+from edgefl.errors import NOT_A_RUN, EdgeflError
 from edgefl.rundir import claim, write_file
 from edgefl.runlog import LOGS, read_rows
 
@@ -83,20 +83,19 @@ SCENARIO_KEYS: dict[str, type | tuple[type, ...]] = {
 def _read_scenario(path: Path) -> dict[str, Any]:
     file = path / "scenario.toml"
     if not file.is_file():
-        raise EdgeflError(str(path), "scenario.toml", "missing; give a run directory made by edgefl run")
+        raise EdgeflError(str(path), "scenario.toml", f"missing; {NOT_A_RUN}")
     try:
         scenario = tomllib.loads(file.read_text())
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise EdgeflError(str(file), "scenario.toml", f"cannot be read as TOML ({reason}); give a run "
-                          "directory made by edgefl run") from None
+        raise EdgeflError(str(file), "scenario.toml", f"cannot be read as TOML ({reason}); "
+                          f"{NOT_A_RUN}") from None
     for key, kind in SCENARIO_KEYS.items():
         section, _, leaf = key.rpartition(".")
         table = scenario.get(section, {}) if section else scenario
         value = table.get(leaf) if isinstance(table, dict) else None
         if not isinstance(value, kind) or isinstance(value, bool):
-            raise EdgeflError(str(file), key, "missing or of the wrong type; give a run directory made "
-                              "by edgefl run")
+            raise EdgeflError(str(file), key, f"missing or of the wrong type; {NOT_A_RUN}")
     return scenario
 
 
@@ -127,7 +126,7 @@ def _check_row(file: Path, line: int, row: dict[Any, Any], columns: list[str]) -
     """A whole row whose read columns are numbers (integers where counted, finite)."""
     if None in row or None in row.values():
         raise EdgeflError(str(file), f"line {line}", "has a different number of fields than the header "
-                          "(cut or edited); give a run directory made by edgefl run")
+                          f"(cut or edited); {NOT_A_RUN}")
     for column in columns:
         text = row[column]
         if text == "" and column in OPTIONAL:
@@ -138,7 +137,7 @@ def _check_row(file: Path, line: int, row: dict[Any, Any], columns: list[str]) -
             ok = False
         if not ok:
             raise EdgeflError(str(file), f"line {line}", f"{column} is {text[:20]!r}, not a number; "
-                              "give a run directory made by edgefl run")
+                              f"{NOT_A_RUN}")
 
 
 def evaluated(run: Run) -> list[tuple[float, float, float]]:

@@ -210,7 +210,7 @@ def read_trace(path: Path, allow_pickle: bool, where: str) -> Intervals:
         raise EdgeflError(where, key, f"cannot read the trace {path.name}: it has no {exc} "
                           f"({LAYOUTS})") from None
     except (ValueError, TypeError, IndexError, EOFError, RecursionError, pickle.UnpicklingError) as exc:
-        raise EdgeflError(where, key, f"cannot read the trace {path.name}: {exc}") from None
+        raise EdgeflError(where, key, f"cannot read the trace {path.name} ({exc}): {LAYOUTS}") from None
 
 
 LAYOUTS = ("a .csv has the columns client,start_s,end_s; a .json maps each client to [[start_s, end_s], "

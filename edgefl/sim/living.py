@@ -242,7 +242,7 @@ class Buffered:
 
     def next_aggregation(self) -> None:
         """Play on until the next aggregation has been folded in (`aggregate` was called); Stalled
-        if every slot has closed first, or if none comes in STALL_S seconds or `stall_runs(buffer)` clients."""
+        if every slot has closed first, or if none comes in STALL_S seconds or `stall_runs` clients."""
         try:
             self.env.run(until=self.aggregated)
         except RuntimeError:  # SimPy: nothing left to play before the aggregation
