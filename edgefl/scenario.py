@@ -61,11 +61,11 @@ def load_scenario(path: str | Path, overrides: list[str] | None = None,
         raise EdgeflError(where, "syntax", f"not valid TOML ({exc})") from None
     for item in overrides or []:
         apply_override(raw, item)
-    if not raw:
-        raise EdgeflError(where, "file", "is empty (no key set); a scenario sets at least one key, e.g. "
-                          "method = \"jfat\" (edgefl scenarios list shows complete ones)")
     try:
-        scenario = scenario_from_toml(raw, where)
+        scenario = scenario_from_toml(raw, where)  # unknown keys first, then a file that sets none
+        if not sets_a_key(raw):
+            raise EdgeflError(where, "file", "is empty (no key set); a scenario sets at least one key, e.g. "
+                              "method = \"jfat\" (edgefl scenarios list shows complete ones)")
         validate(scenario, where, beside)
     except EdgeflError as exc:
         raise blame_set(exc, where, overrides or []) from None
@@ -93,6 +93,11 @@ def _same_key(set_key: str, error_key: str) -> bool:
     """Whether an error about `error_key` is about the value `--set set_key=...` gave."""
     return (set_key == error_key or set_key.startswith(error_key + ".")
             or error_key.startswith(set_key + "."))
+
+
+def sets_a_key(raw: dict[str, Any]) -> bool:
+    """Whether a parsed scenario sets any key (tables that hold only empty tables set none)."""
+    return any(not isinstance(v, dict) or sets_a_key(v) for v in raw.values())
 
 
 def apply_override(raw: dict[str, Any], item: str) -> None:

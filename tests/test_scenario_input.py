@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "scenarios" / "quickstart.toml"
 
 
-@pytest.mark.parametrize("text", ["", "\n  \n", "# only a comment\n", "\ufeff"])
+@pytest.mark.parametrize("text", ["", "\n  \n", "# only a comment\n", "\ufeff", "[fleet]\n[training]\n"])
 def test_an_empty_scenario_is_one_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                               text: str) -> None:
     path = tmp_path / "empty.toml"
