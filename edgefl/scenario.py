@@ -111,12 +111,26 @@ def apply_override(raw: dict[str, Any], item: str) -> None:
         value = text
     *parents, leaf = key.strip().split(".")
     node = raw
-    for part in parents:
+    for i, part in enumerate(parents):
         node = node.setdefault(part, {})
         if not isinstance(node, dict):
-            raise EdgeflError("--set", printable(key), f"{part!r} is not a section (the scenario file or "
-                              f"an earlier --set gives it a value); make it a [{part}] table")
+            prefix = ".".join(parents[:i + 1])
+            fix = (f"is not a table (the scenario file or an earlier --set gives it a value); make it a "
+                   f"[{prefix}] table" if is_section(parents[:i + 1]) else
+                   f"is a value, not a section: --set {prefix}=VALUE")
+            raise EdgeflError("--set", printable(key), f"{prefix!r} {fix}")
     node[leaf] = value
+
+
+def is_section(path: list[str]) -> bool:
+    """Whether the dotted key `path` names a table of the scenario (its own sections, knob sections)."""
+    kind: Any = Scenario
+    for part in path:
+        hints = typing.get_type_hints(kind) if dataclasses.is_dataclass(kind) else {}
+        if part not in hints:
+            return kind is Scenario and part in KNOBS.classes()
+        kind = hints[part]
+    return dataclasses.is_dataclass(kind)
 
 
 

@@ -277,16 +277,16 @@ def test_synthetic_is_seeded_and_honours_its_shape():
 
 
 def test_synthetic_images_larger_than_free_memory_are_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    """(30 + 6) images of 2x5x7 float32 need 36 x 70 x 4 = 10,080 bytes: refused with 10,000 free,
-    before any is drawn."""
+    """(30 + 6) images of 2x5x7 float32, and a copy of the 30 training ones for their std, need
+    (36 + 30) x 70 x 4 = 18,480 bytes: refused with 18,479 free, before any is drawn."""
     from edgefl.data import datasets
 
-    monkeypatch.setattr(datasets, "available_bytes", lambda: 10_000)
+    monkeypatch.setattr(datasets, "available_bytes", lambda: 18_479)
     cfg = DataConfig(dataset="synthetic", synthetic_shape=[2, 5, 7], synthetic_train=30, synthetic_test=6)
     with pytest.raises(EdgeflError) as info:
         load_dataset(cfg, "s.toml")
     assert info.value.key == "data.synthetic_train" and "36 float32 images of 2x5x7" in info.value.fix
-    monkeypatch.setattr(datasets, "available_bytes", lambda: 10_080)
+    monkeypatch.setattr(datasets, "available_bytes", lambda: 18_480)
     assert len(load_dataset(cfg, "s.toml").train_y) == 30
 
 

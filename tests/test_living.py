@@ -9,6 +9,7 @@ import json
 import math
 import pickle
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -38,7 +39,6 @@ from edgefl.sim.living import (
     DROPPED,
     LATE,
     OFFLINE,
-    STALL_S,
     Buffered,
     Stalled,
     Started,
@@ -153,15 +153,26 @@ def test_fedbuff_stalls_when_no_client_can_finish() -> None:
     assert all(j.outcome.status == OFFLINE for j in server.ended)
 
 
-def test_fedbuff_stalls_when_the_buffer_does_not_fill_in_thirty_days() -> None:
-    """One slot, clients of one day each, a buffer of 100: the 31st ends at day 31, over STALL_S
-    (30 days) since the start, with 31 of the 100 updates in."""
-    fed, day = Federation(), 86_400.0
-    server = Buffered(fed, Always(), 1, 100, 8, lambda v, b: Started(0, (0.0, 0.0, day, 0.0)),
-                      lambda v, b, e: None, lambda: 0.0)
+def every(n: int) -> Callable[[int, set[int]], Started]:
+    """Clients of 1 s each, the n-th of each n completing, the others offline at 0.5 s."""
+    count = iter(range(10**9))
+    return lambda v, b: Started(0, (0.0, 0.0, 1.0, 0.0), None, None,
+                                math.inf if next(count) % n == n - 1 else 0.5)
+
+
+def test_fedbuff_stalls_when_under_one_client_in_twenty_brings_an_update() -> None:
+    """Buffer 600: stall_runs = max(10,000, 20 x 600) = 12,000 clients end with one in 25 completing,
+    480 updates (< 600): Stalled with 480 in. One in 10 fills the buffer after 6,000: an aggregation."""
+    assert stall_runs(600) == 12_000
+    server = Buffered(Federation(), Always(), 1, 600, 8, every(25), lambda v, b, e: None, lambda: 0.0)
     with pytest.raises(Stalled) as info:
         server.next_aggregation()
-    assert 30 * day == STALL_S and info.value.arrived == 31 and fed.now == 31 * day
+    assert info.value.arrived == 480 and len(server.ended) == 12_000
+    folded: list[int] = []
+    server = Buffered(Federation(), Always(), 1, 600, 8, every(10), lambda v, b, e: folded.append(len(e)),
+                      lambda: 0.0)
+    server.next_aggregation()
+    assert folded == [6_000]
 
 
 @pytest.mark.parametrize(("arrived", "key"), [(None, "fleet.availability"), (0, "round.mode"),
@@ -170,7 +181,7 @@ def test_a_stalled_async_run_names_the_key_to_change(arrived: int | None, key: s
     err = stall_error(load_scenario(ASYNC), "async.toml", arrived)
     assert err.key == key and "\n" not in str(err)
     if arrived:
-        assert f"only 3 of its {load_scenario(ASYNC).round.buffer} updates arrived" in err.fix
+        assert f"only 3 of its {load_scenario(ASYNC).round.buffer} updates came in" in err.fix
 
 
 def test_fedbuff_drops_an_update_staler_than_max_staleness() -> None:

@@ -195,7 +195,8 @@ def synthetic(cfg: DataConfig, where: str) -> Dataset:
     `synthetic_seed` (train, then test)."""
     shape, classes = tuple(cfg.synthetic_shape), cfg.synthetic_classes
     images = cfg.synthetic_train + cfg.synthetic_test
-    need, free = 4 * images * int(np.prod(shape)), available_bytes()
+    # the images, and the copy of the training images numpy's std makes (the dataset's statistics)
+    need, free = 4 * (images + cfg.synthetic_train) * int(np.prod(shape)), available_bytes()
     if need > free:
         raise EdgeflError(where, "data.synthetic_train", f"{images:,} float32 images of "
                           f"{'x'.join(map(str, shape))} need {need / 1e9:.1f} GB and this machine has "

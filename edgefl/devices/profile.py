@@ -98,7 +98,8 @@ class NetworkProfile:
 
 # Sane ranges, far beyond any real device: a figure past them is a typo, and would overflow the cost
 # model's arithmetic into inf or nan simulated hours. Every number of a device profile is checked,
-# a new field too: non-negative (positive where listed) and at most its bound, MAX_FIGURE by default.
+# a new field too: at most its bound (MAX_FIGURE by default) and at least MIN_FIGURE, or 0 where a
+# field is not listed in POSITIVE (a figure that small is a typo and would divide into inf hours).
 UPPER = {"storage_read_mbps": 1e8, "storage_write_mbps": 1e8, "storage_latency_ms": 1e6,  # MB/s, ms
          "efficiency": 1.0}  # a fraction of peak (0 = the class default)
 MAX_FIGURE = 1e9  # MB of memory, GFLOP/s: a petabyte, an exaFLOP/s

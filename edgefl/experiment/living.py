@@ -59,7 +59,6 @@ from edgefl.sim.engine import Federation
 from edgefl.sim.living import (
     COMPLETED,
     DROPPED,
-    STALL_S,
     Buffered,
     Outcome,
     Stalled,
@@ -320,14 +319,15 @@ def stall_error(s: Scenario, where: str, arrived: int | None) -> EdgeflError:
     """Why an async run can make no next aggregation (Stalled), as one line naming the key to change."""
     if arrived is None:
         return EdgeflError(where, "fleet.availability", NEVER_ONLINE)
-    runs = stall_runs(s.round.buffer)
-    waited = f"{STALL_S / 86_400:g} simulated days or {runs:,} client runs after the last aggregation"
+    runs = f"{stall_runs(s.round.buffer):,} client runs since the last aggregation"
     if arrived:
-        return EdgeflError(where, "round.buffer", f"only {arrived} of its {s.round.buffer} updates arrived "
-                           f"in {waited}; lower round.buffer")
-    return EdgeflError(where, "round.mode", f"no client finished its work in {waited} (each went offline "
-                       "first: online windows or batteries shorter than the work); give the devices longer "
-                       "online windows (fleet.online_hours) or a charger, or use round.mode = \"sync\"")
+        return EdgeflError(where, "round.buffer", f"only {arrived} of its {s.round.buffer} updates came in "
+                           f"{runs} (the rest went offline or were dropped as stale); lower round.buffer, "
+                           "raise round.max_staleness, or give the devices longer online windows")
+    return EdgeflError(where, "round.mode", f"none of the {runs} brought an update (each went offline first, "
+                       "or was dropped as stale: online windows or batteries shorter than the work); give "
+                       "the devices longer online windows (fleet.online_hours) or a charger, or use "
+                       "round.mode = \"sync\"")
 
 
 def job_of(job: Started) -> Pending:

@@ -177,19 +177,19 @@ def play_round(fed: Federation, jobs: Sequence[tuple[int, Sequence[float]]], ava
     return result[0]
 
 
-STALL_S = 30 * 86_400.0  # async: no aggregation for 30 simulated days means none will come
-STALL_ENDED = 10_000  # nor after max(this, 20 x buffer) clients ended since the last one
+STALL_ENDED = 10_000  # async: max(this, 20 x buffer) clients ended and no aggregation: none will come
 
 
 def stall_runs(buffer: int) -> int:
-    """How many clients may end between two aggregations before an async run counts as stalled."""
+    """How many clients may end between two aggregations before an async run counts as stalled: at
+    least 10,000, and 20 per buffered update (fewer than 5 % of the clients bring an update)."""
     return max(STALL_ENDED, 20 * buffer)
 
 
 class Stalled(Exception):
     """No next aggregation: every async slot closed (no device comes online again; `arrived` is
-    None), or STALL_S simulated seconds or `stall_runs` ended clients passed since the last one with
-    only `arrived` of the buffer's updates in."""
+    None), or `stall_runs` clients ended since the last one with only `arrived` of the buffer's
+    updates in."""
 
     def __init__(self, arrived: int | None = None) -> None:
         super().__init__(arrived)
@@ -232,7 +232,7 @@ class Buffered:
         self.pick, self.fold, self.server_s, self.heard = pick, aggregate, server_s, ended
         self.links = None if links is None else (SharedLink(self.env, links.down_bps),
                                                  SharedLink(self.env, links.up_bps))
-        self.version, self.busy, self.since = 0, set[int](), self.env.now
+        self.version, self.busy = 0, set[int]()
         self.buffer: list[Started] = []
         self.ended: list[Started] = []
         self.aggregated = self.env.event()
@@ -242,7 +242,7 @@ class Buffered:
 
     def next_aggregation(self) -> None:
         """Play on until the next aggregation has been folded in (`aggregate` was called); Stalled
-        if every slot has closed first, or if none comes in STALL_S seconds or `stall_runs` clients."""
+        if every slot has closed first, or if none comes after `stall_runs` ended clients."""
         try:
             self.env.run(until=self.aggregated)
         except RuntimeError:  # SimPy: nothing left to play before the aggregation
@@ -278,11 +278,10 @@ class Buffered:
         if out.status == COMPLETED:
             self.buffer.append(job)
         if len(self.buffer) < self.size:
-            if len(self.ended) >= stall_runs(self.size) or self.env.now - self.since > STALL_S:
+            if len(self.ended) >= stall_runs(self.size):
                 raise Stalled(len(self.buffer))  # ends the SimPy run: the caller says why
         else:
             (batch, self.buffer), (ended, self.ended) = (self.buffer, []), (self.ended, [])
-            self.since = self.env.now
             server = self.server_s()
             if server > 0:  # clients starting meanwhile download the version before
                 self.env.process(self._after(server, batch, ended))
