@@ -22,6 +22,8 @@ import pytest
 import torch
 from torch import nn
 
+from edgefl.attacks.fgsm import FGSM
+from edgefl.attacks.pgd import PGD
 from edgefl.attacks.pgd_l2 import PGDL2
 from edgefl.cli import main
 from edgefl.config import CostConfig
@@ -456,6 +458,13 @@ def test_d_star_is_measured_at_the_best_alpha(digits: Experiment):
     steps = digits.scenario.attack.steps
     assert attack.eps == pytest.approx(1.0)
     assert attack.step_size == pytest.approx(2.5 * 1.0 / steps)  # the release's 2.5 eps / T
+
+
+@pytest.mark.parametrize(("name", "kind"), [("pgd", PGD), ("fgsm", FGSM), ("pgd_l2", PGDL2)])
+def test_d_star_of_the_first_module_uses_the_attack_it_trained_against(name: str, kind: type) -> None:
+    scenario = load_scenario(QUICKSTART, [*TINY, f'attack.name="{name}"'])
+    exp = single_thread(lambda: prepare(scenario, "q.toml"))
+    assert exp.method.m == 0 and type(exp.method.apa_attack()) is kind
 
 
 def test_feature_pgd_step_is_two_and_a_half_eps_over_t():

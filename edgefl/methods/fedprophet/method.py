@@ -262,10 +262,11 @@ class FedProphet(Method):
         self.switch = False
 
     def apa_attack(self) -> Attack:
-        """The attack module m was trained against, on its input, at its best alpha."""
+        """The attack module m was trained against, on its input, at its best alpha: the first
+        module's is the scenario's (L-inf PGD in the release; PGD also for a clean run)."""
         a = self.ctx.scenario.attack
         if self.m == 0:
-            return make_attack("pgd", a.eps, a.step_size, a.steps)
+            return make_attack(a.name if a.name != "none" else "pgd", a.eps, a.step_size, a.steps)
         return feature_attack(self.eps, a.steps, self.lower)
 
     def samples(self, parts: list[np.ndarray], n: int) -> tuple[torch.Tensor, torch.Tensor]:
