@@ -227,6 +227,18 @@ def test_plot_without_metrics(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert not (tmp_path / "fig.png").exists()
 
 
+def test_the_command_shortens_openmp_spinning_unless_the_user_chose(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import os
+
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    assert main(["scenarios", "list"]) == 0
+    assert os.environ["GOMP_SPINCOUNT"] == "3000"
+    monkeypatch.setenv("GOMP_SPINCOUNT", "50")
+    assert main(["scenarios", "list"]) == 0
+    assert os.environ["GOMP_SPINCOUNT"] == "50"
+
+
 # the installed command ---------------------------------------------------------------------------
 
 
