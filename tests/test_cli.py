@@ -11,6 +11,7 @@ import pytest
 from edgefl.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
+QUICKSTART = ROOT / "scenarios" / "quickstart.toml"
 PROFILES = ROOT / "device_profiles"
 
 
@@ -237,6 +238,18 @@ def test_the_command_shortens_openmp_spinning_unless_the_user_chose(
     monkeypatch.setenv("GOMP_SPINCOUNT", "50")
     assert main(["scenarios", "list"]) == 0
     assert os.environ["GOMP_SPINCOUNT"] == "50"
+
+
+def test_a_diverged_run_says_so_once_and_goes_on(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run"
+    assert main(["run", str(QUICKSTART), "--out", str(out), "--quiet", "--set", "training.lr=1e30",
+                 "--set", "rounds=4", "--set", "fleet.clients=4", "--set", "training.local_iters=1",
+                 "--set", "attack.steps=1", "--set", "evaluation.steps=1", "--set", "threads=1"]) == 0
+    err = capsys.readouterr().err
+    losses = [line.split(",")[10] for line in (out / "metrics.csv").read_text().splitlines()[1:]]
+    assert losses.count("nan") >= 2 and err.count("local training diverged (lower training.lr)") == 1
+    assert f"round {losses.index('nan')}: the training loss is nan" in err
+    assert (out / "summary.json").exists()
 
 
 # the installed command ---------------------------------------------------------------------------

@@ -8,6 +8,7 @@ evaluate, and append a row to metrics.csv and the clients' rows to clients.csv.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -123,10 +124,12 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
         sample.add(span(r) for r in events.rows() if int(r["client"]) in sample.kept)
         bar = tqdm(range(first, s.rounds), desc=f"{s.method}", unit="round", disable=not progress,
                    initial=first, total=s.rounds)
+        diverged = False
         for t in bar:
             if exp.method.finished():  # ended before its last round (FedProphet's last module)
                 break
             table, loss, real = play(t, None if s.living else selection.pick(t))
+            diverged = diverged or _warn_diverged(t, loss)  # said once
             row = metrics_row(table, loss, exp.method.round_info())
             last = t + 1 == s.rounds or exp.method.finished()
             row.update(dict.fromkeys(extra_columns(s), ""))  # as clean_acc: empty unless evaluated
@@ -144,6 +147,16 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
             if not exp.dry_run and s.checkpoint_every and ((t + 1) % s.checkpoint_every == 0 or last):
                 _save(out, t + 1, exp, rows, selection, fed, fingerprint, energy, logs)
     return _finish(exp, out, rows, time.perf_counter() - started, sample)
+
+
+def _warn_diverged(t: int, loss: float | str) -> bool:
+    """Say on stderr that local training diverged when round t's training loss is not finite (the
+    run goes on: its models and accuracies are what they are); True when it did."""
+    if isinstance(loss, str) or np.isfinite(loss):
+        return False
+    tqdm.write(f"edgefl: warning: round {t}: the training loss is {loss}: local training diverged "
+               "(lower training.lr); the run goes on", file=sys.stderr)
+    return True
 
 
 def _save(out: Path, next_round: int, exp: Experiment, rows: list[dict[str, Any]], selection: Selection,
