@@ -21,9 +21,9 @@ if TYPE_CHECKING:
 
 # GNU OpenMP (PyTorch's CPU threads) spins 300,000 times at a barrier before it sleeps; on a machine
 # other work shares, a thread spinning for one that is descheduled made the quickstart (3 rounds, 2
-# threads, beside two busy processes) take 26 s instead of 5, and 3,000 spins 15 s, with the same time
-# when the machine is quiet (7.4-7.7 s a run either way) and the same results (waiting is all it
-# changes). Read once, when torch is first imported; a value the user set is kept.
+# threads, beside two busy processes) take 32 s, and 15 s with 3,000 spins; on a quiet machine 7.3-7.7 s
+# either way, and the same results (waiting is all it changes). Read once, when torch is first
+# imported; a value the user set is kept.
 GOMP_SPINCOUNT = "3000"
 
 

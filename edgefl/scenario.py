@@ -114,23 +114,34 @@ def apply_override(raw: dict[str, Any], item: str) -> None:
     for i, part in enumerate(parents):
         node = node.setdefault(part, {})
         if not isinstance(node, dict):
-            prefix = ".".join(parents[:i + 1])
-            fix = (f"is not a table (the scenario file or an earlier --set gives it a value); make it a "
-                   f"[{prefix}] table" if is_section(parents[:i + 1]) else
-                   f"is a value, not a section: --set {prefix}=VALUE")
-            raise EdgeflError("--set", printable(key), f"{prefix!r} {fix}")
+            raise EdgeflError("--set", printable(key), not_a_table(parents[:i + 1]))
     node[leaf] = value
 
 
-def is_section(path: list[str]) -> bool:
-    """Whether the dotted key `path` names a table of the scenario (its own sections, knob sections)."""
+def not_a_table(path: list[str]) -> str:
+    """Why `--set` cannot reach into the dotted key `path`, whose value is not a table."""
+    prefix, kind = ".".join(path), schema_kind(path)
+    if kind == "table":
+        return (f"{prefix!r} is not a table (the scenario file or an earlier --set gives it a value); "
+                f"make it a [{prefix}] table")
+    if kind == "value":
+        return f"{prefix!r} is a value, not a section: --set {prefix}=VALUE"
+    return f"{prefix!r} is not a key of a scenario (edgefl/config.py lists them)"
+
+
+def schema_kind(path: list[str]) -> str | None:
+    """What the dotted key `path` names in a scenario: a "table" (a section, a knob section), a
+    "value", or None (no such key)."""
     kind: Any = Scenario
     for part in path:
         hints = typing.get_type_hints(kind) if dataclasses.is_dataclass(kind) else {}
-        if part not in hints:
-            return kind is Scenario and part in KNOBS.classes()
-        kind = hints[part]
-    return dataclasses.is_dataclass(kind)
+        if kind is Scenario and part in KNOBS.classes():
+            kind = KNOBS.classes()[part]
+        elif part in hints:
+            kind = hints[part]
+        else:
+            return None
+    return "table" if dataclasses.is_dataclass(kind) else "value"
 
 
 

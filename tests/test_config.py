@@ -181,9 +181,10 @@ def test_override_into_a_file_value_that_is_no_table_says_so(tmp_path: Path) -> 
     with pytest.raises(EdgeflError) as info:
         load_scenario(path, ["fleet.clients=4"])
     assert info.value.where == "--set" and "make it a [fleet] table" in info.value.fix
-    plain = write(tmp_path, 'method = "jfat"\n[fleet]\npool = "edge"\n', "v.toml")
+    plain = write(tmp_path, 'method = "jfat"\n[fleet]\npool = "edge"\n[prox]\nmu = 0.1\n', "v.toml")
     for key, says in (("method.x", "'method' is a value, not a section: --set method=VALUE"),
-                      ("fleet.pool.x", "'fleet.pool' is a value, not a section: --set fleet.pool=VALUE")):
+                      ("fleet.pool.x", "'fleet.pool' is a value, not a section: --set fleet.pool=VALUE"),
+                      ("prox.mu.x", "'prox.mu' is a value, not a section: --set prox.mu=VALUE")):
         with pytest.raises(EdgeflError) as info:
             load_scenario(plain, [f"{key}=1"])
         assert says in info.value.fix

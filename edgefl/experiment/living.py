@@ -322,12 +322,11 @@ def stall_error(s: Scenario, where: str, arrived: int | None) -> EdgeflError:
     runs = f"{stall_runs(s.round.buffer):,} client runs since the last aggregation"
     if arrived:
         return EdgeflError(where, "round.buffer", f"only {arrived} of its {s.round.buffer} updates came in "
-                           f"{runs} (the rest went offline or were dropped as stale); lower round.buffer, "
-                           "raise round.max_staleness, or give the devices longer online windows")
-    return EdgeflError(where, "round.mode", f"none of the {runs} brought an update (each went offline first, "
-                       "or was dropped as stale: online windows or batteries shorter than the work); give "
-                       "the devices longer online windows (fleet.online_hours) or a charger, or use "
-                       "round.mode = \"sync\"")
+                           f"{runs} (the rest went offline first); lower round.buffer, or give the devices "
+                           "longer online windows (fleet.online_hours) or a charger")
+    return EdgeflError(where, "round.mode", f"none of the {runs} brought an update (each went offline first: "
+                       "online windows or batteries shorter than the work); give the devices longer online "
+                       "windows (fleet.online_hours) or a charger, or use round.mode = \"sync\"")
 
 
 def job_of(job: Started) -> Pending:

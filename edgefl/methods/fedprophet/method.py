@@ -262,11 +262,14 @@ class FedProphet(Method):
         self.switch = False
 
     def apa_attack(self) -> Attack:
-        """The attack module m was trained against, on its input, at its best alpha: the first
-        module's is the scenario's (L-inf PGD in the release; PGD also for a clean run)."""
+        """The attack module m was trained against, on its input, at its best alpha. The first
+        module's is PGD in the norm it trained in: L2 after `pgd_l2`, else L-inf (the release's). Not
+        FGSM, nor CW's loss: d* replaces the loss by ||module(z') - module(z)||^2, whose gradient is
+        0 at z' = z but for rounding, so only a random start moves it (FGSM, with none, would step by
+        the sign of rounding noise)."""
         a = self.ctx.scenario.attack
         if self.m == 0:
-            return make_attack(a.name if a.name != "none" else "pgd", a.eps, a.step_size, a.steps)
+            return make_attack("pgd_l2" if a.name == "pgd_l2" else "pgd", a.eps, a.step_size, a.steps)
         return feature_attack(self.eps, a.steps, self.lower)
 
     def samples(self, parts: list[np.ndarray], n: int) -> tuple[torch.Tensor, torch.Tensor]:
