@@ -23,7 +23,7 @@ from torch import nn
 from edgefl.attacks import make_attack
 from edgefl.attacks.base import Attack, client_streams, uniform_like
 from edgefl.config import TrainingConfig
-from edgefl.execution.grouped import ClientJob, GroupedNet, groupable, train_group
+from edgefl.execution.grouped import ClientJob, GroupedNet, OneChannelConv, cpu_parts, groupable, train_group
 from edgefl.execution.local import TrainSettings, client_seed, make_optimizer, seed_everything, train_local
 from edgefl.execution.objectives import OBJECTIVES
 from edgefl.executors.executor import LocalExecutor, train_timed_group
@@ -330,3 +330,59 @@ def test_grouped_training_runs_under_bf16_autocast() -> None:
     gap = max(float((a[k] - b[k]).abs().max()) for a, b in zip(bf16, fp32, strict=True) for k in a
               if a[k].is_floating_point())
     assert 1e-3 < gap < 0.5
+
+
+@pytest.mark.parametrize(("padding", "kernel", "bias"),
+                         [((1, 1), (3, 3), True), ((0, 2), (3, 3), False), ((2, 0), (3, 5), True)])
+def test_one_channel_convolution_has_the_convolution_gradients(
+        padding: tuple[int, int], kernel: tuple[int, int], bias: bool) -> None:
+    """The input gradient of a convolution with one input channel per group is the transposed
+    convolution: the output gradient correlated with the flipped kernels, summed over the group's
+    output channels. It must equal autograd's through `conv2d` (float64: summation order only)."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 3, 7, 6, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(12, 1, *kernel, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(12, dtype=torch.float64, requires_grad=True) if bias else None
+    got = OneChannelConv.apply(x, w, b, padding, 3)
+    want = nn.functional.conv2d(x, w, b, padding=padding, groups=3)
+    assert torch.equal(got, want)
+    leaves = (x, w, b) if b is not None else (x, w)
+    grad = torch.randn_like(want)
+    grads = torch.autograd.grad(got, leaves, grad), torch.autograd.grad(want, leaves, grad)
+    for g, h in zip(*grads, strict=True):
+        torch.testing.assert_close(g, h, atol=1e-12, rtol=0)
+
+
+def test_only_single_input_channel_convolutions_take_the_depthwise_input_gradient() -> None:
+    assert OneChannelConv.fits(nn.Conv2d(3, 12, 3, padding=1, groups=3))
+    assert not OneChannelConv.fits(nn.Conv2d(6, 12, 3, padding=1, groups=3))  # two channels per group
+    assert not OneChannelConv.fits(nn.Conv2d(3, 12, 3, padding=1, groups=3, stride=2))
+    assert not OneChannelConv.fits(nn.Conv2d(3, 12, 3, padding=3, groups=3))  # padding above kernel - 1
+    assert not OneChannelConv.fits(nn.Conv2d(3, 12, 3, padding="same", groups=3))
+    assert not OneChannelConv.fits(nn.Conv2d(3, 12, 3, padding=1, groups=3, padding_mode="reflect"))
+
+
+@pytest.mark.parametrize(("threads", "jobs", "sizes"),
+                         [(1, 3, [3]), (2, 3, [1, 2]), (2, 1, [1]), (4, 10, [2, 3, 2, 3])])
+def test_a_cpu_group_splits_into_one_part_per_torch_thread(threads: int, jobs: int, sizes: list[int]) -> None:
+    torch.set_num_threads(threads)
+    x = torch.zeros(4, 1, 6, 6)
+    parts = cpu_parts([ClientJob({}, x, torch.zeros(4), k) for k in range(jobs)])
+    assert [len(p) for p in parts] == sizes
+    assert [j.seed for p in parts for j in p] == list(range(jobs))  # consecutive, in order
+
+
+def test_grouped_training_in_parts_on_two_threads_repeats_one_by_one() -> None:
+    """Two torch threads: the 3 clients train in two parts (1 and 2 clients) at once, each on one
+    thread, and still end where one-by-one training ends them; torch is left on two threads."""
+    cfg, atk, obj = TrainingConfig(momentum=0.9), make_attack("pgd", 0.1, 0.03, 3), OBJECTIVES.get("pgd_at")()
+    data = clients(3)
+    want_states, want_losses = one_by_one(data, cfg, atk, obj)
+    jobs = [ClientJob(s, x, y, client_seed(0, 7, k)) for k, (s, x, y) in enumerate(data)]
+    torch.set_num_threads(2)
+    states, losses = train_group(new_model(), jobs, cfg, 0.1, ITERS, BATCH, atk, obj)
+    assert torch.get_num_threads() == 2
+    assert losses == pytest.approx(want_losses, abs=0, rel=LOSS_TOL)
+    for got, want in zip(states, want_states, strict=True):
+        for key, value in want.items():
+            torch.testing.assert_close(got[key], value, atol=TOL, rtol=0, msg=key)

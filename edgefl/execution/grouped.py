@@ -16,6 +16,11 @@ edgefl.attacks.base.client_streams) come from each client's own generator, seede
 training seeds it, so grouped training repeats one-by-one training (Madry et al.'s PGD-AT loop in
 edgefl.execution.local) up to floating-point summation order.
 
+On the CPU a group trains in as many parts as torch has threads, at once, each part in its own
+Python thread on one torch thread (`train_group`), and a first convolution with one input channel
+per client (grey images) takes its input gradient, which attacks need, as a depthwise convolution
+(`OneChannelConv`).
+
 Grouping covers models built from Sequential containers of Conv2d, BatchNorm2d (with a momentum:
 a cumulative average would step by each client's own batch counter), Linear, ReLU, pooling,
 Flatten, Identity and edgefl's Normalize; `groupable` says whether a model is one.
@@ -26,6 +31,7 @@ from __future__ import annotations
 import copy
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -64,6 +70,13 @@ class GroupedConv2d(nn.Conv2d):
     def part(self, g: int, groups: int) -> State:
         return {k: v.chunk(groups)[g] for k, v in self.state_dict().items()}
 
+    def _conv_forward(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """With one input channel per client (grey images), an input that needs its gradient (an
+        attack's passes) goes through `OneChannelConv`."""
+        if x.requires_grad and OneChannelConv.fits(self):
+            assert isinstance(self.padding, tuple)
+            return OneChannelConv.apply(x, weight, bias, self.padding, self.groups)
+        return super()._conv_forward(x, weight, bias)
 
     def folded(self, x: torch.Tensor, bn: GroupedBatchNorm2d) -> torch.Tensor:
         """bn(conv(x)) with bn in eval mode, as one convolution: weights scaled by
@@ -76,6 +89,45 @@ class GroupedConv2d(nn.Conv2d):
         if self._folded is None:
             self._folded = fold(self, bn)
         return self._conv_forward(x, *self._folded)
+
+
+class OneChannelConv(torch.autograd.Function):
+    """A convolution with one input channel per group, whose input gradient is worked out as a
+    depthwise convolution of the output gradient with the kernels flipped, summed over each group's
+    output channels: the transposed convolution written out, about three times faster in oneDNN
+    than its own input gradient for this shape (0.14 against 0.41 ms for the quickstart's first
+    layer of 10 clients). The forward and the weight and bias gradients are the usual ones."""
+
+    @staticmethod
+    def fits(conv: nn.Conv2d) -> bool:
+        """Whether `conv` is a stride-1, undilated, zero-padded convolution with one input channel
+        per group and at most kernel - 1 padding (so that the flipped convolution needs none below 0)."""
+        pads = conv.padding
+        return (conv.in_channels == conv.groups and conv.stride == (1, 1) and conv.dilation == (1, 1)
+                and conv.padding_mode == "zeros" and isinstance(pads, tuple)
+                and all(p <= k - 1 for p, k in zip(pads, conv.kernel_size, strict=True)))
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                padding: tuple[int, int], groups: int) -> torch.Tensor:
+        ctx.save_for_backward(x, weight)
+        ctx.padding, ctx.groups = padding, groups
+        return nn.functional.conv2d(x, weight, bias, padding=padding, groups=groups)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        x, weight = ctx.saved_tensors
+        need_x, need_w, need_b = ctx.needs_input_grad[:3]
+        grad_x = grad_w = grad_b = None
+        if need_x:
+            pad = [k - 1 - p for k, p in zip(weight.shape[2:], ctx.padding, strict=True)]
+            per_channel = nn.functional.conv2d(grad, weight.flip(2, 3), padding=pad, groups=len(weight))
+            grad_x = per_channel.unflatten(1, (ctx.groups, -1)).sum(2)
+        if need_w or need_b:
+            _, grad_w, grad_b = torch.ops.aten.convolution_backward(
+                grad, x, weight, None if not need_b else [len(weight)], [1, 1], ctx.padding, [1, 1], False,
+                [0, 0], ctx.groups, [False, need_w, need_b])
+        return grad_x, grad_w, grad_b, None, None
 
 
 def fold(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> tuple[torch.Tensor, torch.Tensor]:
@@ -308,10 +360,47 @@ def train_group(
     """Train the clients of `jobs` together, each from its own state on its own data (copies of
     `template`, a model of their architecture on their device); returns each one's final state and
     mean training loss, as `train_local` would have one by one. All clients
-    use `min(batch, len(x))` samples per step, which must be the same for every client."""
-    sizes = {min(batch, len(j.x)) for j in jobs}
-    if len(sizes) != 1:
+    use `min(batch, len(x))` samples per step, which must be the same for every client.
+
+    On the CPU with n > 1 torch threads the clients are split into up to n parts (`cpu_parts`)
+    that train at once, each in its own Python thread on one torch thread: the small operators
+    of an edge model then run without an OpenMP team to wake and join around each one, on half
+    the data per core. A client's result depends only on its own work, so the parts are trained
+    exactly as one group would train them on one thread."""
+    if len({min(batch, len(j.x)) for j in jobs}) != 1:
         raise ValueError("clients of one group must share their batch size")
+    parts = cpu_parts(jobs)
+    if len(parts) == 1:
+        return train_part(template, jobs, cfg, lr, iters, batch, attack, objective, settings)
+    with one_torch_thread(), ThreadPoolExecutor(len(parts)) as pool:
+        done = list(pool.map(lambda part: train_part(template, part, cfg, lr, iters, batch, attack, objective,
+                                                     settings), parts))
+    return [s for states, _ in done for s in states], [loss for _, losses in done for loss in losses]
+
+
+def cpu_parts(jobs: Sequence[ClientJob]) -> list[Sequence[ClientJob]]:
+    """`jobs` in min(torch threads, len(jobs)) consecutive parts of sizes differing by at most one
+    on the CPU; one part on an accelerator."""
+    n = min(torch.get_num_threads(), len(jobs)) if jobs[0].x.device.type == "cpu" else 1
+    return [jobs[i * len(jobs) // n:(i + 1) * len(jobs) // n] for i in range(n)]
+
+
+@contextmanager
+def one_torch_thread() -> Iterator[None]:
+    """torch on one intra-op thread within (threads started meanwhile take that count too)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
+
+
+def train_part(
+    template: nn.Module, jobs: Sequence[ClientJob], cfg: TrainingConfig, lr: float, iters: int, batch: int,
+    attack: Attack | None, objective: Objective, settings: TrainSettings,
+) -> tuple[list[State], list[float]]:
+    """`train_group`'s work for one part: its clients as one grouped network."""
     net = GroupedNet(template, [job.state for job in jobs])
     optimizer = make_optimizer(list(net.parameters()), cfg, lr)
     per_client = objective.per_client(len(jobs))
@@ -320,7 +409,7 @@ def train_group(
     net.train()
     total = torch.zeros(len(jobs), device=device)
     with own_streams(gens, device):
-        for xb, yb in stacked_batches(jobs, sizes.pop(), iters):
+        for xb, yb in stacked_batches(jobs, min(batch, len(jobs[0].x)), iters):
             with settings.autocast(device):
                 losses = per_client.loss(net, xb, yb, attack)
             optimizer.zero_grad(set_to_none=True)
