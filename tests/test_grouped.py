@@ -386,3 +386,21 @@ def test_grouped_training_in_parts_on_two_threads_repeats_one_by_one() -> None:
     for got, want in zip(states, want_states, strict=True):
         for key, value in want.items():
             torch.testing.assert_close(got[key], value, atol=TOL, rtol=0, msg=key)
+
+
+def test_one_channel_convolution_under_bf16_autocast_gives_gradients_in_the_input_dtypes() -> None:
+    """A forward under bf16 autocast and a backward outside it (as `loss.backward()` after the
+    autocast block): the float32 input and weight get float32 gradients, near the float32 ones
+    (bf16's 8-bit mantissa: within 5 % of the largest)."""
+    torch.manual_seed(1)
+    x = torch.rand(4, 2, 6, 6, requires_grad=True)
+    w = torch.randn(8, 1, 3, 3, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        low = OneChannelConv.apply(x, w, None, (1, 1), 2)
+    assert low.dtype == torch.bfloat16
+    got = torch.autograd.grad(low.float().square().sum(), (x, w))
+    full = nn.functional.conv2d(x, w, padding=1, groups=2)
+    want = torch.autograd.grad(full.square().sum(), (x, w))
+    for g, h in zip(got, want, strict=True):
+        assert g.dtype == torch.float32
+        torch.testing.assert_close(g, h, atol=0.05 * float(h.abs().max()), rtol=0)

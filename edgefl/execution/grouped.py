@@ -96,7 +96,8 @@ class OneChannelConv(torch.autograd.Function):
     depthwise convolution of the output gradient with the kernels flipped, summed over each group's
     output channels: the transposed convolution written out, about three times faster in oneDNN
     than its own input gradient for this shape (0.14 against 0.41 ms for the quickstart's first
-    layer of 10 clients). The forward and the weight and bias gradients are the usual ones."""
+    layer of 10 clients, two threads). The forward and the weight and bias gradients are the usual
+    ones, the gradients in the dtypes of the inputs (the forward may have run under autocast)."""
 
     @staticmethod
     def fits(conv: nn.Conv2d) -> bool:
@@ -121,12 +122,13 @@ class OneChannelConv(torch.autograd.Function):
         grad_x = grad_w = grad_b = None
         if need_x:
             pad = [k - 1 - p for k, p in zip(weight.shape[2:], ctx.padding, strict=True)]
-            per_channel = nn.functional.conv2d(grad, weight.flip(2, 3), padding=pad, groups=len(weight))
-            grad_x = per_channel.unflatten(1, (ctx.groups, -1)).sum(2)
+            flipped = weight.flip(2, 3).to(grad.dtype)  # autocast may have run the forward in bf16
+            per_channel = nn.functional.conv2d(grad, flipped, padding=pad, groups=len(weight))
+            grad_x = per_channel.unflatten(1, (ctx.groups, -1)).sum(2).to(x.dtype)
         if need_w or need_b:
             _, grad_w, grad_b = torch.ops.aten.convolution_backward(
-                grad, x, weight, None if not need_b else [len(weight)], [1, 1], ctx.padding, [1, 1], False,
-                [0, 0], ctx.groups, [False, need_w, need_b])
+                grad.to(weight.dtype), x.to(weight.dtype), weight, None if not need_b else [len(weight)], [1, 1],
+                ctx.padding, [1, 1], False, [0, 0], ctx.groups, [False, need_w, need_b])
         return grad_x, grad_w, grad_b, None, None
 
 
@@ -365,8 +367,9 @@ def train_group(
     On the CPU with n > 1 torch threads the clients are split into up to n parts (`cpu_parts`)
     that train at once, each in its own Python thread on one torch thread: the small operators
     of an edge model then run without an OpenMP team to wake and join around each one, on half
-    the data per core. A client's result depends only on its own work, so the parts are trained
-    exactly as one group would train them on one thread."""
+    the data per core. A client's result depends only on its own work, so the parts give what one
+    group gives, up to floating-point summation order (a part's kernels may sum in another order
+    than a larger group's: 3e-7 apart after a quickstart round, float32)."""
     if len({min(batch, len(j.x)) for j in jobs}) != 1:
         raise ValueError("clients of one group must share their batch size")
     parts = cpu_parts(jobs)
