@@ -126,9 +126,10 @@ class OneChannelConv(torch.autograd.Function):
             per_channel = nn.functional.conv2d(grad, flipped, padding=pad, groups=len(weight))
             grad_x = per_channel.unflatten(1, (ctx.groups, -1)).sum(2).to(x.dtype)
         if need_w or need_b:
+            bias_size = [len(weight)] if need_b else None
             _, grad_w, grad_b = torch.ops.aten.convolution_backward(
-                grad.to(weight.dtype), x.to(weight.dtype), weight, None if not need_b else [len(weight)], [1, 1],
-                ctx.padding, [1, 1], False, [0, 0], ctx.groups, [False, need_w, need_b])
+                grad.to(weight.dtype), x.to(weight.dtype), weight, bias_size, [1, 1], ctx.padding, [1, 1],
+                False, [0, 0], ctx.groups, [False, need_w, need_b])
         return grad_x, grad_w, grad_b, None, None
 
 
