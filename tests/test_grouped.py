@@ -23,7 +23,16 @@ from torch import nn
 from edgefl.attacks import make_attack
 from edgefl.attacks.base import Attack, client_streams, uniform_like
 from edgefl.config import TrainingConfig
-from edgefl.execution.grouped import ClientJob, GroupedNet, OneChannelConv, cpu_parts, groupable, train_group
+from edgefl.execution.grouped import (
+    ClientJob,
+    GroupedFlatten,
+    GroupedNet,
+    OneChannelConv,
+    cpu_parts,
+    group_sums,
+    groupable,
+    train_group,
+)
 from edgefl.execution.local import TrainSettings, client_seed, make_optimizer, seed_everything, train_local
 from edgefl.execution.objectives import OBJECTIVES
 from edgefl.executors.executor import LocalExecutor, train_timed_group
@@ -332,16 +341,20 @@ def test_grouped_training_runs_under_bf16_autocast() -> None:
     assert 1e-3 < gap < 0.5
 
 
-@pytest.mark.parametrize(("padding", "kernel", "bias"),
-                         [((1, 1), (3, 3), True), ((0, 2), (3, 3), False), ((2, 0), (3, 5), True)])
+@pytest.mark.parametrize(("padding", "kernel", "bias", "layout"),
+                         [((1, 1), (3, 3), True, torch.contiguous_format),
+                          ((0, 2), (3, 3), False, torch.contiguous_format),
+                          ((2, 0), (3, 5), True, torch.contiguous_format),
+                          ((1, 1), (3, 3), True, torch.channels_last)])
 def test_one_channel_convolution_has_the_convolution_gradients(
-        padding: tuple[int, int], kernel: tuple[int, int], bias: bool) -> None:
+        padding: tuple[int, int], kernel: tuple[int, int], bias: bool, layout: torch.memory_format) -> None:
     """The input gradient of a convolution with one input channel per group is the transposed
     convolution: the output gradient correlated with the flipped kernels, summed over the group's
-    output channels. It must equal autograd's through `conv2d` (float64: summation order only)."""
+    output channels (along memory on channels_last tensors, the grouped network's). It must equal
+    autograd's through `conv2d` (float64: summation order only)."""
     torch.manual_seed(0)
-    x = torch.randn(4, 3, 7, 6, dtype=torch.float64, requires_grad=True)
-    w = torch.randn(12, 1, *kernel, dtype=torch.float64, requires_grad=True)
+    x = torch.randn(4, 3, 7, 6, dtype=torch.float64).to(memory_format=layout).requires_grad_(True)
+    w = torch.randn(12, 1, *kernel, dtype=torch.float64).to(memory_format=layout).requires_grad_(True)
     b = torch.randn(12, dtype=torch.float64, requires_grad=True) if bias else None
     got = OneChannelConv.apply(x, w, b, padding, 3)
     want = nn.functional.conv2d(x, w, b, padding=padding, groups=3)
@@ -351,6 +364,29 @@ def test_one_channel_convolution_has_the_convolution_gradients(
     grads = torch.autograd.grad(got, leaves, grad), torch.autograd.grad(want, leaves, grad)
     for g, h in zip(*grads, strict=True):
         torch.testing.assert_close(g, h, atol=1e-12, rtol=0)
+
+
+def test_group_sums_add_each_group_channels_in_either_layout() -> None:
+    x = torch.arange(2 * 6 * 2 * 3, dtype=torch.float64).view(2, 6, 2, 3)  # 3 groups of 2 channels
+    want = x[:, 0::2] + x[:, 1::2]
+    for layout in (torch.contiguous_format, torch.channels_last):
+        got = group_sums(x.to(memory_format=layout), 3)
+        assert torch.equal(got, want)
+        assert got.is_contiguous(memory_format=layout)
+
+
+def test_grouped_flatten_gives_a_channels_last_input_a_channels_last_gradient() -> None:
+    """Same values as nn.Flatten forward and backward; the gradient keeps the input's layout."""
+    x = torch.randn(3, 4, 2, 2, dtype=torch.float64).to(memory_format=torch.channels_last)
+    x.requires_grad_(True)
+    grad = torch.randn(3, 16, dtype=torch.float64)
+    out = GroupedFlatten()(x)
+    assert torch.equal(out, nn.Flatten()(x))
+    (got,) = torch.autograd.grad(out, x, grad)
+    assert torch.equal(got, grad.view(3, 4, 2, 2))
+    assert got.is_contiguous(memory_format=torch.channels_last) and not got.is_contiguous()
+    plain = torch.randn(3, 4, 2, 2, requires_grad=True)  # contiguous: a view, as nn.Flatten gives
+    assert torch.equal(GroupedFlatten()(plain), plain.flatten(1))
 
 
 def test_only_single_input_channel_convolutions_take_the_depthwise_input_gradient() -> None:
