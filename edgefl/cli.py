@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edgefl.errors import NOT_A_RUN, EdgeflError
+from edgefl.errors import EdgeflError, NotARunError
 
 if TYPE_CHECKING:
     from edgefl.devices.catalog import Catalog
@@ -295,11 +295,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     try:
         paths = [*write_comparison(compare_table(runs, args.target), out, args.target),
                  *make_figures(runs, out / "figures", args.target)]
-    except EdgeflError as err:  # a kept run damaged since: redoing it is the fix, not another folder
-        if not err.fix.endswith(NOT_A_RUN):
-            raise
-        redo = f"delete that method's folder in {out} and run edgefl compare again to redo it"
-        raise EdgeflError(err.where, err.key, err.fix.removesuffix(NOT_A_RUN) + redo) from None
+    except NotARunError as err:  # a kept run damaged since: redoing it is the fix, not another folder
+        raise err.with_fix(f"delete that method's folder in {out} and run edgefl compare again to "
+                           "redo it") from None
     print((out / "comparison.md").read_text(), end="")
     print("\n".join(str(p) for p in paths))
     return 0

@@ -13,4 +13,16 @@ class EdgeflError(Exception):
         self.fix = fix
 
 
-NOT_A_RUN = "give a run directory made by edgefl run"  # the fix for a run folder edgefl cannot read
+class NotARunError(EdgeflError):
+    """A run folder edgefl cannot read as one: `problem` says what is wrong with it. The fix is to
+    give a run directory edgefl run made, unless the caller knows a better one (`with_fix`: a
+    comparison's own run, damaged since, is redone)."""
+
+    FIX = "give a run directory made by edgefl run"
+
+    def __init__(self, where: str, key: str, problem: str, fix: str = FIX) -> None:
+        super().__init__(where, key, f"{problem}; {fix}")
+        self.problem = problem
+
+    def with_fix(self, fix: str) -> NotARunError:
+        return NotARunError(self.where, self.key, self.problem, fix)

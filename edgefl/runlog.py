@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from edgefl.errors import NOT_A_RUN, EdgeflError
+from edgefl.errors import NotARunError
 from edgefl.rundir import Appender, WriteFailed, _fsync_folder, _umask, write_file
 
 # per-client columns and their Parquet types (all CSV columns are text)
@@ -259,16 +259,15 @@ def read_rows(folder: Path, name: str) -> tuple[list[str], list[dict[str, str]]]
             file = pq.ParquetFile(parquet)
             return list(file.schema_arrow.names), list(text_rows(file))
         except (OSError, pa.ArrowException) as exc:
-            raise EdgeflError(str(parquet), "file", f"cannot be read as Parquet ({exc}); "
-                              f"{NOT_A_RUN}") from None
+            raise NotARunError(str(parquet), "file", f"cannot be read as Parquet ({exc})") from None
     path = folder / f"{name}.csv"
     if not path.is_file():
-        raise EdgeflError(str(folder), f"{name}.csv", f"missing; {NOT_A_RUN}")
+        raise NotARunError(str(folder), f"{name}.csv", "missing")
     try:
         reader = csv.DictReader(io.StringIO(_whole_lines(path.read_bytes().decode()), newline=""))
         rows = list(reader)
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise EdgeflError(str(path), "file", f"cannot be read as CSV ({exc}); {NOT_A_RUN}") from None
+        raise NotARunError(str(path), "file", f"cannot be read as CSV ({exc})") from None
     return list(reader.fieldnames or []), rows
 
 

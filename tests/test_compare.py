@@ -10,6 +10,7 @@ import pytest
 from interrupt import dies_before_checkpoint
 
 from edgefl.cli import main
+from edgefl.errors import NotARunError
 from edgefl.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,6 +62,13 @@ def test_a_kept_run_damaged_since_is_redone_not_replaced(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "metrics.csv: missing; delete that method's folder in" in err
     assert "made by edgefl run" not in err
+
+
+def test_not_a_run_error_names_its_problem_and_takes_another_fix():
+    err = NotARunError("runs/a", "metrics.csv", "missing")
+    assert str(err) == "runs/a: metrics.csv: missing; give a run directory made by edgefl run"
+    redo = err.with_fix("redo it")
+    assert (redo.where, redo.key, redo.fix) == ("runs/a", "metrics.csv", "missing; redo it")
 
 
 @pytest.mark.parametrize("methods", [",", "jfat,jfat"])

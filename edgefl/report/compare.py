@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edgefl.errors import NOT_A_RUN, EdgeflError
+from edgefl.errors import EdgeflError, NotARunError
 from edgefl.rundir import claim, write_file
 from edgefl.runlog import LOGS, read_rows
 
@@ -83,19 +83,18 @@ SCENARIO_KEYS: dict[str, type | tuple[type, ...]] = {
 def _read_scenario(path: Path) -> dict[str, Any]:
     file = path / "scenario.toml"
     if not file.is_file():
-        raise EdgeflError(str(path), "scenario.toml", f"missing; {NOT_A_RUN}")
+        raise NotARunError(str(path), "scenario.toml", "missing")
     try:
         scenario = tomllib.loads(file.read_text())
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise EdgeflError(str(file), "scenario.toml", f"cannot be read as TOML ({reason}); "
-                          f"{NOT_A_RUN}") from None
+        raise NotARunError(str(file), "scenario.toml", f"cannot be read as TOML ({reason})") from None
     for key, kind in SCENARIO_KEYS.items():
         section, _, leaf = key.rpartition(".")
         table = scenario.get(section, {}) if section else scenario
         value = table.get(leaf) if isinstance(table, dict) else None
         if not isinstance(value, kind) or isinstance(value, bool):
-            raise EdgeflError(str(file), key, f"missing or of the wrong type; {NOT_A_RUN}")
+            raise NotARunError(str(file), key, "missing or of the wrong type")
     return scenario
 
 
@@ -125,8 +124,8 @@ def read_log(path: Path, name: str) -> list[dict[str, str]]:
 def _check_row(file: Path, line: int, row: dict[Any, Any], columns: list[str]) -> None:
     """A whole row whose read columns are numbers (integers where counted, finite)."""
     if None in row or None in row.values():
-        raise EdgeflError(str(file), f"line {line}", "has a different number of fields than the header "
-                          f"(cut or edited); {NOT_A_RUN}")
+        raise NotARunError(str(file), f"line {line}", "has a different number of fields than the header "
+                           "(cut or edited)")
     for column in columns:
         text = row[column]
         if text == "" and column in OPTIONAL:
@@ -136,8 +135,7 @@ def _check_row(file: Path, line: int, row: dict[Any, Any], columns: list[str]) -
         except ValueError:
             ok = False
         if not ok:
-            raise EdgeflError(str(file), f"line {line}", f"{column} is {text[:20]!r}, not a number; "
-                              f"{NOT_A_RUN}")
+            raise NotARunError(str(file), f"line {line}", f"{column} is {text[:20]!r}, not a number")
 
 
 def evaluated(run: Run) -> list[tuple[float, float, float]]:
