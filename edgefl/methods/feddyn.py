@@ -21,11 +21,12 @@ E = 4, 94.9 +- 2.1 / 41.5 +- 2.2 decaying, 85.9 / 29.5 at E = 1. The FedCurv row
 and are unchanged. The simulated seconds are today's cost model's; this docstring's first
 version, under the cost model of its time, gave 7851, 8095, 4200 and 4443 s.)
 
-FedDynAT beats the E = 1 baselines but trails the E = 4 ones by 13-16 PGD-20 points. The schedule
-is Alg. 2's line for line (E_t = floor(E0 gamma^floor(t / F)), from round 0, at least one epoch)
-and FedCurv's fusion is checked in fedcurv.py, so the setting is at fault, not the method:
-FedDynAT's premise is that long local adversarial training drifts and hurts robustness late
-(the paper's NIN runs at E = 20-50), but on 8x8 digits E = 4 is the best fixed E by 30 points
+FedDynAT beats the E = 1 baselines but trails the E = 4 ones by 13-19 PGD-20 points (FedDynAT
+16, 13 at lambda 0.5, FedAvgDynAT 18.5). The schedule is Alg. 2's line for line (E_t = floor(E0
+gamma^floor(t / F)), from round 0, at least one epoch) and FedCurv's fusion is checked in
+fedcurv.py, so the setting is at fault, not the method: FedDynAT's premise is that long local
+adversarial training drifts and hurts robustness late (the paper's NIN runs at E = 20-50), but on
+8x8 digits E = 4 is the best fixed E by about 30 points
 and shows no drift to cut, so decaying E only halves the local work (40 epochs against 80, about
 half the simulated time) and the accuracy with it. A budget at which E0 drifts (larger E0, many
 more rounds) is what the claim needs, and did not fit this machine's time.
