@@ -26,9 +26,9 @@ FedDynAT beats the E = 1 baselines but trails the E = 4 ones by 13-19 PGD-20 poi
 gamma^floor(t / F)), from round 0, at least one epoch) and FedCurv's fusion is checked in
 fedcurv.py, so the setting is at fault, not the method: FedDynAT's premise is that long local
 adversarial training drifts and hurts robustness late (the paper's NIN runs at E = 20-50), but on
-8x8 digits E = 4 is the best fixed E by about 30 points
-and shows no drift to cut, so decaying E only halves the local work (40 epochs against 80, about
-half the simulated time) and the accuracy with it. A budget at which E0 drifts (larger E0, many
+8x8 digits E = 4 is the best fixed E by about 30 points and shows no drift to cut, so decaying E
+only halves the local work (40 epochs against 80, about half the simulated time) and the accuracy
+with it. A budget at which E0 drifts (larger E0, many
 more rounds) is what the claim needs, and did not fit this machine's time.
 """
 
