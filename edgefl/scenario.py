@@ -132,17 +132,10 @@ def not_a_table(path: list[str]) -> str:
 def schema_kind(path: list[str]) -> str | None:
     """What the dotted key `path` names in a scenario: a "table" (a section, a knob section), a
     "value", or None (no such key)."""
-    kind: Any = Scenario
-    for part in path:
-        hints = typing.get_type_hints(kind) if dataclasses.is_dataclass(kind) else {}
-        if kind is Scenario and part in KNOBS.classes():
-            kind = KNOBS.classes()[part]
-        elif part in hints:
-            kind = hints[part]
-        else:
-            return None
-    return "table" if dataclasses.is_dataclass(kind) else "value"
-
+    kind: Any = schema().get(path[0])
+    for part in path[1:]:
+        kind = typing.get_type_hints(kind).get(part) if dataclasses.is_dataclass(kind) else None
+    return None if kind is None else "table" if dataclasses.is_dataclass(kind) else "value"
 
 
 def scenario_from_toml(raw: dict[str, Any], where: str) -> Scenario:
