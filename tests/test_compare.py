@@ -26,7 +26,13 @@ def test_compare_writes_the_table_and_figures_and_keeps_finished_runs(tmp_path, 
     with open(out / "comparison.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     assert [r["method"] for r in rows] == ["jfat", "fedprophet", "heterofl_at"]
+    for row in rows:  # each run's simulated time as its metrics.csv ends, against jFAT's
+        with open(out / row["method"] / "metrics.csv", newline="") as f:
+            row["ends"] = float(list(csv.DictReader(f))[-1]["sim_time_s"])
     assert rows[0]["speedup_vs_jfat"] == "1.0"
+    for row in rows[1:]:
+        assert float(row["speedup_vs_jfat"]) == pytest.approx(rows[0]["ends"] / row["ends"], rel=1e-9)
+        assert float(row["speedup_vs_jfat"]) != 1.0
     for stem in ("speedup", "breakdown", "memory", "epsilon"):
         assert (out / "figures" / f"{stem}.png").stat().st_size > 0
         assert (out / "figures" / f"{stem}.svg").stat().st_size > 0

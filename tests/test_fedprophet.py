@@ -102,9 +102,10 @@ def test_scenarios_carry_the_papers_settings(paper_case):
 
 def test_whole_model_memreq_matches_the_release(paper_case):
     profile, _, _, _, batch, _, whole, params = paper_case
-    assert profile.params == pytest.approx(params, rel=0.01)
+    # the release's figures are given to four digits: 1e-3 holds their rounding
+    assert profile.params == pytest.approx(params, rel=1e-3)
     # SGD with momentum: one optimizer slot, the release's s = 3
-    assert paper_mem_req(profile.atoms, batch, 1) / MB == pytest.approx(whole, rel=0.01)
+    assert paper_mem_req(profile.atoms, batch, 1) / MB == pytest.approx(whole, rel=1e-3)
 
 
 def test_partition_gives_the_papers_seven_modules(paper_case):

@@ -185,7 +185,7 @@ def test_three_clients_share_the_server_links_in_a_deadline_round() -> None:
     assert [o.upload_s for o in r.outcomes][:2] == [2.0, 2.0] and math.isnan(r.outcomes[2].upload_s)
 
 
-def test_a_living_run_on_limited_links_is_slower_and_seeded(tmp_path: Path) -> None:
+def test_a_living_run_on_limited_links_is_slower(tmp_path: Path) -> None:
     path = ROOT / "scenarios" / "deadline-diurnal-digits.toml"
     times = []
     for links in ("0", "1"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 import numpy as np
@@ -157,7 +158,9 @@ def test_assignment_frequencies_match_weights(s: float) -> None:
     raw = {n: (f * m) ** s for n, (f, m) in LOW.items()}
     total = sum(raw.values())
     for name, weight in raw.items():
-        assert counts[name] / clients == pytest.approx(weight / total, abs=0.02), name
+        p = weight / total  # each client draws this device with probability p: binomial counts
+        assert counts[name] > 0, name
+        assert counts[name] / clients == pytest.approx(p, abs=5 * math.sqrt(p * (1 - p) / clients)), name
 
 
 def test_unbalanced_pool_favours_the_smallest_device() -> None:
@@ -165,7 +168,7 @@ def test_unbalanced_pool_favours_the_smallest_device() -> None:
     counts = Counter(names(pool))
     # vc709 has the smallest FLOP/s x memory (2.04e20), gtx_1650m the largest (1.24e22).
     assert counts.most_common(1)[0][0] == "vc709"
-    assert counts["vc709"] > 10 * counts["gtx_1650m"]
+    assert counts["vc709"] > 10 * counts["gtx_1650m"] > 0
 
 
 # client sampling ---------------------------------------------------------------------------------

@@ -124,17 +124,14 @@ def test_resnet34_weighted_inputs_by_hand(resnet34_caltech: ModelProfile):
     assert sum(a.weighted_in_elems for a in resnet34_caltech.atoms) == ALL_INPUTS_F - SHARED_F
 
 
-def test_release_memreq_counts_the_shared_block_input_once():
+def test_resnet34_caltech_paper_mem_req_counts_the_shared_block_input_once(resnet34_caltech: ModelProfile):
     # 4 B x (3 x P + 32 x F) with SGD+momentum: counting the input shared by conv1 and the shortcut conv
-    # once reproduces the release's 1130.5 MB; counting it twice gives 1175.5 MB (+4.0 %).
+    # once reproduces the release's 1130.5 MB; counting it twice would give 1175.5 MB (+4.0 %).
     once = 4 * (3 * 21_416_000 + 32 * (ALL_INPUTS_F - SHARED_F))
+    assert once == 1_130_521_344 == pytest.approx(1130.5e6, rel=1e-4)
     twice = 4 * (3 * 21_416_000 + 32 * ALL_INPUTS_F)
-    assert once == pytest.approx(1130.5e6, rel=1e-4)
     assert twice == pytest.approx(1175.48e6, rel=1e-4)
-
-
-def test_resnet34_caltech_paper_mem_req(resnet34_caltech: ModelProfile):
-    assert paper_mem_req(resnet34_caltech.atoms, 32, slots=1) == pytest.approx(1130.5e6, rel=0.01)
+    assert paper_mem_req(resnet34_caltech.atoms, 32, slots=1) == once
 
 
 def test_cnn4_atoms_and_parameter_count_by_hand():

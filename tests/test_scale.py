@@ -107,7 +107,7 @@ def test_a_living_fleet_is_priced_per_client_it_plays() -> None:
         check_fleet_memory(fleet, "here", available=5e8, living=deadline)
     check_fleet_memory(fleet, "here", available=5e8)  # not living: 1e5 x (160 + 750) = 91 MB
     check_fleet_memory(fleet, "here", available=1.7e7, living=RoundConfig(mode="async", concurrency=8))
-    with pytest.raises(EdgeflError):
+    with pytest.raises(EdgeflError, match=r"use at most 99,500 clients"):  # (1.6e7 - 8 x 10,000) // 160
         check_fleet_memory(fleet, "here", available=1.6e7, living=RoundConfig(mode="async", concurrency=8))
 
 
