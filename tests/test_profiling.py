@@ -61,7 +61,7 @@ def test_conv_model_profile():
     assert fc.params == 32 * 3 + 3
     assert fc.weighted_in_elems == 32
     assert profile.params == 20 + 0 + 99
-    assert profile.input_bytes == 4 * 16
+    assert profile.atoms[0].in_elems == 16  # one 1x4x4 sample
 
 
 def test_weighted_inputs_sum_conv_and_bn_inputs():

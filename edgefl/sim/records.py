@@ -77,11 +77,6 @@ class ModelProfile:
     def params(self) -> int:
         return sum(a.params for a in self.atoms)
 
-    @property
-    def input_bytes(self) -> int:
-        """Bytes of one input sample."""
-        return BYTES * self.atoms[0].in_elems
-
 
 def optimizer_slots(optimizer: str, momentum: float) -> int:
     """Optimizer state tensors per parameter: SGD 0, SGD+momentum 1, Adam 2."""
