@@ -16,6 +16,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from seeded import dry_twice
 
 from edgefl.devices import draws
 from edgefl.errors import EdgeflError
@@ -374,13 +375,7 @@ def test_sfat_on_scaffold_is_refused_in_async_mode_once_made(tmp_path: Path) -> 
 @pytest.mark.parametrize("name", ["async-digits", "deadline-diurnal-digits", "trace-digits"])
 def test_living_scenarios_are_seeded(tmp_path: Path, name: str) -> None:
     path = ROOT / "scenarios" / f"{name}.toml"
-    tables = []
-    for out in ("a", "b"):
-        exp = prepare(load_scenario(path, ["rounds=4"]), str(path), dry_run=True)
-        run(exp, tmp_path / out, progress=False)
-        tables.append([(tmp_path / out / f).read_text() for f in ("metrics.csv", "clients.csv",
-                                                                  "events.csv")])
-    assert tables[0] == tables[1]
+    dry_twice(load_scenario(path, ["rounds=4"]), path, tmp_path, ("metrics.csv", "clients.csv", "events.csv"))
     clients = list(csv.DictReader((tmp_path / "a" / "clients.csv").open()))
     assert {r["status"] for r in clients} <= {"completed", "dropped", "late", "offline"}
     assert ("staleness" in clients[0]) == (name == "async-digits")

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from interrupt import dies_before_checkpoint
+from seeded import dry_twice
 from test_fidelity import simulated_rows
 
 from edgefl.cli import main
@@ -91,12 +92,7 @@ def test_living_runs_write_joules(tmp_path: Path, name: str, overrides: list[str
 def test_a_policy_picks_among_the_online_clients_seeded(tmp_path: Path, policy: str) -> None:
     path = ROOT / "scenarios" / "deadline-diurnal-digits.toml"
     s = load_scenario(path, ["rounds=5", f"selection.policy={policy}"])
-    texts = []
-    for out in ("a", "b"):
-        exp = prepare(s, str(path), dry_run=True)
-        run(exp, tmp_path / out, progress=False)
-        texts.append([(tmp_path / out / f).read_text() for f in ("metrics.csv", "clients.csv")])
-    assert texts[0] == texts[1]
+    exp, _ = dry_twice(s, path, tmp_path, ("metrics.csv", "clients.csv"))
     live = Live.of(exp, RoundEnergy(s, exp.pool))
     avail, clients = live.avail, s.fleet.clients
     start = {int(m["round"]): float(m["sim_time_s"]) - float(m["round_time_s"])
@@ -115,12 +111,7 @@ def test_an_async_policy_starts_online_idle_clients_seeded(tmp_path: Path, polic
     download starts while its device is online, a device's jobs never overlap, the run is seeded."""
     path = ROOT / "scenarios" / "deadline-diurnal-digits.toml"
     s = load_scenario(path, ["rounds=6", "round.mode=async", f"selection.policy={policy}"])
-    texts = []
-    for out in ("a", "b"):
-        exp = prepare(s, str(path), dry_run=True)
-        run(exp, tmp_path / out, progress=False)
-        texts.append([(tmp_path / out / f).read_text() for f in ("metrics.csv", "clients.csv", "events.csv")])
-    assert texts[0] == texts[1]
+    exp, _ = dry_twice(s, path, tmp_path, ("metrics.csv", "clients.csv", "events.csv"))
     avail = Live.of(exp, RoundEnergy(s, exp.pool)).avail
     rows = list(csv.DictReader((tmp_path / "a" / "clients.csv").open()))
     assert rows and {r["picked_by"] for r in rows} - {"uniform", ""}
@@ -199,11 +190,7 @@ def test_a_living_run_on_limited_links_is_slower(tmp_path: Path) -> None:
 @pytest.mark.parametrize("mode", ["sync", "deadline", "async"])
 def test_the_living_digits_scenario_is_seeded_with_everything_on(tmp_path: Path, mode: str) -> None:
     path = ROOT / "scenarios" / "living-digits.toml"
-    texts = []
-    for out in ("a", "b"):
-        exp = prepare(load_scenario(path, ["rounds=3", f"round.mode={mode}"]), str(path), dry_run=True)
-        run(exp, tmp_path / out, progress=False)
-        texts.append([(tmp_path / out / f).read_text() for f in ("metrics.csv", "clients.csv", "events.csv")])
-    assert texts[0] == texts[1]
-    head = texts[0][1].splitlines()[0].split(",")
+    _, texts = dry_twice(load_scenario(path, ["rounds=3", f"round.mode={mode}"]), path, tmp_path,
+                         ("metrics.csv", "clients.csv", "events.csv"))
+    head = texts[1].splitlines()[0].split(",")
     assert {"status", "energy_j", "battery_j", "picked_by"} <= set(head)
