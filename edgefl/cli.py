@@ -66,15 +66,16 @@ def out_dir(text: str) -> Path:
 
 
 def scenario_file(text: str) -> Path:
-    """A scenario argument: a file that exists, else the bundled scenario of that name (`quickstart`
-    or `quickstart.toml`; `edgefl scenarios list` shows them), else the path as given (not found)."""
+    """A scenario argument: a file that exists (`quickstart` may name ./quickstart.toml), else the
+    bundled scenario of that name (`quickstart` or `quickstart.toml`; `edgefl scenarios list` shows
+    them), else the path as given (not found)."""
     from edgefl.devices.catalog import bundled
 
     path = Path(text)
     if path.exists() or path.name != text:
         return path
-    named = bundled("scenarios") / (text if text.endswith(".toml") else f"{text}.toml")
-    return named if named.is_file() else path
+    name = text if text.endswith(".toml") else f"{text}.toml"
+    return next((p for p in (Path(name), bundled("scenarios") / name) if p.is_file()), path)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -437,25 +438,32 @@ def cmd_devices_show(args: argparse.Namespace) -> int:
 
 
 def cmd_devices_validate(args: argparse.Namespace) -> int:
-    """Each file as a profile of the folder it is in: a device (its networks those of that folder,
-    of EDGEFL_PROFILE_PATH and the bundled ones), or an app or a network in an `apps/` or
+    """Every file checked, each found wrong one error line; exit 2 when any was."""
+    wrong = 0
+    for path in args.files:
+        try:
+            print(f"{path}: ok ({validated(path)})")
+        except EdgeflError as exc:
+            print(f"edgefl: error: {exc}", file=sys.stderr)
+            wrong += 1
+    return 2 if wrong else 0
+
+
+def validated(path: Path) -> str:
+    """What `path` holds, as a profile of the folder it is in: a device (its networks those of that
+    folder, of EDGEFL_PROFILE_PATH and the bundled ones), or an app or a network in an `apps/` or
     `networks/` folder."""
     from edgefl.devices.catalog import load_profile, network_names, search_path
     from edgefl.devices.profile import AppProfile, DeviceProfile, NetworkProfile
 
-    for path in args.files:
-        if not path.is_file():
-            raise EdgeflError(str(path), "file", "not a file; give profile files (.toml)")
-        if path.parent.name == "apps":
-            print(f"{path}: ok ({load_profile(path, AppProfile).name}: app)")
-            continue
-        if path.parent.name == "networks":
-            print(f"{path}: ok ({load_profile(path, NetworkProfile).name}: network)")
-            continue
-        roots = (path.parent.resolve(), *search_path())
-        p = load_profile(path, DeviceProfile, network_names(roots))
-        print(f"{path}: ok ({p.name}: {p.memory_mb} MB, {p.compute_gflops} GFLOP/s)")
-    return 0
+    if not path.is_file():
+        raise EdgeflError(str(path), "file", "not a file; give profile files (.toml)")
+    if path.parent.name == "apps":
+        return f"{load_profile(path, AppProfile).name}: app"
+    if path.parent.name == "networks":
+        return f"{load_profile(path, NetworkProfile).name}: network"
+    p = load_profile(path, DeviceProfile, network_names((path.parent.resolve(), *search_path())))
+    return f"{p.name}: {p.memory_mb} MB, {p.compute_gflops} GFLOP/s"
 
 
 def cmd_devices_calibrate(args: argparse.Namespace) -> int:

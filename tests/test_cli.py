@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from edgefl.cli import main
+from edgefl.cli import main, validated
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "scenarios" / "quickstart.toml"
@@ -112,6 +112,21 @@ def test_devices_validate_broken_file(tmp_path: Path, capsys: pytest.CaptureFixt
     line = one_error_line(capsys.readouterr().err)
     assert str(bad) in line
     assert "memory_mb" in line
+
+
+def test_devices_validate_checks_every_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """One error line per wrong file, the good ones still said ok, exit 2."""
+    monkeypatch.chdir(ROOT)
+    (tmp_path / "a.toml").write_text("name = \n")
+    (tmp_path / "b.toml").write_text('name = "b"\n')
+    files = [str(tmp_path / "a.toml"), "device_profiles/tx2.toml", str(tmp_path / "b.toml")]
+    assert main(["devices", "validate", *files]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == f"device_profiles/tx2.toml: ok ({validated(PROFILES / 'tx2.toml')})\n"
+    errors = captured.err.splitlines()
+    assert len(errors) == 2 and all(e.startswith("edgefl: error: ") for e in errors)
+    assert str(tmp_path / "a.toml") in errors[0] and str(tmp_path / "b.toml") in errors[1]
 
 
 @pytest.mark.parametrize("text", ["name = \n", 'name = "board"\n'])

@@ -83,7 +83,9 @@ def test_a_bundled_scenario_by_name_from_any_folder(tmp_path: Path, monkeypatch:
     assert scenario_file("quickstart.toml") == ROOT / "scenarios" / "quickstart.toml"
     assert main(["run", "quickstart", "--dry-run", "--quiet", "--set", "rounds=1"]) == 0
     assert "-> runs/quickstart-dry" in capsys.readouterr().out  # the default folder, in the cwd
-    (tmp_path / "quickstart").write_text("rounds = 1\n")  # a path that exists wins
+    (tmp_path / "quickstart.toml").write_text("rounds = 1\n")  # a file of that name here wins,
+    assert scenario_file("quickstart") == scenario_file("quickstart.toml") == Path("quickstart.toml")
+    (tmp_path / "quickstart").write_text("rounds = 1\n")  # and a path that exists as given first
     assert scenario_file("quickstart") == Path("quickstart")
     assert main(["run", "nosuch", "--dry-run"]) == 2
     assert "edgefl scenarios list" in one_error_line(capsys.readouterr().err)

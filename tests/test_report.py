@@ -222,6 +222,16 @@ def test_plot_refuses_a_percent_target(runs: list[Path], capsys: pytest.CaptureF
     assert not (runs[0] / "figures").exists()
 
 
+def test_a_run_whose_metrics_lack_a_round_of_its_clients_is_one_line(runs: list[Path], capsys) -> None:
+    """A log cut by hand or by a full disk: clients.csv holds round 1, metrics.csv only round 0."""
+    metrics = runs[0] / "metrics.csv"
+    metrics.write_text("\n".join(metrics.read_text().splitlines()[:2]) + "\n")
+    assert main(["plot", str(runs[0]), "--out", str(runs[0] / "figs")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "clients.csv has rows of round 1, which metrics.csv lacks" in err
+    assert not (runs[0] / "figs").exists()
+
+
 def test_a_run_from_before_the_flops_column_is_one_line(runs: list[Path], capsys) -> None:
     clients = runs[0] / "clients.csv"
     lines = clients.read_text().splitlines()

@@ -71,6 +71,11 @@ class Run:
 def load_run(path: Path) -> Run:
     """Read a run directory written by `edgefl run`, checking every value the reports use."""
     metrics, clients = read_log(path, "metrics.csv"), read_log(path, "clients.csv")
+    rounds = {r["round"] for r in metrics}
+    stray = next((c["round"] for c in clients if c["round"] not in rounds), None)
+    if stray is not None:  # a log cut by hand or by a full disk
+        raise NotARunError(str(path), "round",
+                           f"clients.csv has rows of round {stray}, which metrics.csv lacks")
     return Run(path, _read_scenario(path), metrics, clients)
 
 
