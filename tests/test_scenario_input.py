@@ -133,3 +133,29 @@ def test_sfat_on_scaffold_refuses_another_optimizer_too() -> None:
     with pytest.raises(EdgeflError) as info:
         prepare(s, str(QUICKSTART), dry_run=True)
     assert info.value.key == "training.optimizer" and "sfat on ScaffoldAT ignores it" in info.value.fix
+
+
+def test_an_impossible_memory_budget_names_the_key_to_change(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """R_min of 1 kB holds no layer of the quickstart's model, one sample at a time: the error names
+    fleet.reserved_memory_mb, in the file that set it, not a --set that set another fleet key; a
+    device whose whole memory holds no step names the devices. Nothing is written."""
+    scenario = tmp_path / "tiny.toml"
+    scenario.write_text(QUICKSTART.read_text().replace("reserved_memory_mb = 1.3",
+                                                        "reserved_memory_mb = 0.001"))
+    out = tmp_path / "out"
+    assert main(["run", str(scenario), "--dry-run", "--set", "fleet.clients=6", "--out", str(out)]) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert line.startswith(f"edgefl: error: {scenario}: fleet.reserved_memory_mb: device ")
+    assert "keeps at least 0.001 MB" in line and line.endswith("raise fleet.reserved_memory_mb (up to the "
+                                                              "device's memory) or drop the device")
+    assert main(["run", str(QUICKSTART), "--dry-run", "--set", "fleet.reserved_memory_mb=0.001",
+                 "--out", str(out)]) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert line.startswith("edgefl: error: --set: fleet.reserved_memory_mb: ")
+    assert main(["run", str(QUICKSTART), "--dry-run", "--set", 'fleet.devices=["esp32_s3"]', "--set",
+                 "data.dataset=synthetic", "--set", "model.name=vgg11", "--out", str(out)]) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert line.startswith("edgefl: error: --set: fleet.devices: device esp32_s3 keeps at least 1.300 MB")
+    assert line.endswith("drop the device or choose a smaller model")
+    assert not out.exists()

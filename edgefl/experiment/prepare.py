@@ -156,10 +156,12 @@ def check_budgets(pool: DevicePool, method: Method, where: str) -> None:
         workload = method.plan(0, client, replace(pool.state(client, 0), memory_bytes=budget)).workload
         need, part = method.ctx.cost.min_budget(workload)
         if need > budget:
-            fix = ("drop the device or choose a smaller model" if need > device.memory_bytes else
-                   "raise fleet.reserved_memory_mb (up to the device's memory) or drop the device")
+            fits = need <= device.memory_bytes
+            fix = ("raise fleet.reserved_memory_mb (up to the device's memory) or drop the device" if fits
+                   else "drop the device or choose a smaller model")
+            devices = "fleet.devices" if pool.fleet.devices else "fleet.pool"
             raise EdgeflError(
-                where, "fleet",
+                where, "fleet.reserved_memory_mb" if fits else devices,
                 f"device {device.name} keeps at least {budget / 1e6:.3f} MB for training but the "
                 f"smallest step on {part} (paged layer by layer, one sample at a time) needs "
                 f"{need / 1e6:.3f} MB; {fix}")
