@@ -222,6 +222,12 @@ def test_plot_refuses_a_percent_target(runs: list[Path], capsys: pytest.CaptureF
     assert not (runs[0] / "figures").exists()
 
 
+def test_plot_of_no_folder_says_so(tmp_path: Path, capsys) -> None:
+    assert main(["plot", str(tmp_path / "nosuch")]) == 2
+    assert capsys.readouterr().err == (f"edgefl: error: {tmp_path / 'nosuch'}: folder: no such folder; "
+                                       "give a run directory made by edgefl run\n")
+
+
 def test_a_run_whose_metrics_lack_a_round_of_its_clients_is_one_line(runs: list[Path], capsys) -> None:
     """A log cut by hand or by a full disk: clients.csv holds round 1, metrics.csv only round 0."""
     metrics = runs[0] / "metrics.csv"

@@ -70,6 +70,8 @@ class Run:
 
 def load_run(path: Path) -> Run:
     """Read a run directory written by `edgefl run`, checking every value the reports use."""
+    if not path.is_dir():
+        raise NotARunError(str(path), "folder", "no such folder")
     metrics, clients = read_log(path, "metrics.csv"), read_log(path, "clients.csv")
     rounds = {r["round"] for r in metrics}
     stray = next((c["round"] for c in clients if c["round"] not in rounds), None)
