@@ -111,6 +111,7 @@ def bare_pgd_at(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y
 def sides(name: str, batch: int, device: torch.device,
           settings: TrainSettings) -> dict[str, Callable[[int], object]]:
     """name -> run(iters) for edgefl and the bare loop, each on its own copy of one model."""
+    torch.manual_seed(0)  # weights, data and (from torch's generator) the attacks' random starts
     case = CASES[name]
     c = case.shape[0]
     model = build_model(name, CLASSES, case.shape, [0.5] * c, [0.25] * c).to(device)

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from edgefl.config import MAX_THREADS
 from edgefl.errors import EdgeflError, NotARunError
 
 if TYPE_CHECKING:
@@ -476,8 +477,9 @@ def cmd_devices_calibrate(args: argparse.Namespace) -> int:
         write_profile,
     )
     name = args.out.stem  # profiles are named by their file
-    if args.threads < 0:  # checked before prepare_target creates the folder
-        raise EdgeflError(str(args.out), "--threads", "must be 0 (PyTorch's default) or a positive count")
+    if not 0 <= args.threads <= MAX_THREADS:  # checked before prepare_target creates the folder
+        raise EdgeflError(str(args.out), "--threads",
+                          f"must be 0 (PyTorch's default) or a positive count up to {MAX_THREADS}")
     prepare_target(args.out, args.repeats, args.overwrite)
     if args.threads:
         import torch

@@ -19,6 +19,7 @@ MAX_ITERS, MAX_EPOCHS, MAX_BATCH = 1_000_000, 10_000, 65_536
 MAX_SECONDS = 1e9  # a deadline or a server's seconds per round: about 32 years
 MAX_BUFFER, MAX_OVER_SELECTION, MAX_BALANCE_S = 10_000, 10.0, 4.0
 MAX_CHANNELS, MAX_SIDE, MAX_CLASSES = 64, 4096, 100_000  # synthetic images: ImageNet-21k has 21,841 classes
+MAX_THREADS = 1024  # far more than any CPU has; torch aborts natively on absurd counts
 
 
 @dataclass

@@ -27,6 +27,7 @@ from edgefl.config import (
     MAX_OVER_SELECTION,
     MAX_SECONDS,
     MAX_SIDE,
+    MAX_THREADS,
     Check,
     Scenario,
 )
@@ -347,7 +348,6 @@ def _selection_checks(s: Scenario) -> list[Check]:
     ]
 
 
-MAX_THREADS = 1024  # far more than any CPU has; torch aborts natively on absurd counts
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "[::1]", "::1")
 
 

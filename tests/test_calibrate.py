@@ -145,7 +145,8 @@ def test_cli_calibrate_refuses_to_overwrite(tmp_path: Path, capsys: pytest.Captu
     assert load_profile(out, DeviceProfile).name == "x"
 
 
-@pytest.mark.parametrize(("flag", "value"), [("--repeats", "0"), ("--threads", "-1")])
+@pytest.mark.parametrize(("flag", "value"), [("--repeats", "0"), ("--threads", "-1"), ("--threads", "1025"),
+                                           ("--threads", "1099511627776")])
 def test_cli_calibrate_bad_counts(flag: str, value: str, tmp_path: Path,
                                   capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "mine" / "x.toml"

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pytest
+from test_cli import one_error_line
 
 from edgefl.cli import main
 from edgefl.errors import EdgeflError
@@ -220,6 +221,43 @@ def test_plot_refuses_a_percent_target(runs: list[Path], capsys: pytest.CaptureF
     assert main(["plot", str(runs[0]), "--target", "40"]) == 2
     assert "--target" in capsys.readouterr().err
     assert not (runs[0] / "figures").exists()
+
+
+def edit_log(file: Path, edit: Callable[[list[dict[str, str]]], list[dict[str, str]]],
+             header: list[str] | None = None) -> None:
+    """Rewrite a CSV log with `edit` applied to its rows (and `header` for its columns, if given)."""
+    with open(file, newline="") as f:
+        reader = csv.DictReader(f)
+        rows, columns = list(reader), header or list(reader.fieldnames or [])
+    with open(file, "w", newline="") as f:
+        writer = csv.DictWriter(f, columns, extrasaction="ignore", restval="")
+        writer.writeheader()
+        writer.writerows(edit(rows))
+
+
+def test_a_log_missing_a_column_the_report_reads_is_one_line(runs: list[Path], capsys) -> None:
+    """events.csv without `phase`; clients.csv with `status` but no `finish_s`; a metrics row with an
+    adversarial accuracy and no clean one; an async run of 0 slots: each one line, never a KeyError,
+    ValueError or ZeroDivisionError."""
+    def said(run: Path) -> str:
+        assert main(["plot", str(run), "--out", str(run / "figs")]) == 2
+        return one_error_line(capsys.readouterr().err)
+
+    jfat, prophet, dry = runs
+    (jfat / "events.csv").write_text("round,client,start_s,end_s\n0,0,0.0,1.0\n")
+    assert said(jfat).endswith("events.csv: phase: missing from the header: not a log edgefl wrote, or an "
+                               "older edgefl's; run it again")
+    edit_log(prophet / "clients.csv", lambda rows: rows, [*(c for c in CLIENTS if c != "finish_s"), "status"])
+    assert ": finish_s: missing from the header" in said(prophet)
+    edit_log(dry / "metrics.csv", lambda rows: [{**r, "adv_acc": "0.3"} for r in rows])
+    assert said(dry).endswith("metrics.csv: line 2: gives one of clean_acc and adv_acc without the other; "
+                              "give a run directory made by edgefl run")
+    (dry / "metrics.csv").write_text((dry / "metrics.csv").read_text().replace(",0.3", ","))
+    with open(dry / "scenario.toml", "a") as f:
+        f.write('\n[round]\nmode = "async"\nconcurrency = 0\n')
+    (dry / "events.csv").write_text("round,client,phase,start_s,end_s\n0,0,compute,0.0,1.0\n")
+    assert said(dry).endswith("scenario.toml: round.concurrency: not a positive count; give a run directory "
+                              "made by edgefl run")
 
 
 def test_plot_of_no_folder_says_so(tmp_path: Path, capsys) -> None:

@@ -45,7 +45,7 @@ FORMATS = {"clean_acc": ".4f", "adv_acc": ".4f", "sim_time_s": ".1f", "time_to_t
 
 Row = dict[str, Any]
 NEEDED = {"metrics.csv": ["round", "sim_time_s", "round_time_s", "server_s", "clean_acc", "adv_acc"],
-          "events.csv": ["round", "client", "start_s", "end_s"],
+          "events.csv": ["round", "client", "start_s", "end_s", "phase"],
           "clients.csv": ["round", "client", "flops", "mem_avail_bytes", "mem_req_bytes",
                           *(c for cols in PARTS.values() for c in cols)]}
 
@@ -108,6 +108,7 @@ def _read_scenario(path: Path) -> dict[str, Any]:
 # how each column the reports read must parse ("" allowed where a round may leave it empty)
 NUMBERS = {"round": int, "client": int, "mem_avail_bytes": int, "mem_req_bytes": int}
 OPTIONAL = {"clean_acc", "adv_acc", "eps", "round_time_s"}
+TEXT = {"phase"}  # read as it is
 
 
 def read_log(path: Path, name: str) -> list[dict[str, str]]:
@@ -116,15 +117,15 @@ def read_log(path: Path, name: str) -> list[dict[str, str]]:
     header, rows = read_rows(path, stem)
     parquet = path / f"{stem}.parquet"
     file = parquet if stem in LOGS and parquet.is_file() else path / name
-    missing = [c for c in NEEDED[name] if c not in header]
+    needed = [*NEEDED[name], *(["finish_s"] if "status" in header else [])]  # where a client stopped
+    missing = [c for c in needed if c not in header]
     if missing:
         raise EdgeflError(str(file), missing[0], "missing from the header: not a log edgefl wrote, or "
                           "an older edgefl's; run it again")
     if not rows:
         raise EdgeflError(str(file), "rows", "no rounds logged yet; run at least one round")
     for line, row in enumerate(rows, start=2):
-        _check_row(file, line, row, [*NEEDED[name], *(c for c in ("eps", "energy_j") if c in header),
-                                     *(["finish_s"] if "status" in header else [])])
+        _check_row(file, line, row, [*needed, *(c for c in ("eps", "energy_j") if c in header)])
     return rows
 
 
@@ -133,9 +134,11 @@ def _check_row(file: Path, line: int, row: dict[Any, Any], columns: list[str]) -
     if None in row or None in row.values():
         raise NotARunError(str(file), f"line {line}", "has a different number of fields than the header "
                            "(cut or edited)")
+    if "adv_acc" in columns and (row["clean_acc"] == "") != (row["adv_acc"] == ""):
+        raise NotARunError(str(file), f"line {line}", "gives one of clean_acc and adv_acc without the other")
     for column in columns:
         text = row[column]
-        if text == "" and column in OPTIONAL:
+        if (text == "" and column in OPTIONAL) or column in TEXT:
             continue
         try:
             ok = math.isfinite(NUMBERS.get(column, float)(text))
@@ -217,14 +220,22 @@ def _spent(client: dict[str, str], start: float) -> dict[str, float]:
 
 def _slot_work(run: Run) -> dict[str, float]:
     """Compute, data access and comm seconds of an async run's mean slot, from its events' spans."""
-    round_section, fleet = run.scenario.get("round", {}), run.scenario.get("fleet", {})
-    slots = min(int(round_section.get("concurrency", 8)), int(fleet.get("clients", 20)))
+    slots = min(_count(run, "round", "concurrency", 8), _count(run, "fleet", "clients", 20))
     totals = dict.fromkeys(WORK.values(), 0.0)
     for e in read_log(run.path, "events.csv"):
         part = WORK.get(f"{e['phase']}_s")
         if part is not None:
             totals[part] += (float(e["end_s"]) - float(e["start_s"])) / slots
     return totals
+
+
+def _count(run: Run, section: str, key: str, default: int) -> int:
+    """The run's positive count `[section] key` (`default` where its scenario.toml leaves it out)."""
+    table = run.scenario.get(section, {})
+    value = table.get(key, default) if isinstance(table, dict) else None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise NotARunError(str(run.path / "scenario.toml"), f"{section}.{key}", "not a positive count")
+    return value
 
 
 def energy_per_device(run: Run, target: float | None) -> tuple[float | None, float | None]:
