@@ -268,8 +268,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from edgefl.scenario import compare_scenario, to_toml
 
     check_target(args.target)
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    if not methods or len(set(methods)) != len(methods):
+    methods = [m.strip() for m in args.methods.split(",")]
+    if "" in methods or len(set(methods)) != len(methods):
         raise EdgeflError("edgefl compare", "--methods", "give each method once, comma-separated, "
                           "e.g. jfat,fedprophet")
     unknown = [m for m in methods if m not in METHODS.names()]

@@ -77,7 +77,7 @@ def test_not_a_run_error_names_its_problem_and_takes_another_fix():
     assert (redo.where, redo.key, redo.fix) == ("runs/a", "metrics.csv", "missing; redo it")
 
 
-@pytest.mark.parametrize("methods", [",", "jfat,jfat"])
+@pytest.mark.parametrize("methods", ["", ",", "jfat,jfat", "jfat,,fedprophet", "jfat,"])
 def test_compare_wants_each_method_once(tmp_path, capsys, methods):
     out = str(tmp_path / "c")
     assert main(["compare", str(SCENARIO), "--methods", methods, "--out", out, "--dry-run"]) == 2
