@@ -318,7 +318,7 @@ def check_mode(s: Scenario, modes: tuple[str, ...], where: str) -> None:
         raise EdgeflError(where, "round.mode", f"method {s.method} does not run in {s.round.mode} mode "
                           "(its update is not a whole model a stale one can be rebased on); choose "
                           f"{' or '.join(modes)}, or a whole-model method (jfat, fedavg_at, fedprox_at, "
-                          "sfat, gma, fedavg_dynat)")
+                          "sfat on fedavg or fedprox, gma, fedavg_dynat)")
 
 
 def _check_living(s: Scenario, where: str, beside: str) -> None:
