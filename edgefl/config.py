@@ -114,6 +114,12 @@ class CostConfig:
     server_gflops: float = 10000.0  # server speed for a method's server-side work (e.g. distillation)
     paper_access_s: float = 0.17  # paper accounting: seconds per storage access
 
+    @property
+    def counts_communication(self) -> bool:
+        """Whether download and upload are priced: the paper accounting leaves them out (as the
+        FedProphet release does), the walk prices them unless `communication = false`."""
+        return self.communication and self.accounting != "paper"
+
 
 @dataclass
 class RoundConfig:

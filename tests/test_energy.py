@@ -148,6 +148,23 @@ def test_a_shared_link_slows_the_downloads(tmp_path: Path, monkeypatch: pytest.M
                           for a, s in zip(alone, shared, strict=True))
 
 
+@pytest.mark.parametrize("bulk", [True, False])
+def test_the_paper_accounting_prices_no_transfer_even_on_shared_links(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch,
+                                                                     bulk: bool) -> None:
+    """The paper accounting counts no communication (as the FedProphet release): server links and
+    energy must not bring its transfers back, in time or in radio joules. With energy on, a client's
+    joules are then those of its busy and waiting seconds and its storage bytes only."""
+    monkeypatch.setenv(ENV, str(PROFILES))
+    out = dry(tmp_path, bulk, "rounds=1", "cost.accounting=paper", "server.down_mbps=100",
+              "server.up_mbps=100")
+    rows = list(csv.DictReader((out / "clients.csv").open()))
+    assert rows and all(float(r["download_s"]) == float(r["upload_s"]) == 0.0 for r in rows)
+    alone = list(csv.DictReader((dry(tmp_path / "alone", bulk, "rounds=1", "cost.accounting=paper",
+                                     "server.down_mbps=0", "server.up_mbps=0") / "clients.csv").open()))
+    assert [r["energy_j"] for r in rows] == [r["energy_j"] for r in alone]
+
+
 def test_a_damaged_checkpoint_battery_is_refused() -> None:
     b = Battery(np.array([WH, math.inf]), np.array([1.0, 1.0]))
     b.restore([5.0, math.inf], "ckpt", 0.0)

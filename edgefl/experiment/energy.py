@@ -34,7 +34,7 @@ class RoundEnergy:
     """The scenario's server links, the fleet's power figures and (optionally) its batteries."""
 
     def __init__(self, s: Scenario, pool: DevicePool) -> None:
-        self.pool, self.communication = pool, s.cost.communication
+        self.pool, self.communication = pool, s.cost.counts_communication
         self.links = Links.of_mbps(s.server.down_mbps, s.server.up_mbps)
         self.power = FleetPower(pool) if s.energy.enabled else None
         self.battery = Battery.of_pool(pool, s.energy, s.seed) if s.energy.batteries else None

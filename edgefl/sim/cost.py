@@ -210,7 +210,8 @@ class PaperCost:
       batch's input over bw plus 0.17 s (377), and the parameters once in the round (378-379);
     * each PGD step whose need 4 B x (F + P) exceeds M (385-387): 4 B x (2F + 4P) over bw plus
       0.17 s x 2 ceil(4(F+P) / M) (390-394);
-    * no communication (line 409 leaves it out).
+    * no communication (line 409 leaves it out), and no bytes read or written reported (one bandwidth
+      for all moved bytes: storage energy is the walk accounting's).
 
     Passes the release never runs are charged in its units: TRADES/MART's second (forward, training
     backward) pair as a PGD step (2 n MACs, and a PGD step's traffic when the batch swaps: the

@@ -15,9 +15,12 @@ is energy per byte):
         + 1e-9 (read_B x e_read + write_B x e_write + down_B x e_down + up_B x e_up)
         + P_radio x (download_s + upload_s)
 
-Where communication is not counted (`cost.communication = false`), neither are its bytes. One
-expression (`round_energy`) serves single clients (floats) and a round's columns (arrays), so the
-bulk path equals the per-client path to the bit. Figures and their sources: the device profiles and
+Where communication is not counted (`cost.communication = false`, or the paper accounting), neither
+are its bytes. The paper accounting reports no storage bytes either (the release moves a batch's
+bytes at one storage bandwidth and never says which are reads and which writes), so its storage
+energy is 0: the walk accounting (the default) prices storage energy. One expression
+(`round_energy`) serves single clients (floats) and a round's columns (arrays), so the bulk path
+equals the per-client path to the bit. Figures and their sources: the device profiles and
 edgefl.sim.classes (power), the network profiles (radio).
 """
 
