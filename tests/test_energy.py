@@ -114,7 +114,7 @@ def test_batteries_drain_by_energy_and_drop_who_cannot_pay(tmp_path: Path,
     pay for its work is dropped, does nothing and spends nothing; an emptied one is never picked
     again; mains devices never drop; the round's energy_j is its clients' sum."""
     monkeypatch.setenv(ENV, str(PROFILES))
-    out = dry(tmp_path, True, "rounds=12", "energy.battery_start=[0.0,0.0001]")  # 0-3.9 J in an iPhone 12
+    out = dry(tmp_path, True, "rounds=12", "energy.battery_start=[0.0,0.00003]")  # 0-1.2 J in an iPhone 12
     rows = list(csv.DictReader((out / "clients.csv").open()))
     left: dict[str, float] = {}
     drops = 0

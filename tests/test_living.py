@@ -230,7 +230,7 @@ def test_an_async_clients_battery_runs_out_where_its_work_has_spent_the_charge()
     """runs_out gives the moment the joules of the work done (worked, priced by the energy model)
     equal the charge: spending exactly that is what the client is charged for."""
     s = load_scenario(ASYNC, ["energy.enabled=true", "energy.batteries=true",
-                              "energy.battery_start=[0.00005,0.0001]"])
+                              "energy.battery_start=[0.00001,0.00003]"])
     exp = prepare(s, str(ASYNC), dry_run=True)
     energy = RoundEnergy(s, exp.pool)
     assert energy.battery is not None

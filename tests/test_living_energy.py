@@ -67,7 +67,8 @@ NEARLY_EMPTY = ["energy.enabled=true", "energy.batteries=true", "energy.battery_
 @pytest.mark.parametrize(("name", "overrides"), [
     ("deadline-diurnal-digits", NEARLY_EMPTY),
     ("async-digits", ["energy.enabled=true"]),
-    ("async-digits", [*NEARLY_EMPTY, "energy.battery_start=[0.00005,0.0001]"]),  # an async client never waits
+    # an async client never waits
+    ("async-digits", [*NEARLY_EMPTY, "energy.battery_start=[0.00001,0.00003]"]),
 ])
 def test_living_runs_write_joules(tmp_path: Path, name: str, overrides: list[str]) -> None:
     """Joules are non-negative and the rounds' sums, and a battery emptied (no charger) leaves its

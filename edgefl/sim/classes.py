@@ -3,7 +3,9 @@
 A device's rooflines (edgefl.sim.compute) need a sustained FLOP/s (efficiency x peak), a memory
 bandwidth and a per-operator overhead. A profile may give each (`efficiency`,
 `memory_bandwidth_gbps`, `op_overhead_us`, with `compute_source`); what it leaves at 0 comes from
-its class below. A calibrated host's fitted `[kernels]` rows replace them kind by kind.
+its class below. The class efficiencies derate a peak `compute_gflops`: a profile whose figure is
+already a sustained training throughput says `efficiency = 1.0` (the bundled edge devices do). A
+calibrated host's fitted `[kernels]` rows replace them kind by kind.
 
 Evidence. `cpu` rests on a measurement: `edgefl devices calibrate` on the edgefl development host
 (device_profiles/dev_vm.toml: a 2-core x86 VM, torch on 1 thread) fits 20 GB/s and 3 us per
