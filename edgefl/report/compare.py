@@ -75,9 +75,10 @@ def load_run(path: Path) -> Run:
     metrics, clients = read_log(path, "metrics.csv"), read_log(path, "clients.csv")
     rounds = {r["round"] for r in metrics}
     stray = next((c["round"] for c in clients if c["round"] not in rounds), None)
-    if stray is not None:  # a log cut by hand or by a full disk
+    if stray is not None:  # killed between a round's rows, or a log cut by hand or by a full disk
         raise NotARunError(str(path), "round",
-                           f"clients.csv has rows of round {stray}, which metrics.csv lacks")
+                           f"clients.csv has rows of round {stray}, which metrics.csv lacks",
+                           "if the run was interrupted, finish it with edgefl run --resume")
     return Run(path, _read_scenario(path), metrics, clients)
 
 
