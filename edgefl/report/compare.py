@@ -98,12 +98,18 @@ def _read_scenario(path: Path) -> dict[str, Any]:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise NotARunError(str(file), "scenario.toml", f"cannot be read as TOML ({reason})") from None
     for key, kind in SCENARIO_KEYS.items():
-        section, _, leaf = key.rpartition(".")
-        table = scenario.get(section, {}) if section else scenario
-        value = table.get(leaf) if isinstance(table, dict) else None
+        value = _value(scenario, key)
         if not isinstance(value, kind) or isinstance(value, bool):
             raise NotARunError(str(file), key, "missing or of the wrong type")
     return scenario
+
+
+def _value(scenario: dict[str, Any], key: str, default: Any = None) -> Any:
+    """The dotted `key` of a scenario.toml read as TOML (`default` where it is left out; None where
+    its section is not a table)."""
+    section, _, leaf = key.rpartition(".")
+    table = scenario.get(section, {}) if section else scenario
+    return table.get(leaf, default) if isinstance(table, dict) else None
 
 
 # how each column the reports read must parse ("" allowed where a round may leave it empty)
@@ -186,8 +192,7 @@ WORK = {"download_s": "comm", "data_access_s": "data_access", "compute_s": "comp
 
 
 def _mode(run: Run) -> str:
-    section = run.scenario.get("round", {})
-    return str(section.get("mode", "sync")) if isinstance(section, dict) else "sync"
+    return str(_value(run.scenario, "round.mode", "sync") or "sync")
 
 
 def _round_work(run: Run) -> dict[str, float]:
@@ -221,7 +226,7 @@ def _spent(client: dict[str, str], start: float) -> dict[str, float]:
 
 def _slot_work(run: Run) -> dict[str, float]:
     """Compute, data access and comm seconds of an async run's mean slot, from its events' spans."""
-    slots = min(_count(run, "round", "concurrency", 8), _count(run, "fleet", "clients", 20))
+    slots = min(_count(run, "round.concurrency", 8), _count(run, "fleet.clients", 20))
     totals = dict.fromkeys(WORK.values(), 0.0)
     for e in read_log(run.path, "events.csv"):
         part = WORK.get(f"{e['phase']}_s")
@@ -230,12 +235,11 @@ def _slot_work(run: Run) -> dict[str, float]:
     return totals
 
 
-def _count(run: Run, section: str, key: str, default: int) -> int:
-    """The run's positive count `[section] key` (`default` where its scenario.toml leaves it out)."""
-    table = run.scenario.get(section, {})
-    value = table.get(key, default) if isinstance(table, dict) else None
+def _count(run: Run, key: str, default: int) -> int:
+    """The run's positive count `key` (`default` where its scenario.toml leaves it out)."""
+    value = _value(run.scenario, key, default)
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise NotARunError(str(run.path / "scenario.toml"), f"{section}.{key}", "not a positive count")
+        raise NotARunError(str(run.path / "scenario.toml"), key, "not a positive count")
     return value
 
 
