@@ -21,16 +21,15 @@ from __future__ import annotations
 
 import argparse
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from seed_table import COLUMNS, final_row, mean_std  # bench/ is on sys.path when run as a script
+from throughput import wait_quiet  # held off while a timing runs
 
 from edgefl.experiment import prepare, run
 from edgefl.scenario import load_scenario
 
-QUIET = Path("/tmp/edgefl-quiet")
 SKEW = "scenarios/skew-digits.toml"
 GMA = "scenarios/gma-digits.toml"
 
@@ -60,12 +59,6 @@ CLAIMS = {
     "iid": Claim(SKEW, ("data.partition=iid",),
                  (("fedavg_at", ("method=fedavg_at",)), ("jfat", ("method=jfat",)))),
 }
-
-
-def wait_quiet() -> None:
-    """Hold off while another helper's timing measurement runs."""
-    while QUIET.exists():
-        time.sleep(30)
 
 
 def run_arm(claim: Claim, arm: tuple[str, ...], seed: int, extra: list[str], out: Path) -> dict[str, float]:

@@ -61,7 +61,7 @@ from torch import nn
 
 from edgefl.attacks import make_attack
 from edgefl.config import TrainingConfig
-from edgefl.execution.local import TrainSettings, make_optimizer, resolve_device, train_local
+from edgefl.execution.local import TrainSettings, make_optimizer, resolve_device, synchronize, train_local
 from edgefl.execution.objectives import PGDAT
 from edgefl.experiment import prepare
 from edgefl.methods import ClientPlan
@@ -132,11 +132,6 @@ def sides(name: str, batch: int, device: torch.device,
     }
 
 
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def best_seconds(runs: dict[str, Callable[[int], object]], iters: int, repeats: int,
                  device: torch.device) -> dict[str, float]:
     """Warm each side up, then the best of `repeats` timed stretches of `iters`, sides alternating."""
@@ -145,10 +140,10 @@ def best_seconds(runs: dict[str, Callable[[int], object]], iters: int, repeats: 
     best = dict.fromkeys(runs, float("inf"))
     for _ in range(repeats):
         for side, run in runs.items():
-            sync(device)
+            synchronize(device)
             start = time.perf_counter()
             run(iters)
-            sync(device)
+            synchronize(device)
             best[side] = min(best[side], time.perf_counter() - start)
     return best
 

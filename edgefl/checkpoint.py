@@ -20,9 +20,7 @@ import numpy as np
 import torch
 
 from edgefl.errors import EdgeflError
-from edgefl.rundir import write_file
-
-FILE = "checkpoint.pt"
+from edgefl.rundir import CHECKPOINT, write_file
 
 
 def rng_state() -> dict[str, Any]:
@@ -46,7 +44,7 @@ def save(out: Path, state: dict[str, Any]) -> None:
     """Atomically replace the run's checkpoint (rundir's safe writer)."""
     buffer = io.BytesIO()
     torch.save({**state, "rng": rng_state()}, buffer)
-    write_file(out / FILE, buffer.getvalue())
+    write_file(out / CHECKPOINT, buffer.getvalue())
 
 
 # what every checkpoint holds, by type: anything else is a foreign or damaged file
@@ -58,7 +56,7 @@ FIELDS: dict[str, type | tuple[type, ...]] = {
 def load(out: Path, rounds: int, logs: tuple[str, ...]) -> dict[str, Any]:
     """The run's checkpoint, checked to be plain data of the shape `save` writes for a run of
     `rounds` rounds, with a seal for each log in `logs` (RNGs not yet restored: see set_rng_state)."""
-    path = out / FILE
+    path = out / CHECKPOINT
     if path.is_symlink():
         raise EdgeflError(str(path), "checkpoint", "is a symbolic link; put back the run's own file")
     try:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from edgefl.config import MAX_THREADS
 from edgefl.errors import EdgeflError, NotARunError
+from edgefl.rundir import CHECKPOINT
 
 if TYPE_CHECKING:
     from edgefl.devices.catalog import Catalog
@@ -222,7 +223,7 @@ def _run_target(args: argparse.Namespace) -> tuple[Any, str, Path]:
                           "run directory of an interrupted run")
     if (args.resume / "summary.json").exists():
         raise EdgeflError(str(args.resume), "--resume", "this run already finished (summary.json)")
-    if not (args.resume / "checkpoint.pt").exists():
+    if not (args.resume / CHECKPOINT).exists():
         raise EdgeflError(str(args.resume), "--resume", "has no checkpoint (a dry run, checkpoint_every = 0, "
                           "or killed in its first round): start it again with edgefl run --overwrite")
     origin = _origin(args.resume) or where
@@ -288,7 +289,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             print(f"{method}: finished, kept ({run_dir})")
             continue
         exp = prepare(scenario, where, dry_run=args.dry_run)
-        resume = (run_dir / "checkpoint.pt").exists() and scenario.round.mode != "async"
+        resume = (run_dir / CHECKPOINT).exists() and scenario.round.mode != "async"
         if not resume:  # dry, async or killed before its first checkpoint: replaced if edgefl's alone
             prepare_out(run_dir, True)
         summary = run(exp, run_dir, progress=not args.quiet, resume=resume)
@@ -319,7 +320,7 @@ def _check_kept(run_dir: Path, scenario_text: str, dry_run: bool) -> None:
         except (OSError, ValueError, AttributeError) as exc:
             raise EdgeflError(str(summary), "summary.json", f"cannot be read ({type(exc).__name__}); "
                               "delete that run directory to run it again") from None
-    elif (run_dir / "checkpoint.pt").exists():
+    elif (run_dir / CHECKPOINT).exists():
         was_dry = False  # only a trained run checkpoints
     else:
         return

@@ -250,17 +250,23 @@ def text_rows(file: pq.ParquetFile) -> Iterator[dict[str, str]]:
             yield {k: "" if v is None else str(v) for k, v in row.items()}
 
 
+def log_file(folder: Path, name: str) -> Path:
+    """The file of a run folder's log `name` (`clients`, `events` or `metrics`): NAME.parquet where
+    the run wrote one, else NAME.csv."""
+    parquet = folder / f"{name}.parquet"
+    return parquet if name in LOGS and parquet.is_file() else folder / f"{name}.csv"
+
+
 def read_rows(folder: Path, name: str) -> tuple[list[str], list[dict[str, str]]]:
     """A log of a run folder (`clients`, `events` or `metrics`) as its header and text rows, from
-    whichever of NAME.csv and NAME.parquet the run wrote."""
-    parquet = folder / f"{name}.parquet"
-    if name in LOGS and parquet.is_file():
+    whichever of NAME.csv and NAME.parquet the run wrote (`log_file`)."""
+    path = log_file(folder, name)
+    if path.suffix == ".parquet":
         try:
-            file = pq.ParquetFile(parquet)
+            file = pq.ParquetFile(path)
             return list(file.schema_arrow.names), list(text_rows(file))
         except (OSError, pa.ArrowException) as exc:
-            raise NotARunError(str(parquet), "file", f"cannot be read as Parquet ({exc})") from None
-    path = folder / f"{name}.csv"
+            raise NotARunError(str(path), "file", f"cannot be read as Parquet ({exc})") from None
     if not path.is_file():
         raise NotARunError(str(folder), f"{name}.csv", "missing")
     try:

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from edgefl.attacks import ATTACKS, make_attack
-from edgefl.attacks.autoattack import AutoAttack
+from edgefl.attacks.autoattack import APGDCE, AutoAttack, AutoAttackRand
 from edgefl.attacks.cw import CW, cw_margin
 from edgefl.attacks.pgd import PGD
 from edgefl.errors import EdgeflError
@@ -172,8 +172,7 @@ def test_autoattack_passes_classes_seed_and_the_papers_settings(fake_torchattack
 
 
 def test_autoattack_apgd_ce_subset(fake_torchattacks):
-    attack = AutoAttack(eps=0.1)
-    attack.version = "apgd-ce"
+    attack = APGDCE(eps=0.1)
     model = linear([[1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0]])  # 2 classes: enough for APGD-CE
     attack(model, torch.full((2, 1, 2, 2), 0.5), torch.tensor([0, 1]))
     (made,) = _FakeAttack.made
@@ -197,15 +196,13 @@ def test_autoattack_without_torchattacks_says_how_to_install(monkeypatch: pytest
     assert "pip install torchattacks" in str(info.value)
 
 
-def test_autoattack_rejects_non_images_too_few_classes_and_unknown_versions(fake_torchattacks):
+def test_autoattack_rejects_non_images_and_too_few_classes(fake_torchattacks):
     with pytest.raises(EdgeflError, match=r"\(N, C, H, W\)"):
         AutoAttack()(linear([[0.0] * 4] * 10), torch.full((2, 4), 0.5), torch.tensor([0, 1]))
-    with pytest.raises(EdgeflError, match="at least 4 classes"):
+    with pytest.raises(EdgeflError, match=r"at least 4 classes.*'apgd_ce'"):
         AutoAttack()(linear([[0.0] * 4] * 2), torch.full((2, 1, 2, 2), 0.5), torch.tensor([0, 1]))
-    attack = AutoAttack()
-    attack.version = "plus-plus"
-    with pytest.raises(EdgeflError, match="unknown AutoAttack version"):
-        attack(linear([[0.0] * 4] * 10), torch.full((2, 1, 2, 2), 0.5), torch.tensor([0, 1]))
+    with pytest.raises(EdgeflError, match="at least 3 classes"):
+        AutoAttackRand()(linear([[0.0] * 4] * 2), torch.full((2, 1, 2, 2), 0.5), torch.tensor([0, 1]))
     assert not _FakeAttack.made
 
 
@@ -242,9 +239,7 @@ def test_autoattack_apgd_ce_on_a_two_class_linear_model_reaches_the_corner_accur
     corner = (x + eps * torch.where(y[:, None] == 0, w[1] - w[0], w[0] - w[1]).view(-1, 1, 3, 3).sign())
     corner = corner.clamp(0, 1)
     assert accuracy(model, x, y) > accuracy(model, corner, y), "the case must have samples to flip"
-    attack = AutoAttack(eps=eps)
-    attack.version = "apgd-ce"
-    x_adv = attack(model, x, y)  # about 0.05 s
+    x_adv = APGDCE(eps=eps)(model, x, y)  # about 0.05 s
     assert float((x_adv - x).abs().max()) <= eps + 1e-6
     assert float(x_adv.min()) >= 0.0 and float(x_adv.max()) <= 1.0
     assert accuracy(model, x_adv, y) == accuracy(model, corner, y)
@@ -262,7 +257,6 @@ def test_autoattack_standard_on_a_tiny_linear_model():
     assert float(x_adv.min()) >= 0.0 and float(x_adv.max()) <= 1.0
     robust = accuracy(model, x_adv, y)
     assert certified_accuracy(model, x, y, eps) <= robust < accuracy(model, x, y)
-    first = AutoAttack(eps=eps)
-    first.version = "apgd-ce"
-    assert robust <= accuracy(model, first(model, x, y), y), "the worst case over APGD-CE and three more"
+    first = APGDCE(eps=eps)(model, x, y)
+    assert robust <= accuracy(model, first, y), "the worst case over APGD-CE and three more"
     assert torch.equal(AutoAttack(eps=eps)(model, x, y), x_adv), "seeded: the same points again"

@@ -57,10 +57,8 @@ def test_round_time_is_the_straggler_plus_server_time():
     record = fed.run_round(0, JOBS, 5.0)
     assert record.start_s == 0.0
     assert record.end_s == pytest.approx(22.0 + 5.0)
-    assert record.duration_s == pytest.approx(27.0)
     assert record.server_s == 5.0
     assert fed.now == pytest.approx(27.0)
-    assert record.straggler.client == 7
     finish = {c.client: c.finish_s for c in record.clients}
     assert finish == pytest.approx({3: 10.0, 7: 22.0, 9: 4.0})
     # waiting: from a client's last upload to the straggler's
@@ -74,7 +72,7 @@ def test_two_rounds_accumulate_the_clock():
     second = fed.run_round(1, [(3, STATE, cost(1.0, 1.0, 1.0, 1.0))], 5.0)
     assert second.start_s == pytest.approx(first.end_s) == pytest.approx(27.0)
     assert second.end_s == pytest.approx(27.0 + 4.0 + 5.0)
-    assert second.duration_s == pytest.approx(9.0)
+    assert second.end_s - second.start_s == pytest.approx(9.0)
     assert second.clients[0].finish_s == pytest.approx(31.0)
     assert second.clients[0].wait_s == 0.0
     assert fed.now == pytest.approx(36.0)

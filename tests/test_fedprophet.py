@@ -595,8 +595,8 @@ def test_clean_warm_up_at_the_start_of_every_module(digits: Experiment):
     for r in range(4):
         method.begin_round(r, {0: fast})
         assert method.plan(r, 0, fast).workload.attack_steps == (0 if r < 2 else 2)
-    method.switch = True
     method.dry = True  # no d* to measure
+    method.next_module(4)
     for r in range(4, 7):  # the next module warms up again
         method.begin_round(r, {0: fast})
         assert method.m == 1
@@ -615,6 +615,30 @@ def test_dry_run_modules_follow_module_rounds(tmp_path: Path):
     assert modules("fedprophet.module_rounds=[4, 2]") == [1, 1, 1, 1, 2, 2]
     # the run stops when the last module's stage ends, as the release (federated_main.py:410-413)
     assert modules("fedprophet.module_rounds=[1, 2]") == [1, 2, 2]
+
+
+def test_a_round_after_a_stage_ends_is_priced_for_the_next_module_when_its_clients_are_picked(
+        tmp_path: Path, monkeypatch):
+    """memory_fit prices round t's workload before round t's clients are picked (workload_need):
+    with module_rounds = [1, 3], round 0 trains module 1 and rounds 1-2 module 2, so round 1's
+    pick must already see module 2's workload, and the metrics still say which module trained."""
+    from edgefl.selection.server import Selection
+
+    seen: list[tuple[int, int]] = []
+    pick = Selection.pick
+
+    def spy(self: Selection, round_: int, *args, **kwargs):
+        seen.append((round_, exp.method.m))
+        return pick(self, round_, *args, **kwargs)
+
+    monkeypatch.setattr(Selection, "pick", spy)
+    scenario = load_scenario(QUICKSTART, [*TINY, "rounds=3", "fedprophet.module_rounds=[1, 3]",
+                                          'selection.policy="memory_fit"'])
+    exp = prepare(scenario, "q.toml", dry_run=True)
+    run(exp, tmp_path / "out", progress=False)
+    assert seen == [(0, 0), (1, 1), (2, 1)]
+    _, rows = read_csv(tmp_path / "out" / "metrics.csv")
+    assert [int(r["module"]) for r in rows] == [1, 2, 2]
 
 
 def test_a_real_run_ends_with_its_last_module_and_resumes_to_nothing_more(tmp_path: Path, monkeypatch):

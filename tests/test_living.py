@@ -283,6 +283,17 @@ def test_online_at_is_a_moment_the_device_is_online() -> None:
         assert trace.online(k % 2, trace.online_at(k % 2, t))
 
 
+def test_a_trace_client_stays_online_across_touching_intervals_and_the_period_end() -> None:
+    # period 100 s (the latest end). Client 0: online all of it, in two touching pieces; client 1:
+    # [0, 10) and [40, 100), so online from 40 s on through 110 s of the next period; client 2: [20, 30)
+    trace = from_mapping({"0": [[0, 50], [50, 100]], "1": [[0, 10], [40, 100]], "2": [[20, 30]]})
+    assert trace.offline_at(0, 20.0) == math.inf and trace.offline_at(0, 150.0) == math.inf
+    assert trace.offline_at(1, 45.0) == 110.0 and trace.offline_at(1, 5.0) == 10.0
+    assert trace.offline_at(1, 250.0) == 310.0  # third period: 200 + 100 + 10
+    assert trace.offline_at(2, 25.0) == 30.0 and trace.offline_at(2, 35.0) == 35.0  # offline already
+    assert from_mapping({"0": [[0, 100]]}).offline_at(0, 99.0) == math.inf
+
+
 def test_diurnal_follows_its_formula() -> None:
     d = Diurnal(seed=3, start_h=22.0, hours=8.0, spread_h=6.0)
     for k in range(5):

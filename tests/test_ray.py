@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from edgefl import checkpoint
+from edgefl import rundir
 from edgefl.cli import main
 
 ray = pytest.importorskip("ray")
@@ -40,7 +40,7 @@ def test_ray_matches_in_process_and_survives_a_dead_worker(tmp_path, monkeypatch
     ray_run, local_run = tmp_path / "ray", tmp_path / "local"
     assert (ray_run / "metrics.csv").read_text() == (local_run / "metrics.csv").read_text()
     assert simulated_rows(ray_run / "clients.csv") == simulated_rows(local_run / "clients.csv")
-    ours, theirs = (torch.load(tmp_path / d / checkpoint.FILE, weights_only=True)["method"]
+    ours, theirs = (torch.load(tmp_path / d / rundir.CHECKPOINT, weights_only=True)["method"]
                     for d in ("ray", "local"))
     assert ours["model"].keys() == theirs["model"].keys()
     for key, tensor in ours["model"].items():

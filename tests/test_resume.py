@@ -17,7 +17,7 @@ import torch
 from interrupt import dies_before_checkpoint
 from test_fidelity import simulated_rows
 
-from edgefl import checkpoint
+from edgefl import rundir
 from edgefl.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,7 +41,7 @@ def same_logs(a: Path, b: Path) -> None:
     for name in ("metrics.csv", "events.csv", "trace.json"):
         assert (a / name).read_text() == (b / name).read_text(), name
     assert simulated_rows(a / "clients.csv") == simulated_rows(b / "clients.csv")
-    ours, theirs = (torch.load(d / checkpoint.FILE, weights_only=True)["method"] for d in (a, b))
+    ours, theirs = (torch.load(d / rundir.CHECKPOINT, weights_only=True)["method"] for d in (a, b))
     for key, tensor in ours["model"].items():
         assert torch.equal(tensor, theirs["model"][key]), key
 
@@ -67,7 +67,7 @@ raise SystemExit(main(sys.argv[1:-1]))
 def test_a_real_run_killed_mid_round_resumes_to_the_same_metrics(uninterrupted, tmp_path):
     out, mark = tmp_path / "killed", tmp_path / "mid-round"
     cmd = [sys.executable, "-c", KILLED_RUN, "run", str(QUICKSTART), *sets(SMALL), "--out", str(out),
-           "--quiet", str(out / checkpoint.FILE)]
+           "--quiet", str(out / rundir.CHECKPOINT)]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env={**os.environ, "MID_ROUND": str(mark)})
     try:
@@ -80,7 +80,7 @@ def test_a_real_run_killed_mid_round_resumes_to_the_same_metrics(uninterrupted, 
     finally:
         proc.kill()
     assert not (out / "summary.json").exists()
-    saved = torch.load(out / checkpoint.FILE, weights_only=True)["next_round"]
+    saved = torch.load(out / rundir.CHECKPOINT, weights_only=True)["next_round"]
     assert saved == 1
     assert main(["run", "--resume", str(out), "--quiet"]) == 0
     same_logs(out, uninterrupted)
@@ -106,7 +106,7 @@ def test_a_checkpoint_holding_code_is_refused_not_run(tmp_path, capsys, monkeypa
     out = tmp_path / "evil"
     out.mkdir()
     (out / "scenario.toml").write_text(QUICKSTART.read_text())
-    (out / checkpoint.FILE).write_bytes(pickle.dumps({"next_round": 1, "method": Boom()}))
+    (out / rundir.CHECKPOINT).write_bytes(pickle.dumps({"next_round": 1, "method": Boom()}))
     monkeypatch.chdir(tmp_path)
     assert main(["run", "--resume", str(out), "--quiet"]) == 2
     err = capsys.readouterr().err

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from test_cli import one_error_line, snapshot
 from test_fidelity import simulated_rows
 
-from edgefl import checkpoint, rundir
+from edgefl import rundir
 from edgefl.cli import main
 from edgefl.report.compare import load_run
 
@@ -58,7 +58,7 @@ def same_files(a: Path, b: Path) -> None:
         if name != "clients.csv":
             assert (a / name).read_bytes() == (b / name).read_bytes(), name
     assert simulated_rows(a / "clients.csv") == simulated_rows(b / "clients.csv")
-    ours, theirs = (torch.load(d / checkpoint.FILE, weights_only=True) for d in (a, b))
+    ours, theirs = (torch.load(d / rundir.CHECKPOINT, weights_only=True) for d in (a, b))
     assert {k: v for k, v in ours["logs"].items() if k != "clients.csv"} == {
         k: v for k, v in theirs["logs"].items() if k != "clients.csv"}
     for key, tensor in ours["method"]["model"].items():
@@ -204,13 +204,13 @@ def test_compare_never_deletes_a_user_file(tmp_path: Path, capsys: Capsys) -> No
 
 
 def logs_of(out: Path) -> dict[str, bytes]:
-    return {name: (out / name).read_bytes() for name in (*LOGS, checkpoint.FILE)}
+    return {name: (out / name).read_bytes() for name in (*LOGS, rundir.CHECKPOINT)}
 
 
 def edit_checkpoint(out: Path, change: Callable[[dict], None]) -> None:
-    state = torch.load(out / checkpoint.FILE, weights_only=True)
+    state = torch.load(out / rundir.CHECKPOINT, weights_only=True)
     change(state)
-    torch.save(state, out / checkpoint.FILE)
+    torch.save(state, out / rundir.CHECKPOINT)
 
 
 @pytest.mark.parametrize(("change", "says"), [
@@ -230,9 +230,9 @@ def test_a_bad_checkpoint_is_refused_before_any_file_changes(unfinished: Path, c
 
 @pytest.mark.filterwarnings("ignore:Detected pickle protocol")
 def test_a_foreign_checkpoint_is_refused(unfinished: Path, tmp_path: Path, capsys: Capsys) -> None:
-    torch.save({"a": 1, "next_round": [1]}, unfinished / checkpoint.FILE)
+    torch.save({"a": 1, "next_round": [1]}, unfinished / rundir.CHECKPOINT)
     assert "not an edgefl checkpoint" in refused(capsys, ["run", "--resume", str(unfinished)])
-    (unfinished / checkpoint.FILE).write_bytes(b"\x80\x04garbage")
+    (unfinished / rundir.CHECKPOINT).write_bytes(b"\x80\x04garbage")
     line = refused(capsys, ["run", "--resume", str(unfinished)])
     assert "checkpoint" in line and "weights_only" not in line
 
@@ -240,7 +240,7 @@ def test_a_foreign_checkpoint_is_refused(unfinished: Path, tmp_path: Path, capsy
 def test_a_checkpoint_of_another_run_is_refused(unfinished: Path, tmp_path: Path, capsys: Capsys) -> None:
     other = tmp_path / "other"
     assert main(run_args(other, "--set", "seed=1", "--set", "rounds=1")) == 0
-    shutil.copy(other / checkpoint.FILE, unfinished / checkpoint.FILE)
+    shutil.copy(other / rundir.CHECKPOINT, unfinished / rundir.CHECKPOINT)
     before = snapshot(unfinished)
     assert "another run" in refused(capsys, ["run", "--resume", str(unfinished)])
     assert snapshot(unfinished) == before

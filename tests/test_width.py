@@ -27,7 +27,9 @@ from edgefl.cli import main
 from edgefl.errors import EdgeflError
 from edgefl.experiment import Experiment, prepare
 from edgefl.methods.aggregate import state_bytes
-from edgefl.methods.feddrop import FedDropAT
+from edgefl.methods.feddrop import FedDropAT, random_channels
+from edgefl.methods.fedrolex import rolling_channels
+from edgefl.methods.heterofl import static_channels
 from edgefl.methods.width import (
     WidthConfig,
     check_narrowable,
@@ -35,9 +37,6 @@ from edgefl.methods.width import (
     grid,
     hidden_counts,
     kept_count,
-    random_channels,
-    rolling_channels,
-    static_channels,
     width_average,
     width_fraction,
 )
@@ -83,7 +82,7 @@ def test_kept_count_is_ceil_r_c_at_least_one():
 # ============================================================================== which channels
 
 def test_static_channels_are_the_first():
-    assert static_channels(16, 5) == [0, 1, 2, 3, 4]
+    assert static_channels(5) == [0, 1, 2, 3, 4]
 
 
 def test_rolling_window_wraps_around():
@@ -121,7 +120,7 @@ def tiny() -> AtomModel:
 def test_static_extraction_slices_conv_bn_and_the_linear_after_flatten():
     model = tiny()
     assert hidden_counts(model) == [4]  # the linear gives the classes and stays whole
-    sub = extract(model, {4: torch.tensor(static_channels(4, 2))})
+    sub = extract(model, {4: torch.tensor(static_channels(2))})
     s = sub.model.state_dict()
     assert s["body.0.weight"].flatten().tolist() == [0.0, 1.0]
     assert s["body.0.bias"].tolist() == [10.0, 11.0]

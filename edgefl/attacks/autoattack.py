@@ -5,6 +5,7 @@ The standard version runs APGD-CE, APGD-T, FAB-T and Square (5000 queries), each
 ones before left correctly classified, so the robust accuracy is the worst case over the four.
 torchattacks 3.5.1 builds APGD, APGD-T and FAB with 10 iterations and n_classes - 1 target classes;
 Croce & Hein's standard version uses 100 iterations and 9 target classes, which this class restores.
+Two lighter versions are attacks of their own: `autoattack_rand` and `apgd_ce`.
 """
 
 from __future__ import annotations
@@ -24,11 +25,8 @@ VERSIONS = {"standard": 4, "rand": 3, "apgd-ce": 2}
 
 @ATTACKS.register("autoattack")
 class AutoAttack(Attack):
-    """L-inf AutoAttack within eps; step_size and steps are not used (its attacks set their own).
-
-    version: 'standard' (the paper's), 'rand' (APGD-CE and APGD-DLR with 20-sample EOT, for randomised
-    defences) or 'apgd-ce' (only its first, cheapest attack: an upper bound on AA's robust accuracy).
-    """
+    """L-inf AutoAttack within eps, the standard version (the paper's); step_size and steps are not
+    used (its attacks set their own); torchattacks seeds it with `seed` at every call."""
 
     groupable = False  # probes the model with one row, re-runs on subsets, draws inside torchattacks
     trains = False  # thousands of gradient steps per batch: an evaluation attack
@@ -41,14 +39,12 @@ class AutoAttack(Attack):
         if x.dim() != 4:  # APGD's steps and Square's windows assume images
             raise EdgeflError("evaluation", "attack",
                               f"AutoAttack needs image batches (N, C, H, W), got shape {tuple(x.shape)}")
-        if self.version not in VERSIONS:
-            raise EdgeflError("evaluation", "attack", f"unknown AutoAttack version {self.version!r}; "
-                              f"known: {', '.join(VERSIONS)}")
         with torch.no_grad():
             n_classes = model(x[:1]).shape[-1]
         if n_classes < VERSIONS[self.version]:
             raise EdgeflError("evaluation", "attack", f"AutoAttack {self.version!r} needs at least "
-                              f"{VERSIONS[self.version]} classes, the model has {n_classes}; use 'apgd-ce'")
+                              f"{VERSIONS[self.version]} classes, the model has {n_classes}; "
+                              "use the attack 'apgd_ce' instead")
         attack = self._build(model, n_classes)
         # torchattacks reseeds the global generators with `seed`: keep the caller's random stream
         with torch.random.fork_rng(devices=range(torch.cuda.device_count()) if x.is_cuda else []):
@@ -72,3 +68,18 @@ class AutoAttack(Attack):
             if hasattr(sub, "n_target_classes"):
                 sub.n_target_classes = min(self.target_classes, n_classes - 1)
         return attack
+
+
+@ATTACKS.register("autoattack_rand")
+class AutoAttackRand(AutoAttack):
+    """AutoAttack's version for randomised defences: APGD-CE and APGD-DLR with 20-sample EOT."""
+
+    version = "rand"
+
+
+@ATTACKS.register("apgd_ce")
+class APGDCE(AutoAttack):
+    """AutoAttack's first, cheapest attack alone (APGD-CE, 100 iterations): an upper bound on its
+    robust accuracy, and the one that runs on two classes."""
+
+    version = "apgd-ce"

@@ -1,7 +1,8 @@
 """Federated partitions of a labelled training set, each client keeping a validation slice.
 
 * `iid`: a seeded shuffle cut into equal parts.
-* `dirichlet`: per class, shares over clients drawn from Dir(alpha).
+* `dirichlet` (Hsu, Qi & Brown, "Measuring the effects of non-identical data distribution for
+  federated visual classification", 2019): per class, shares over clients drawn from Dir(alpha).
 * `20-80` (FedProphet §7.1): 20 % of the samples dealt IID; the other 80 % sorted by label, cut
   into clients x shards_per_client shards, each client taking shards_per_client of them.
 * `skew` (Shah et al. §4): the label-sorted data cut into K = clients groups; client k takes

@@ -114,11 +114,11 @@ NEVER_ONLINE = ("no device of the fleet comes online again (a trace without onli
                 "or every battery empty with energy.charge_w = 0); give them online intervals or a charger")
 
 
-Choose = Callable[[np.ndarray], np.ndarray]  # a policy's pick among the online clients (bool mask)
+Choose = Callable[[np.ndarray], Picked]  # a policy's pick among the online clients (bool mask)
 
 
 def select_online(live: Live, pool: DevicePool, fed: Federation, t: int, where: str,
-                  choose: Choose | None = None) -> np.ndarray:
+                  choose: Choose | None = None) -> np.ndarray | Picked:
     """Round t's clients, ascending: the first online ones of a seeded permutation, the clock moved
     on to when one comes online if none is; or, with `choose` (a selection policy), its pick among
     the clients online then."""
@@ -141,7 +141,8 @@ def live_round(exp: Experiment, live: Live, pricer: Pricer, fed: Federation, t: 
     battery cannot cover their whole work (status `dropped`, nothing done), shares the server's
     links and prices the work each other client did; `choose` picks the round's clients among those
     online (select_online)."""
-    clients = select_online(live, exp.pool, fed, t, exp.where, choose)
+    picked = select_online(live, exp.pool, fed, t, exp.where, choose)
+    clients = picked.clients if isinstance(picked, Picked) else picked
     gathered, plan, costs = (priced if exp.bulk else each_priced)(exp.pool, exp.method, pricer, t, clients)
     costs, dropped = energy.unpaid(gathered, plan, costs, fed.now)
     played = [i for i in range(len(clients)) if not dropped[i]]
@@ -154,7 +155,8 @@ def live_round(exp: Experiment, live: Live, pricer: Pricer, fed: Federation, t: 
     stop[played] = [o.stop_s for o in r.outcomes]
     costs = on_links(costs, played, r.outcomes)
     wait = np.where(status == COMPLETED, r.close_s - stop, 0.0)
-    table = RoundTable(t, r.start_s, r.end_s, server, gathered, plan, costs, stop, wait, status)
+    table = RoundTable(t, r.start_s, r.end_s, server, gathered, plan, costs, stop, wait, status,
+                       picked=picked if isinstance(picked, Picked) else None)
     table.energy_j = energy.living(gathered, plan, costs, stop - r.start_s, wait, dropped, stop + wait)
     if energy.battery is not None:
         table.dropped, table.charge_j = dropped, energy.charge(gathered)

@@ -53,7 +53,7 @@ from edgefl.experiment.rows import (
     span,
 )
 from edgefl.report.trace import TraceSample
-from edgefl.rundir import WriteFailed, write_file
+from edgefl.rundir import CHECKPOINT, WriteFailed, write_file
 from edgefl.runlog import CsvLog, Log, log_names
 from edgefl.scenario import to_toml
 from edgefl.selection import Picked
@@ -71,7 +71,7 @@ def run(exp: Experiment, out: Path, progress: bool = True, resume: bool = False)
     try:
         return _run(exp, out, progress, resume)
     except WriteFailed as exc:
-        saved = not exp.dry_run and (out / checkpoint.FILE).exists()
+        saved = not exp.dry_run and (out / CHECKPOINT).exists()
         then = (f"then continue it with edgefl run --resume {out}" if saved
                 else "then start it again with --overwrite (it has no checkpoint yet)")
         raise EdgeflError(str(exc.path), "write", f"cannot write it ({exc.reason}); everything written "
@@ -110,7 +110,7 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
         rows, first = saved.state["rows"], saved.state["next_round"]
         fed = Federation(saved.state["clock"])
         if energy.battery is not None:
-            energy.battery.restore(saved.state.get("battery"), str(out / checkpoint.FILE), fed.now)
+            energy.battery.restore(saved.state.get("battery"), str(out / CHECKPOINT), fed.now)
     started = time.perf_counter()
     play = _player(exp, _executor(exp, text), fed, pricer, energy, selection)
     kept = saved.logs if saved else {}
@@ -128,6 +128,7 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
         for t in bar:
             if exp.method.finished():  # ended before its last round (FedProphet's last module)
                 break
+            exp.method.start_round(t)
             table, loss, real = play(t, None if s.living else selection.pick(t))
             diverged = diverged or _warn_diverged(t, loss)  # said once
             row = metrics_row(table, loss, exp.method.round_info())
@@ -138,7 +139,7 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
                 bar.set_postfix(clean=f"{row['clean_acc']:.3f}", adv=f"{row['adv_acc']:.3f}",
                                 sim_h=f"{fed.now / 3600:.2f}")
             metrics.write([row])
-            why = (table.picked or selection.last) if selection.logged else None
+            why = table.picked if selection.logged else None
             clients.write_columns(client_columns(table, exp.pool, real, why))
             spans = event_columns(table)
             events.write_columns(spans)
@@ -255,9 +256,10 @@ def _player(exp: Experiment, executor: Executor, fed: Federation, pricer: Pricer
             assert picked is not None
             table = (bulk_round if exp.bulk else each_round)(exp.pool, m, pricer, fed, t, lambda: server_s(t),
                                                              picked.clients, energy)
+            table.picked = picked
             return _trained(exp, executor, table, table.states.clients.tolist(), selection)
         choose = None if not selection.logged else (
-            lambda online: selection.pick(t, online, live.selected).clients)
+            lambda online: selection.pick(t, online, live.selected))
         table = live_round(exp, live, pricer, fed, t, lambda: server_s(t), energy, choose)
         return _trained(exp, executor, table, completed(table), selection)
 
@@ -265,7 +267,7 @@ def _player(exp: Experiment, executor: Executor, fed: Federation, pricer: Pricer
 
 
 def _trained(exp: Experiment, executor: Executor, table: RoundTable, clients: list[int],
-             selection: Selection | None = None) -> Played:
+             selection: Selection) -> Played:
     """Train `clients` of the round (those whose updates arrive: not offline, late, or dropped) and
     aggregate: the round's table, its mean training loss and each client's
     measured training seconds (NaN where none was); `selection` records what the round showed."""
@@ -273,14 +275,12 @@ def _trained(exp: Experiment, executor: Executor, table: RoundTable, clients: li
     n, durations = len(table.states.clients), table.finish_s - table.start_s
     if exp.dry_run or not clients:
         m.skip(t, clients)
-        if selection:
-            selection.record(t, table.states.clients, durations, {})
+        selection.record(t, table.states.clients, durations, {})
         return table, "", np.full(n, np.nan)
     arriving = set(clients)
     updates = executor.train(t, {k: p for k, p in by_client(table.plan, table.states.clients).items()
                                  if k in arriving})
-    if selection:
-        selection.record(t, table.states.clients, durations, {u.client: u.loss for u in updates})
+    selection.record(t, table.states.clients, durations, {u.client: u.loss for u in updates})
     seed_everything(s.seed, t, SERVER)  # the server's stream: the same wherever the clients trained
     m.aggregate(t, updates)
     measured = {u.client: u.real_compute_s for u in updates}

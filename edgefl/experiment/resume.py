@@ -45,7 +45,7 @@ def resume_state(exp: Experiment, out: Path, fingerprint: dict[str, str], select
                           "restore it, or start a new run with the edited scenario")
     names = tuple(log_names(output_format(exp.scenario)).values())
     state = checkpoint.load(out, exp.scenario.rounds, names)
-    path = str(out / checkpoint.FILE)
+    path = str(out / rundir.CHECKPOINT)
     if state["fingerprint"] != fingerprint:
         raise EdgeflError(path, "checkpoint", "belongs to another run (another scenario, seed or "
                           "edgefl); put back this run's checkpoint, or start the run again")

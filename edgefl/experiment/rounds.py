@@ -26,7 +26,7 @@ from edgefl.runlog import Columns
 from edgefl.selection import Picked
 from edgefl.sim.bulk import Costs, Pricer, RoundPlan
 from edgefl.sim.engine import PHASES, Federation, Job
-from edgefl.sim.living import STATUSES
+from edgefl.sim.living import COMPLETED, STATUSES
 
 
 @dataclass
@@ -58,8 +58,8 @@ class RoundTable:
     def straggler(self) -> int:
         """The row of the first client to finish last (of those that completed, on a living fleet
         where any did)."""
-        done = self.finish_s if self.status is None or not (self.status == 0).any() else np.where(
-            self.status == 0, self.finish_s, -np.inf)
+        done = self.finish_s if self.status is None or not (self.status == COMPLETED).any() else np.where(
+            self.status == COMPLETED, self.finish_s, -np.inf)
         return int(np.argmax(done))
 
 
@@ -200,8 +200,8 @@ def stopped_events(r: RoundTable, starts: list[np.ndarray], ends: list[np.ndarra
     assert r.status is not None
     n, stop = len(r.states.clients), r.finish_s
     cut_s = [np.minimum(x, stop) for x in starts], [np.minimum(x, stop) for x in ends]
-    early = np.flatnonzero(r.status != STATUSES.index("completed"))
-    waiting = np.flatnonzero((r.wait_s > 0) & (r.status == STATUSES.index("completed")))
+    early = np.flatnonzero(r.status != COMPLETED)
+    waiting = np.flatnonzero((r.wait_s > 0) & (r.status == COMPLETED))
     close = stop + r.wait_s
     tail = np.concatenate([early, waiting])
     return {"round": np.full(4 * n + len(tail), r.round),

@@ -134,6 +134,10 @@ class Method(ABC):
         for name in self.state_names():
             setattr(self, name, restore(getattr(self, name), state[name], self.ctx.device))
 
+    def start_round(self, round_: int) -> None:  # noqa: B027
+        """Called as round t starts, before its clients are picked (a selection policy may price
+        the round's `plan` to pick them): what the server does between rounds."""
+
     def begin_round(self, round_: int, states: Mapping[int, DeviceState]) -> None:  # noqa: B027
         """Called with every selected client's state before any `plan` of the round."""
 

@@ -6,8 +6,16 @@ its available memory; the server averages each element over the clients that hel
 
 from __future__ import annotations
 
+import numpy as np
+
 from edgefl.methods.base import METHODS
-from edgefl.methods.width import WidthMethod, random_channels
+from edgefl.methods.width import WidthMethod
+
+
+def random_channels(count: int, n: int, seed: int, round_: int, client: int) -> list[int]:
+    """n of `count` channels drawn without replacement, seeded by (seed, round, client, count)."""
+    draw = np.random.default_rng([seed, round_, client, count]).choice(count, size=n, replace=False)
+    return sorted(int(c) for c in draw)
 
 
 @METHODS.register("feddrop_at")

@@ -6,7 +6,12 @@ over the clients that held it (edgefl.methods.width)."""
 from __future__ import annotations
 
 from edgefl.methods.base import METHODS
-from edgefl.methods.width import WidthMethod, rolling_channels
+from edgefl.methods.width import WidthMethod
+
+
+def rolling_channels(count: int, n: int, round_: int) -> list[int]:
+    """The n channels from (round mod count) on, wrapping around."""
+    return [(round_ + i) % count for i in range(n)]
 
 
 @METHODS.register("fedrolex_at")

@@ -5,10 +5,15 @@ memory; the server averages each element over the clients that held it (edgefl.m
 from __future__ import annotations
 
 from edgefl.methods.base import METHODS
-from edgefl.methods.width import WidthMethod, static_channels
+from edgefl.methods.width import WidthMethod
+
+
+def static_channels(n: int) -> list[int]:
+    """The first n channels."""
+    return list(range(n))
 
 
 @METHODS.register("heterofl_at")
 class HeteroFLAT(WidthMethod):
     def channels(self, count: int, n: int, round_: int, client: int) -> list[int]:
-        return static_channels(count, n)
+        return static_channels(n)

@@ -30,7 +30,6 @@ from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -83,22 +82,6 @@ def width_fraction(available: float, full: float, cfg: WidthConfig) -> float:
 def kept_count(fraction: float, count: int) -> int:
     """ceil(r C) channels, at least one."""
     return max(1, min(count, math.ceil(fraction * count - ROUNDING)))
-
-
-def static_channels(count: int, n: int) -> list[int]:
-    """HeteroFL: the first n of `count` channels."""
-    return list(range(n))
-
-
-def random_channels(count: int, n: int, seed: int, round_: int, client: int) -> list[int]:
-    """FedDrop: n of `count` channels drawn without replacement, seeded by (seed, round, client, C)."""
-    draw = np.random.default_rng([seed, round_, client, count]).choice(count, size=n, replace=False)
-    return sorted(int(c) for c in draw)
-
-
-def rolling_channels(count: int, n: int, round_: int) -> list[int]:
-    """FedRolex: the n channels from (round mod C) on, wrapping around."""
-    return [(round_ + i) % count for i in range(n)]
 
 
 # --- the narrower network --------------------------------------------------------------------------

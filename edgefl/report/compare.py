@@ -26,7 +26,7 @@ from typing import Any
 
 from edgefl.errors import EdgeflError, NotARunError
 from edgefl.rundir import claim, write_file
-from edgefl.runlog import LOGS, read_rows
+from edgefl.runlog import log_file, read_rows
 
 BASELINE = "jfat"
 COLUMNS = ["method", "run", "clean_acc", "adv_acc", "sim_time_s", "time_to_target_s", "speedup_vs_jfat",
@@ -122,8 +122,7 @@ def read_log(path: Path, name: str) -> list[dict[str, str]]:
     """A log's rows as text, checked; clients and events may be CSV or Parquet (`runlog.read_rows`)."""
     stem = name.removesuffix(".csv")
     header, rows = read_rows(path, stem)
-    parquet = path / f"{stem}.parquet"
-    file = parquet if stem in LOGS and parquet.is_file() else path / name
+    file = log_file(path, stem)
     needed = [*NEEDED[name], *(["finish_s"] if "status" in header else [])]  # where a client stopped
     missing = [c for c in needed if c not in header]
     if missing:

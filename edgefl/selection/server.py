@@ -19,7 +19,9 @@ from edgefl.selection.base import SELECTORS, Ask, Known, Picked
 
 def workload_need(method: Method, pool: DevicePool) -> Callable[[int], float]:
     """The memory (bytes) the cost model charges for the method's plan of a client in round t that
-    has the fleet's largest memory (the workload as the method wants it, unshrunk)."""
+    has the fleet's largest memory (the workload as the method wants it, unshrunk), planned after
+    the method's `start_round(t)` and before its `begin_round`: a plan that reads the round's picked
+    clients (FedProphet's slowest, for DMA) sees the latest round's."""
 
     def need(round_: int) -> float:
         state = replace(pool.state(0, round_), memory_bytes=float(pool.kind_memory.max()))
@@ -36,7 +38,6 @@ class Selection:
         self.cfg, self.pool, self.dry_run, self.need = cfg, pool, dry_run, need
         self.policy = SELECTORS.get(cfg.policy)(cfg)
         self.known = Known.empty(pool.fleet.clients)
-        self.last: Picked | None = None  # the latest pick
         self.sizes = cache(lambda: np.array([len(s.train) for s in splits], dtype=np.int64))
 
     @property
@@ -54,8 +55,7 @@ class Selection:
         if online is not None:
             count = min(count, int(online.sum()))
         ask = Ask(round_, count, self.pool, self.dry_run, self.sizes, lambda: self.need(round_), online, draw)
-        self.last = self.policy.select(ask, self.known)
-        return self.last
+        return self.policy.select(ask, self.known)
 
     def record(self, round_: int, clients: np.ndarray, duration_s: np.ndarray,
                loss: dict[int, float]) -> None:

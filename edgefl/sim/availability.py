@@ -141,9 +141,18 @@ class Intervals:
         return self._holding(spans, tau) >= 0
 
     def offline_at(self, client: int, t: float) -> float:
+        """The end of the run of touching intervals holding t, followed across the period's end
+        (an interval ending at the period and one starting at 0 touch); inf if they fill it."""
         spans, base, tau = self._local(client, t)
         i = self._holding(spans, tau)
-        return t if i < 0 else base + spans[i][1]
+        if i < 0:
+            return t
+        end, last = _run_end(spans, i)
+        period = self.periods[client % len(self.periods)]
+        if last < len(spans) - 1 or end < period or spans[0][0] > 0:
+            return base + end
+        wrap_end, wrap_last = _run_end(spans, 0)  # online on into the next period
+        return math.inf if wrap_last >= i else base + period + wrap_end
 
     def online_at(self, client: int, t: float) -> float:
         spans, base, tau = self._local(client, t)
@@ -155,6 +164,13 @@ class Intervals:
         period = self.periods[client % len(self.periods)]
         at = base + spans[j][0] if j < len(spans) else base + period + spans[0][0]
         return first_online(lambda u: self.online(client, u), at)
+
+
+def _run_end(spans: list[tuple[float, float]], k: int) -> tuple[float, int]:
+    """The end of the run of touching intervals from spans[k], and the index of its last one."""
+    while k + 1 < len(spans) and spans[k + 1][0] <= spans[k][1]:
+        k += 1
+    return spans[k][1], k
 
 
 def first_online(online: Callable[[float], bool], at: float) -> float:

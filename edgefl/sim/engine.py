@@ -54,14 +54,6 @@ class RoundRecord:
     server_s: float
     clients: list[ClientRecord] = field(default_factory=list)
 
-    @property
-    def duration_s(self) -> float:
-        return self.end_s - self.start_s
-
-    @property
-    def straggler(self) -> ClientRecord:
-        return max(self.clients, key=lambda c: c.finish_s)
-
 
 class Federation:
     """Keeps the simulated clock across rounds; `run_round` advances it by one round."""

@@ -99,9 +99,13 @@ class FedProphet(Method):
         self.dry = False  # a dry run: no data to measure d* on
 
     # --- planning ---------------------------------------------------------------------------
-    def begin_round(self, round_: int, states: Mapping[int, DeviceState]) -> None:
+    def start_round(self, round_: int) -> None:
+        """Module m + 1 starts once module m's stage is done (before the round's clients are picked:
+        memory_fit prices the new module's workload)."""
         if self.switch:
             self.next_module(round_)
+
+    def begin_round(self, round_: int, states: Mapping[int, DeviceState]) -> None:
         self.perf_min = min(s.flops for s in states.values())
 
     def last_module(self, state: DeviceState) -> int:
