@@ -96,9 +96,10 @@ class ClientUpdate:
 class Method(ABC):
     """One federated method. `plan` and `train` run per selected client, `aggregate` per round.
 
-    `plan` writes nothing: what it decides for a client travels in the ClientPlan. `train` reads
-    the method's state and the plan and never writes the state: what a client keeps between rounds
-    travels in its ClientUpdate and `aggregate` stores it. So clients can train anywhere (a Ray
+    `plan` writes nothing but caches of what it works out from the state (the same answer again):
+    what it decides for a client travels in the ClientPlan. `train` reads the method's state and
+    the plan and never writes the state: what a client keeps between rounds travels in its
+    ClientUpdate and `aggregate` stores it. So clients can train anywhere (a Ray
     worker) from a snapshot of the state and their plan, and a checkpoint of `state_attrs` is the
     whole method.
     """
