@@ -48,11 +48,11 @@ def profile_model(model: AtomModel, name: str = "", batch: int = 2) -> ModelProf
     x = torch.rand(batch, *model.input_shape)
     macs = FlopCountAnalysis(model, x).unsupported_ops_warnings(False).uncalled_modules_warnings(
         False).by_module()
-    saved_per_atom = _saved_bytes(model, x)
     layers = _layers(model, x, macs)
     atoms = []
     h = x
-    for (atom_name, atom), saved in zip(model.named_children(), saved_per_atom, strict=True):
+    for atom_name, atom in model.named_children():
+        saved = sum(layer.saved_bytes for layer in layers.get(atom_name, []))
         weighted = _weighted_inputs(atom, h)
         with torch.no_grad():
             out = atom(h)
@@ -74,32 +74,6 @@ def profile_model(model: AtomModel, name: str = "", batch: int = 2) -> ModelProf
     return ModelProfile(name, tuple(atoms))
 
 
-def _saved_bytes(model: AtomModel, x: torch.Tensor) -> list[int]:
-    """Bytes saved for backward by each atom in one forward pass of the whole model."""
-    seen = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    sizes = [0] * len(model)
-    running = [0]
-
-    def enter(i: int) -> Callable[..., None]:
-        def hook(*_: object) -> None:
-            running[0] = i
-        return hook
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        ptr = t.untyped_storage().data_ptr()
-        if ptr not in seen:
-            seen.add(ptr)
-            sizes[running[0]] += t.untyped_storage().nbytes()
-        return t
-
-    handles = [atom.register_forward_pre_hook(enter(i)) for i, atom in enumerate(model.children())]
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        model(x.clone().requires_grad_(True))
-    for handle in handles:
-        handle.remove()
-    return sizes
-
-
 def _weighted_inputs(atom: nn.Module, x: torch.Tensor) -> int:
     """Summed input sizes of the conv/BN/linear layers; an input two layers share (a residual
     block's conv1 and its shortcut conv) counts once."""
@@ -108,11 +82,9 @@ def _weighted_inputs(atom: nn.Module, x: torch.Tensor) -> int:
     def hook(_m: nn.Module, inputs: tuple[torch.Tensor, ...], _out: torch.Tensor) -> None:
         seen.setdefault(inputs[0].untyped_storage().data_ptr(), inputs[0])
 
-    handles = [m.register_forward_hook(hook) for m in atom.modules() if isinstance(m, WEIGHTED)]
-    with torch.no_grad():
+    with _hooked([m.register_forward_hook(hook) for m in atom.modules() if isinstance(m, WEIGHTED)]), \
+            torch.no_grad():
         atom(x.clone())
-    for handle in handles:
-        handle.remove()
     return sum(t.numel() for t in seen.values())
 
 
