@@ -19,6 +19,7 @@ from edgefl.rundir import CHECKPOINT
 
 if TYPE_CHECKING:
     from edgefl.devices.catalog import Catalog
+    from edgefl.scenario import Scenario
 
 
 # GNU OpenMP (PyTorch's CPU threads) spins 300,000 times at a barrier before it sleeps; on a machine
@@ -261,39 +262,19 @@ def cmd_compare(args: argparse.Namespace) -> int:
     cannot be resumed, started again); a method listed in the scenario's `[compare] rounds` table runs
     that many rounds, the others the scenario's `rounds` (`--set rounds=N` overrides the scenario
     file's table: every method N; a table given by --set too is kept)."""
-    from edgefl.experiment import prepare, prepare_out, run
-    from edgefl.methods import METHODS
     from edgefl.report.compare import check_target, compare_table, write_comparison
     from edgefl.report.figures import make_figures
     from edgefl.rundir import claim
-    from edgefl.scenario import compare_scenario, to_toml
+    from edgefl.scenario import compare_scenario
 
     check_target(args.target)
-    methods = [m.strip() for m in args.methods.split(",")]
-    if "" in methods or len(set(methods)) != len(methods):
-        raise EdgeflError("edgefl compare", "--methods", "give each method once, comma-separated, "
-                          "e.g. jfat,fedprophet")
-    unknown = [m for m in methods if m not in METHODS.names()]
-    if unknown:
-        raise EdgeflError("edgefl compare", "--methods", f"unknown method {unknown[0]!r}; choose from: "
-                          f"{', '.join(METHODS.names())}")
+    methods = _compared_methods(args.methods)
     out = args.out or default_out(args.scenario, args.dry_run, "compare-")
-    where = str(args.scenario)
     scenarios = {m: compare_scenario(args.scenario, _overrides(args), m)
                  for m in methods}  # every method validated before any run starts
     claim(out, "compare")
     for method, scenario in scenarios.items():
-        run_dir = out / method
-        _check_kept(run_dir, to_toml(scenario), args.dry_run)
-        if (run_dir / "summary.json").exists():
-            print(f"{method}: finished, kept ({run_dir})")
-            continue
-        exp = prepare(scenario, where, dry_run=args.dry_run)
-        resume = (run_dir / CHECKPOINT).exists() and scenario.round.mode != "async"
-        if not resume:  # dry, async or killed before its first checkpoint: replaced if edgefl's alone
-            prepare_out(run_dir, True)
-        summary = run(exp, run_dir, progress=not args.quiet, resume=resume)
-        print(_run_line(summary, run_dir))
+        _compare_run(method, scenario, out / method, args)
     runs = [out / m for m in methods]
     try:
         paths = [*write_comparison(compare_table(runs, args.target), out, args.target),
@@ -304,6 +285,38 @@ def cmd_compare(args: argparse.Namespace) -> int:
     print((out / "comparison.md").read_text(), end="")
     print("\n".join(str(p) for p in paths))
     return 0
+
+
+def _compared_methods(text: str) -> list[str]:
+    """`--methods`: known method names, each once."""
+    from edgefl.methods import METHODS
+
+    methods = [m.strip() for m in text.split(",")]
+    if "" in methods or len(set(methods)) != len(methods):
+        raise EdgeflError("edgefl compare", "--methods", "give each method once, comma-separated, "
+                          "e.g. jfat,fedprophet")
+    unknown = [m for m in methods if m not in METHODS.names()]
+    if unknown:
+        raise EdgeflError("edgefl compare", "--methods", f"unknown method {unknown[0]!r}; choose from: "
+                          f"{', '.join(METHODS.names())}")
+    return methods
+
+
+def _compare_run(method: str, scenario: Scenario, run_dir: Path, args: argparse.Namespace) -> None:
+    """One method's run of a comparison: kept when finished, resumed when interrupted, else run."""
+    from edgefl.experiment import prepare, prepare_out, run
+    from edgefl.scenario import to_toml
+
+    _check_kept(run_dir, to_toml(scenario), args.dry_run)
+    if (run_dir / "summary.json").exists():
+        print(f"{method}: finished, kept ({run_dir})")
+        return
+    exp = prepare(scenario, str(args.scenario), dry_run=args.dry_run)
+    resume = (run_dir / CHECKPOINT).exists() and scenario.round.mode != "async"
+    if not resume:  # dry, async or killed before its first checkpoint: replaced if edgefl's alone
+        prepare_out(run_dir, True)
+    summary = run(exp, run_dir, progress=not args.quiet, resume=resume)
+    print(_run_line(summary, run_dir))
 
 
 def _check_kept(run_dir: Path, scenario_text: str, dry_run: bool) -> None:
@@ -363,8 +376,6 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 def cmd_partition(args: argparse.Namespace) -> int:
     """Partition without the data: the dataset's input shape and classes are known in advance."""
-    import json
-
     from edgefl.data.datasets import shapes_only
     from edgefl.experiment import fitted_profile
     from edgefl.methods.fedprophet.partition import partition_model
