@@ -217,6 +217,32 @@ def test_a_new_plot_into_a_folder_drops_the_figures_it_did_not_draw(runs: list[P
     assert [p.name for p in written] == ["breakdown.png", "breakdown.svg", "memory.png", "memory.svg"]
 
 
+def test_fifteen_methods_plot_apart_without_layout_warnings(runs: list[Path], tmp_path: Path) -> None:
+    """A comparison of every method: each accuracy curve has its own colour and line style, and
+    the figures are laid out without matplotlib's warnings (constrained layout, legends included)."""
+    import shutil
+    import warnings
+
+    from matplotlib.colors import to_hex
+    from matplotlib.lines import Line2D
+
+    from edgefl.report.figures import accuracy_figure, run_labels
+
+    many = [runs[0]]
+    for i in range(14):
+        many.append(tmp_path / f"m{i}")
+        shutil.copytree(runs[i % 2], many[-1])
+    loaded = [load_run(p) for p in many]
+    fig = accuracy_figure(loaded, run_labels(loaded), None)
+    assert fig is not None
+    curves = [line for line in fig.axes[0].get_lines() if isinstance(line, Line2D)]
+    assert len({(to_hex(line.get_color()), line.get_linestyle()) for line in curves}) == len(curves) == 15
+    plt.close(fig)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        make_figures(many, tmp_path / "figs")
+
+
 def test_plot_refuses_a_percent_target(runs: list[Path], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plot", str(runs[0]), "--target", "40"]) == 2
     assert "--target" in capsys.readouterr().err

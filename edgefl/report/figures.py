@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import math
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -39,6 +40,14 @@ from edgefl.rundir import claim, write_file
 PART_LABELS = {"compute": "compute", "data_access": "data access (swap, data)",
                "comm": "communication", "wait": "waiting", "server": "server"}
 LINE_STYLES = ["--", ":", "-."]
+MARKERS = ["o", "s", "^", "D"]
+
+
+def run_style(i: int) -> dict[str, str]:
+    """Run i's colour, line style and marker: the ten default colours, then the same colours with
+    the next line style and marker, so that every method of a large comparison reads apart."""
+    turn = i // 10
+    return {"color": f"C{i % 10}", "ls": ["-", *LINE_STYLES][turn % 4], "marker": MARKERS[turn % 4]}
 
 
 def make_figures(runs: list[Path], out_dir: Path, target: float | None = None,
@@ -80,12 +89,13 @@ def drop_stale(out_dir: Path, written: list[Path], names: set[str]) -> None:
 
 
 def save(fig: Figure, stem: Path) -> list[Path]:
-    """`stem`.png and `stem`.svg, through rundir's safe writer (make_figures closes the figure)."""
-    fig.tight_layout()
+    """`stem`.png and `stem`.svg, through rundir's safe writer (make_figures closes the figure); laid
+    out by matplotlib's constrained layout, which makes room for legends beside the axes."""
+    fig.set_layout_engine("constrained")
     paths = [stem.with_suffix(".png"), stem.with_suffix(".svg")]
     for path in paths:
         buffer = io.BytesIO()
-        fig.savefig(buffer, dpi=120, format=path.suffix[1:])
+        fig.savefig(buffer, dpi=120, format=path.suffix[1:], bbox_inches="tight")
         write_file(path, buffer.getvalue())
     return paths
 
@@ -105,7 +115,7 @@ def accuracy_figure(runs: list[Run], labels: list[str], target: float | None) ->
     for i, (label, points) in enumerate(curves):
         hours = [t / 3600 for t, _, _ in points]
         for ax, column in zip(axes, (2, 1), strict=True):
-            ax.plot(hours, [100 * p[column] for p in points], color=f"C{i}", marker="o", ms=3, label=label)
+            ax.plot(hours, [100 * p[column] for p in points], ms=3, label=label, **run_style(i))
     if target is not None:
         axes[0].axhline(100 * target, color="grey", ls=":", label=f"target {100 * target:g} %")
     for ax, kind in zip(axes, ("adversarial (PGD)", "clean"), strict=True):
@@ -200,13 +210,12 @@ def memory_figure(runs: list[Run]) -> Figure:
                 lines[round(mb, 6)].append(name)
     for j, (mb, names) in enumerate(sorted(lines.items())):
         ax.axvline(mb, color=f"C{len(fleets) + j}", ls=LINE_STYLES[j % len(LINE_STYLES)], lw=1.5,
-                   label=f"{', '.join(names)} {mb:.3g} MB")
+                   label=textwrap.fill(f"{', '.join(names)} {mb:.3g} MB", 48))
     ax.set(xscale="log", yscale="log", xlabel="available memory for training (MB, log scale)",
            ylabel="effective performance (GFLOP/s, log scale)",
            title="Fleet memory and performance against each method's memory need")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
-    fig.tight_layout()
     return fig
 
 
@@ -220,11 +229,12 @@ def epsilon_figure(runs: list[Run], labels: list[str]) -> Figure | None:
     logged = [[float(r["eps"]) if r["eps"] else math.nan for r in run.metrics] for run, _ in with_eps]
     for i, (run, label) in enumerate(with_eps):
         rounds = [int(r["round"]) + 1 for r in run.metrics]
-        ax.plot(rounds, logged[i], color=f"C{i}", label=label)
+        style = run_style(i)
+        ax.plot(rounds, logged[i], color=style["color"], ls=style["ls"], label=label)
         starts = [rounds[k] for k in range(1, len(rounds))
                   if run.metrics[k].get("module") != run.metrics[k - 1].get("module")]
         for k, x in enumerate(starts):
-            ax.axvline(x - 0.5, color=f"C{i}", ls="--", alpha=0.6,
+            ax.axvline(x - 0.5, color=style["color"], ls="--", alpha=0.6,
                        label=f"{label}: next module starts" if k == 0 else None)
     log = all(e > 0 for eps in logged for e in eps if e == e)  # a dry run measures no feature eps: NaN
     ax.set(yscale="log" if log else "linear", xlabel="communication round",
