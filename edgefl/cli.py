@@ -46,8 +46,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"edgefl: error: {exc.filename or 'storage'}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("edgefl: interrupted", file=sys.stderr)
+        print(f"edgefl: interrupted{_resume_hint(args)}", file=sys.stderr)
         return 130
+
+
+def _resume_hint(args: argparse.Namespace | None) -> str:
+    """How to go on after Ctrl-C: a run with a checkpoint resumes, a comparison is run again."""
+    func = getattr(args, "func", None)
+    if func is cmd_compare:
+        return "; run the same edgefl compare again: finished methods are kept, the others resumed"
+    if func is not cmd_run or args is None or (args.scenario is None and args.resume is None):
+        return ""
+    out = args.resume or args.out or default_out(args.scenario, args.dry_run)
+    if args.dry_run or not (out / CHECKPOINT).exists():
+        return ""
+    return f"; continue from its last checkpoint with edgefl run --resume {out}"
 
 
 def _blamed(exc: EdgeflError, args: argparse.Namespace | None) -> EdgeflError:
@@ -217,8 +230,9 @@ def _run_target(args: argparse.Namespace) -> tuple[Any, str, Path]:
         raise EdgeflError(str(args.resume), "--resume", "continues a run as it was started; "
                           "drop the scenario, --set, --out and --dry-run")
     if not args.resume.is_dir():
-        raise EdgeflError(str(args.resume), "--resume", "no such folder; give the run directory of an "
-                          "interrupted run")
+        what = (f"is a file; give its folder ({args.resume.parent}) if that is" if args.resume.is_file()
+                else "no such folder; give")
+        raise EdgeflError(str(args.resume), "--resume", f"{what} the run directory of an interrupted run")
     if not (args.resume / "scenario.toml").is_file():
         raise EdgeflError(str(args.resume), "--resume", "holds no run (no scenario.toml); give the "
                           "run directory of an interrupted run")
@@ -264,7 +278,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     file's table: every method N; a table given by --set too is kept)."""
     from edgefl.report.compare import check_target, compare_table, write_comparison
     from edgefl.report.figures import make_figures
-    from edgefl.rundir import claim
+    from edgefl.rundir import claim, probe
     from edgefl.scenario import compare_scenario
 
     check_target(args.target)
@@ -272,9 +286,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     out = args.out or default_out(args.scenario, args.dry_run, "compare-")
     scenarios = {m: compare_scenario(args.scenario, _overrides(args), m)
                  for m in methods}  # every method validated before any run starts
-    claim(out, "compare")
+    if probe(out, "--out") != "missing":  # checked now; a new folder is made by the first run
+        claim(out, "compare")
     for method, scenario in scenarios.items():
-        _compare_run(method, scenario, out / method, args)
+        _compare_run(method, scenario, out, args)
     runs = [out / m for m in methods]
     try:
         paths = [*write_comparison(compare_table(runs, args.target), out, args.target),
@@ -302,16 +317,21 @@ def _compared_methods(text: str) -> list[str]:
     return methods
 
 
-def _compare_run(method: str, scenario: Scenario, run_dir: Path, args: argparse.Namespace) -> None:
-    """One method's run of a comparison: kept when finished, resumed when interrupted, else run."""
+def _compare_run(method: str, scenario: Scenario, out: Path, args: argparse.Namespace) -> None:
+    """One method's run of comparison `out`: kept when finished, resumed when interrupted, else
+    run. The comparison's folder is claimed once the method is prepared (its data loaded): a
+    comparison refused before then leaves no folder behind."""
     from edgefl.experiment import prepare, prepare_out, run
+    from edgefl.rundir import claim
     from edgefl.scenario import to_toml
 
+    run_dir = out / method
     _check_kept(run_dir, to_toml(scenario), args.dry_run)
     if (run_dir / "summary.json").exists():
         print(f"{method}: finished, kept ({run_dir})")
         return
     exp = prepare(scenario, str(args.scenario), dry_run=args.dry_run)
+    claim(out, "compare")
     resume = (run_dir / CHECKPOINT).exists() and scenario.round.mode != "async"
     if not resume:  # dry, async or killed before its first checkpoint: replaced if edgefl's alone
         prepare_out(run_dir, True)
@@ -406,10 +426,22 @@ def cmd_scenarios_list(args: argparse.Namespace) -> int:
     from edgefl.devices.catalog import bundled
 
     for path in sorted(bundled("scenarios").glob("*.toml"), key=lambda p: p.stem):
-        first = next((line.lstrip("#").strip() for line in path.read_text(encoding="utf-8-sig").splitlines()
-                      if line.startswith("#")), "")
-        print(f"{path.stem:<34}{first}")
+        print(f"{path.stem:<34}{opening_comment(path.read_text(encoding='utf-8-sig'))}")
     return 0
+
+
+def opening_comment(text: str, width: int = 100) -> str:
+    """A file's opening comment as one line, cut at a word to `width` characters."""
+    import textwrap
+
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("#")), len(lines))
+    block = []
+    for line in lines[start:]:
+        if not line.startswith("#") or not line.lstrip("#").strip():
+            break
+        block.append(line.lstrip("#").strip())
+    return textwrap.shorten(" ".join(block), width, placeholder=" ...")
 
 
 def seen_by(scenario: Path | None) -> Catalog:

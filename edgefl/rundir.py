@@ -139,8 +139,8 @@ def claim(folder: Path, kind: str, flag: str = "--out") -> None:
     if entries and marked is None and MARKER in entries:
         raise EdgeflError(where, flag, f"{DAMAGED}; choose an empty or new folder")
     if entries and marked is None:
-        raise EdgeflError(where, flag, f"holds files that edgefl did not write (e.g. {entries[0]!r}) "
-                          f"and no {MARKER} marker; choose an empty or new folder")
+        raise EdgeflError(where, flag, f"holds files (e.g. {entries[0]!r}) and no {MARKER} marker, so "
+                          "edgefl cannot tell they are its own; choose an empty or new folder")
     if marked is not None and marked != kind:
         raise EdgeflError(where, flag, f"holds an edgefl {marked} folder, not a {kind} folder; choose "
                           "another " + flag)
@@ -232,6 +232,14 @@ def code_version() -> dict[str, str]:
     for path in sorted(Path(__file__).resolve().parent.rglob("*.py")):
         digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return {"edgefl": __version__, "code": digest.hexdigest()[:16]}
+
+
+def profile_digests(profiles: Sequence[Path]) -> dict[str, str]:
+    """Each profile file's own digest, keyed `profile:<file>` (`profile:apps/<file>`, ...: as the
+    profile search path lays them out): a run's marker keeps them, so that a resume refused for a
+    changed profile names the file."""
+    return {f"profile:{p.parent.name + '/' if p.parent.name in ('apps', 'networks') else ''}{p.name}":
+            hashlib.sha256(p.read_bytes()).hexdigest()[:16] for p in profiles}
 
 
 def fingerprint(scenario_text: str, profiles: Sequence[Path] = ()) -> dict[str, str]:

@@ -54,6 +54,8 @@ def load_scenario(path: str | Path, overrides: list[str] | None = None,
         text = Path(path).read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         raise EdgeflError(where, "file", NOT_FOUND) from None
+    except IsADirectoryError:
+        raise EdgeflError(where, "file", "is a folder; " + NOT_FOUND.removeprefix("not found; ")) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise EdgeflError(where, "file", f"cannot be read ({exc})") from None
     try:
@@ -410,7 +412,10 @@ def _check_names(s: Scenario, where: str, beside: str) -> None:
     named += [("fleet.apps", a, sorted(catalog.apps)) for a in s.fleet.apps]
     for key, value, known in named:
         if value not in known:
-            raise EdgeflError(where, key, f"unknown {value!r}; choose one of: {', '.join(known)}")
+            found = ("" if key not in ("fleet.devices", "fleet.apps") else
+                     " (profiles are found in device_profiles/ beside the scenario, on EDGEFL_PROFILE_PATH, "
+                     "then edgefl's own: a run resumed must see them as when it started)")
+            raise EdgeflError(where, key, f"unknown {value!r}; choose one of: {', '.join(known)}{found}")
     refuse_ignored(s, METHODS.get(s.method), s.method, where)
     if not s.fleet.devices and not catalog.pool(s.fleet.pool):
         raise EdgeflError(

@@ -60,7 +60,9 @@ def check_type(value: Any, hint: Any, where: str, key: str) -> Any:
     if origin is list:
         (inner,) = typing.get_args(hint)
         if not isinstance(value, list):
-            raise EdgeflError(where, key, f"must be a list of {inner.__name__}, got {value!r}")
+            quote = (" (TOML quotes text inside a list: [\"a\", \"b\"])"
+                     if inner is str and isinstance(value, str) and value.startswith("[") else "")
+            raise EdgeflError(where, key, f"must be a list of {inner.__name__}, got {value!r}{quote}")
         return [check_type(v, inner, where, key) for v in value]
     is_int = isinstance(value, int) and not isinstance(value, bool)
     if hint in (int, float) and is_int and not -(2**63) <= value < 2**63:

@@ -209,7 +209,7 @@ def test_run_refuses_existing_out(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert main(["run", str(scenario), "--out", str(out), "--quiet"]) == 2
     line = one_error_line(capsys.readouterr().err)
     assert "--out" in line
-    assert "did not write" in line  # no run marker: not even --overwrite may replace it
+    assert "cannot tell they are its own" in line  # no run marker: not even --overwrite may replace it
     assert snapshot(out) == before
 
 
@@ -298,3 +298,13 @@ def test_installed_command_stops_quietly_when_its_reader_goes(tmp_path: Path) ->
     proc.stdout.close()
     _, err = proc.communicate(timeout=120)
     assert (proc.returncode, err) == (141, "")
+
+
+def test_scenarios_list_shows_the_opening_comment_on_one_line() -> None:
+    from edgefl.cli import opening_comment
+
+    text = ("\n# A scenario on digits:\n# ten devices, the quickstart's fleet.\n#\n# Needs nothing.\n"
+            "rounds = 3\n")
+    assert opening_comment(text) == "A scenario on digits: ten devices, the quickstart's fleet."
+    assert opening_comment(text, 30) == "A scenario on digits: ten ..."
+    assert opening_comment("rounds = 3\n") == ""

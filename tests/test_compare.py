@@ -158,3 +158,12 @@ def test_an_interrupted_async_run_is_started_again_not_resumed(tmp_path, capsys)
     capsys.readouterr()
     assert main(args) == 0
     assert capsys.readouterr().out.startswith("jfat: 3 rounds")
+
+
+def test_a_comparison_refused_for_missing_data_leaves_no_folder(tmp_path, capsys):
+    out = tmp_path / "cmp"
+    args = ["compare", "jfat-cifar10", "--methods", "jfat,fedprophet", "--set", f'data.root="{tmp_path}"',
+            "--out", str(out), "--quiet"]
+    assert main(args) == 2
+    assert "CIFAR-10 not found" in capsys.readouterr().err
+    assert not out.exists()

@@ -262,6 +262,25 @@ def test_cifar10_names_only_the_missing_files(tmp_path, monkeypatch):
     assert "--download" in message
 
 
+def test_a_download_without_the_internet_says_to_fetch_the_files_elsewhere(tmp_path, monkeypatch):
+    """torchvision's download fails on a machine without a network: the error says so, not that
+    torchvision may not match torch."""
+    import urllib.request
+    from urllib.error import URLError
+
+    def offline(*args, **kwargs):
+        raise URLError(OSError(-2, "Name or service not known"))
+
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    monkeypatch.setattr(urllib.request.OpenerDirector, "open", offline)
+    with pytest.raises(EdgeflError) as info:
+        load_dataset(DataConfig(dataset="cifar10", root=str(tmp_path), download=True), "c.toml")
+    message = str(info.value)
+    assert message.startswith("c.toml: data.download: CIFAR-10 could not be downloaded")
+    assert f"fetch its files on a connected machine into {tmp_path}" in message
+    assert "torchvision matches" not in message
+
+
 def test_synthetic_is_seeded_and_honours_its_shape():
     cfg = DataConfig(dataset="synthetic", synthetic_shape=[2, 5, 7], synthetic_classes=4,
                      synthetic_train=30, synthetic_test=6, synthetic_seed=3)

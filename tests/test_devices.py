@@ -228,6 +228,14 @@ def test_missing_required_key(tmp_path: Path, key: str) -> None:
     expect_error(path, DeviceProfile, key)
 
 
+def test_every_missing_key_is_named_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "board.toml"
+    path.write_text("\n".join(line for line in device_text().splitlines()
+                              if not line.startswith(("compute_gflops ", "source "))))
+    err = expect_error(path, DeviceProfile, "source")
+    assert err.fix == "missing (so are compute_gflops); every device profile needs it"
+
+
 def test_name_must_match_file_stem(tmp_path: Path) -> None:
     path = tmp_path / "board.toml"
     path.write_text(device_text(name="other"))

@@ -292,6 +292,21 @@ def test_plot_of_no_folder_says_so(tmp_path: Path, capsys) -> None:
                                        "give a run directory made by edgefl run\n")
 
 
+def test_plot_of_a_comparison_folder_names_its_runs(runs: list[Path], tmp_path: Path, capsys) -> None:
+    from edgefl.rundir import write_marker
+
+    folder = tmp_path / "cmp"
+    folder.mkdir()
+    write_marker(folder, "compare")
+    for run in runs[:2]:
+        run.rename(folder / run.name)
+        write_marker(folder / run.name, "run")
+    assert main(["plot", str(folder)]) == 2
+    assert capsys.readouterr().err == (
+        f"edgefl: error: {folder}: folder: is a comparison, not a run; plot its runs ({folder / 'fp-run'} "
+        f"{folder / 'jfat-run'}); edgefl compare drew their figures into its figures/ already\n")
+
+
 def test_a_run_whose_metrics_lack_a_round_of_its_clients_is_one_line(runs: list[Path], capsys) -> None:
     """A log cut by hand or by a full disk: clients.csv holds round 1, metrics.csv only round 0."""
     metrics = runs[0] / "metrics.csv"

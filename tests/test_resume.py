@@ -86,11 +86,14 @@ def test_a_real_run_killed_mid_round_resumes_to_the_same_metrics(uninterrupted, 
     same_logs(out, uninterrupted)
 
 
-def test_rows_written_after_the_last_checkpoint_are_not_repeated(uninterrupted, tmp_path):
-    """Die after round 2's rows are written but before its checkpoint: resume drops and redoes them."""
+def test_rows_written_after_the_last_checkpoint_are_not_repeated(uninterrupted, tmp_path, capsys):
+    """Die after round 2's rows are written but before its checkpoint: resume drops and redoes them.
+    The interrupted command says how to go on."""
     out = tmp_path / "late"
     with dies_before_checkpoint(3):
         assert main(["run", str(QUICKSTART), *sets(SMALL), "--out", str(out), "--quiet"]) == 130
+    assert capsys.readouterr().err == (f"edgefl: interrupted; continue from its last checkpoint with "
+                                       f"edgefl run --resume {out}\n")
     assert (out / "metrics.csv").read_text().count("\n") == 1 + 3  # header, rounds 0-2
     assert main(["run", "--resume", str(out), "--quiet"]) == 0
     same_logs(out, uninterrupted)
@@ -147,7 +150,7 @@ def test_resume_names_a_changed_profile(uninterrupted, tmp_path, capsys, monkeyp
     capsys.readouterr()
     assert main(["run", "--resume", str(out), "--quiet"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "profile" in err and "version" not in err
+    assert err.count("\n") == 1 and f"the run's file {used}.toml changed" in err and "version" not in err
 
 
 def test_a_run_resumes_with_the_profiles_and_trace_beside_its_scenario_and_refuses_an_edited_trace(
@@ -173,4 +176,4 @@ def test_a_run_resumes_with_the_profiles_and_trace_beside_its_scenario_and_refus
     trace.write_text(trace.read_text().replace("5,0,1e7", "5,0,1e3"))
     capsys.readouterr()
     assert main(["run", "--resume", str(runs[1]), "--quiet"]) == 2
-    assert "availability trace" in capsys.readouterr().err
+    assert "the run's file online.csv changed" in capsys.readouterr().err

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.error import URLError
 
 import numpy as np
 import psutil
@@ -221,6 +222,9 @@ def _require(where: str, name: str, folder: Path, files: list[str], download: bo
 
 
 def _unloadable(where: str, name: str, root: Path, exc: Exception) -> EdgeflError:
+    if isinstance(exc, URLError):  # no route to the dataset's server: offline, or a proxy in the way
+        return EdgeflError(where, "data.download", f"{name} could not be downloaded ({exc.reason}); "
+                           f"without the internet, fetch its files on a connected machine into {root}")
     return EdgeflError(where, "data.download",
                        f"{name} could not be loaded into {root} ({exc}); fetch the files "
                        "elsewhere, or check that torchvision matches torch")

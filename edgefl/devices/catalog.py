@@ -136,7 +136,9 @@ def load_profile(path: Path, cls: type[P], networks: Sequence[str] | None = None
         raise EdgeflError(where, "syntax", f"not valid TOML ({exc})") from None
     missing = [k for k in _required(cls) if k not in raw]
     if missing:
-        raise EdgeflError(where, missing[0], "missing; every profile of this kind needs it")
+        kind = {DeviceProfile: "device", AppProfile: "app", NetworkProfile: "network"}.get(cls, "")
+        also = f" (so are {', '.join(missing[1:])})" if len(missing) > 1 else ""
+        raise EdgeflError(where, missing[0], f"missing{also}; every {kind} profile needs it")
     profile: P = build(cls, raw, where, "")
     if isinstance(profile, DeviceProfile):
         known = list(networks) if networks is not None else network_names(search_path())

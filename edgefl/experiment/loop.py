@@ -84,14 +84,15 @@ def _start(exp: Experiment, out: Path, resume: bool, text: str,
     claims its folder and writes its marker and scenario.toml first."""
     s = exp.scenario
     trace = trace_file(s.fleet, exp.where)
-    fingerprint = rundir.fingerprint(text, [*exp.pool.profile_files(), *([trace] if trace else [])])
+    files = [*exp.pool.profile_files(), *([trace] if trace else [])]
+    fingerprint, digests = rundir.fingerprint(text, files), rundir.profile_digests(files)
     if resume and s.round.mode == "async":
         raise EdgeflError(str(out), "--resume", "an async run cannot be resumed (its clients are mid-flight "
                           "in the simulation); start it again with --overwrite")
     if resume:
-        return fingerprint, resume_state(exp, out, fingerprint, selection)
+        return fingerprint, resume_state(exp, out, fingerprint, digests, selection)
     rundir.claim(out, "run")  # a no-op after prepare_out; library callers get the same checks
-    rundir.write_marker(out, "run", {**fingerprint, rundir.ORIGIN: str(Path(exp.where).resolve())})
+    rundir.write_marker(out, "run", {**fingerprint, **digests, rundir.ORIGIN: str(Path(exp.where).resolve())})
     write_file(out / "scenario.toml", text)
     return fingerprint, None
 

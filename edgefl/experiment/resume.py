@@ -23,10 +23,11 @@ class Resumed:
     logs: dict[str, bytes]  # each CSV log's bytes as the checkpoint vouches for them
 
 
-def resume_state(exp: Experiment, out: Path, fingerprint: dict[str, str], selection: Selection) -> Resumed:
+def resume_state(exp: Experiment, out: Path, fingerprint: dict[str, str], digests: dict[str, str],
+                 selection: Selection) -> Resumed:
     """Check that the run folder, its checkpoint and its logs belong together and to this scenario and
-    code, then restore the method, the client selection's record and the RNGs; nothing is written
-    before every check has passed."""
+    code (and its profile files, `digests`, to those the run started with), then restore the method,
+    the client selection's record and the RNGs; nothing is written before every check has passed."""
     marker = rundir.read_marker(out)
     if marker is None or marker.get("kind") != "run":
         raise EdgeflError(str(out), rundir.MARKER, "missing: this folder holds no run edgefl can "
@@ -37,9 +38,9 @@ def resume_state(exp: Experiment, out: Path, fingerprint: dict[str, str], select
                           f"{code['code']}), this is edgefl {fingerprint['edgefl']} (code "
                           f"{fingerprint['code']}): resume it with that version, or start it again")
     if marker.get("profiles") != fingerprint["profiles"]:
-        raise EdgeflError(str(out), "--resume", "a device, app or network profile or the availability trace "
-                          "the run uses has changed since it started (`edgefl devices list --scenario` shows "
-                          "which profile files it finds): put them back as they were, or start the run again")
+        raise EdgeflError(str(out), "--resume", f"{changed_profiles(marker, digests)} since the run started "
+                          "(`edgefl devices list --scenario` shows which profile files it finds): put them "
+                          "back as they were, or start the run again")
     if marker.get("scenario") != fingerprint["scenario"]:
         raise EdgeflError(str(out / "scenario.toml"), "--resume", "was edited after the run started; "
                           "restore it, or start a new run with the edited scenario")
@@ -99,3 +100,13 @@ def _pending(path: Path) -> bytes | None:
     except OSError:
         return None
 
+
+
+def changed_profiles(marker: dict[str, Any], digests: dict[str, str]) -> str:
+    """What changed among a run's profile files and trace, by name where its marker keeps each
+    file's digest."""
+    keys = sorted({k for k in marker if k.startswith("profile:")} | set(digests))
+    changed = [k.removeprefix("profile:") for k in keys if marker.get(k) != digests.get(k)]
+    if not changed or not any(k.startswith("profile:") for k in marker):
+        return "a device, app or network profile or the availability trace the run uses has changed"
+    return f"the run's file{'s' if len(changed) > 1 else ''} {', '.join(changed)} changed"

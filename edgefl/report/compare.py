@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from edgefl.errors import EdgeflError, NotARunError
-from edgefl.rundir import claim, write_file
+from edgefl.rundir import claim, marker_kind, write_file
 from edgefl.runlog import log_file, read_rows
 
 BASELINE = "jfat"
@@ -72,6 +72,10 @@ def load_run(path: Path) -> Run:
     """Read a run directory written by `edgefl run`, checking every value the reports use."""
     if not path.is_dir():
         raise NotARunError(str(path), "folder", "no such folder")
+    if marker_kind(path) == "compare":
+        runs = " ".join(str(p) for p in sorted(path.iterdir()) if marker_kind(p) == "run")
+        raise NotARunError(str(path), "folder", "is a comparison, not a run", f"plot its runs ({runs}); "
+                           "edgefl compare drew their figures into its figures/ already")
     metrics, clients = read_log(path, "metrics.csv"), read_log(path, "clients.csv")
     rounds = {r["round"] for r in metrics}
     stray = next((c["round"] for c in clients if c["round"] not in rounds), None)
