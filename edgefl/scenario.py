@@ -404,6 +404,9 @@ def _check_names(s: Scenario, where: str, beside: str) -> None:
     if s.attack.name in ATTACKS.names() and s.attack.name not in trainers:
         raise EdgeflError(where, "attack.name", f"{s.attack.name} is an evaluation attack (give it as "
                           f"evaluation.attack or evaluation.extra); train with one of: {', '.join(trainers)}")
+    if s.training.objective == "trades" and s.attack.name == "fgsm":
+        raise EdgeflError(where, "attack.name", "TRADES raises KL(f(x) || f(x')), which is flat at x' = x, "
+                          "where FGSM starts (it has no random start); train TRADES with pgd, pgd_l2 or cw")
     named += [("compare.rounds", m, METHODS.names()) for m in s.compare.rounds]
     named += [(f"{name}.{key}", value, known) for name, cls in KNOBS.classes().items()
               for key, value, known in s.knobs(cls).named()]

@@ -244,3 +244,33 @@ def test_autoattack_is_refused_as_the_training_attack():
     with pytest.raises(EdgeflError) as info:
         load_scenario(QUICKSTART, ['attack.name="autoattack"'])
     assert info.value.key == "attack.name" and "evaluation attack" in info.value.fix
+
+
+def test_pgd_l2_on_images_stays_in_the_unit_box_and_features_keep_their_own_bounds() -> None:
+    """Inputs live in [0, 1]: pixels at 0 or 1 pushed outwards are clipped back, as the release's
+    input attack clips after every step; FedProphet's feature attack has no upper bound."""
+    from edgefl.attacks.pgd_l2 import PGDL2
+    from edgefl.methods.fedprophet.cascade import feature_attack
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Flatten(), nn.Linear(16, 2))
+    x = torch.randint(0, 2, (8, 1, 4, 4)).float()  # every pixel on the box's faces
+    x_adv = PGDL2(eps=1.0, step_size=0.5, steps=5)(net, x, torch.randint(0, 2, (8,)))
+    assert float(x_adv.min()) >= 0.0 and float(x_adv.max()) <= 1.0
+    assert float((x_adv - x).flatten(1).norm(dim=1).max()) <= 1.0 + 1e-6
+    features = feature_attack(eps=1.0, steps=5, lower=0.0)
+    assert (features.lower, features.upper) == (0.0, None)
+
+
+def test_random_starts_do_not_depend_on_the_memory_format() -> None:
+    """A channels_last batch draws the same random start as its NCHW copy (one-by-one training may
+    keep channels_last batches, grouped training stacks NCHW ones)."""
+    from edgefl.attacks.base import normal_like, uniform_like
+
+    x = torch.rand(2, 3, 4, 4)
+    for draw in (lambda t: uniform_like(t, -1.0, 1.0), normal_like):
+        torch.manual_seed(5)
+        nchw = draw(x)
+        torch.manual_seed(5)
+        last = draw(x.contiguous(memory_format=torch.channels_last))
+        assert torch.equal(nchw, last)

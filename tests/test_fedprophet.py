@@ -739,6 +739,12 @@ def test_d_star_and_validation_sample_every_clients_data():
 
 # --- 8. PGD in an L2 ball ----------------------------------------------------------------------------
 
+def free(attack: PGDL2) -> PGDL2:
+    """`attack` on unbounded features (no [0, 1] box, no lower bound), as these tests' inputs are."""
+    attack.lower = attack.upper = None
+    return attack
+
+
 def test_pgd_l2_stays_in_the_ball_per_sample():
     torch.manual_seed(1)
     model = nn.Sequential(nn.Flatten(), nn.Linear(12, 16), nn.ReLU(), nn.Linear(16, 3))
@@ -746,7 +752,7 @@ def test_pgd_l2_stays_in_the_ball_per_sample():
     x[0] *= 100  # samples of very different sizes share no radius
     y = torch.randint(0, 3, (10,))
     eps = 0.3
-    x_adv = PGDL2(eps=eps, step_size=0.2, steps=7)(model, x, y)
+    x_adv = free(PGDL2(eps=eps, step_size=0.2, steps=7))(model, x, y)
     assert x_adv.shape == x.shape
     norms = (x_adv - x).flatten(1).norm(dim=1)
     assert (norms <= eps * (1 + 1e-5)).all()
@@ -761,7 +767,7 @@ def test_pgd_l2_projects_only_what_leaves_the_ball():
     c = torch.randn(5, 4)
     eps, s = 1.0, 0.02
     c = 0.5 * eps * c / c.norm(dim=1, keepdim=True)
-    attack = PGDL2(eps=eps, step_size=s, steps=200)
+    attack = free(PGDL2(eps=eps, step_size=s, steps=200))
     attack.loss = lambda out, target: -(out - target).pow(2).sum()
     x_adv = attack(nn.Identity(), x, x + c)
     assert ((x_adv - (x + c)).norm(dim=1) <= s * (1 + 1e-3)).all()
@@ -772,7 +778,7 @@ def test_pgd_l2_respects_the_lower_bound():
     model = nn.Sequential(nn.Linear(8, 3))
     x = torch.relu(torch.randn(16, 8))  # post-ReLU features, many exact zeros
     y = torch.randint(0, 3, (16,))
-    attack = PGDL2(eps=2.0, step_size=1.0, steps=5)
+    attack = free(PGDL2(eps=2.0, step_size=1.0, steps=5))
     attack.lower = 0.0
     x_adv = attack(model, x, y)
     assert float(x_adv.min()) >= 0.0
@@ -790,7 +796,7 @@ def test_pgd_l2_spends_its_budget_only_above_the_lower_bound():
     which the bound then throws away: the second would reach only 0.5 / sqrt 2 = 0.354."""
     torch.manual_seed(4)
     w = torch.tensor([-1.0, 1.0])
-    attack = PGDL2(eps=0.5, step_size=0.1, steps=50)
+    attack = free(PGDL2(eps=0.5, step_size=0.1, steps=50))
     attack.lower = 0.0
     attack.loss = lambda out, target: (out * w).sum()
     x_adv = attack(nn.Identity(), torch.tensor([[0.0, 1.0]]), torch.zeros(1))
@@ -809,7 +815,7 @@ def test_pgd_l2_reaches_the_boundary_on_a_linear_model():
     x = torch.randn(8, 6)
     y = torch.randint(0, 2, (8,))
     eps = 0.5
-    x_adv = PGDL2(eps=eps, step_size=eps / 2, steps=40)(fc, x, y)
+    x_adv = free(PGDL2(eps=eps, step_size=eps / 2, steps=40))(fc, x, y)
     with torch.no_grad():
         w = fc.weight
         direction = w[1 - y] - w[y]
@@ -830,7 +836,7 @@ def test_output_perturbation_on_a_diagonal_linear_module():
         lin.weight.copy_(torch.diag(torch.tensor([3.0, 1.0, -0.5, 0.2])))
     eps = 0.5
     x = torch.randn(32, 4)
-    attack = PGDL2(eps=eps, step_size=eps / 2, steps=30)
+    attack = free(PGDL2(eps=eps, step_size=eps / 2, steps=30))
     d_star = output_perturbation(nn.Sequential(), nn.Sequential(lin), x, attack)
     assert d_star == pytest.approx(3 * eps, rel=0.01)
     assert d_star <= 3 * eps * (1 + 1e-5)  # never beyond the operator norm
@@ -847,7 +853,7 @@ def test_output_perturbation_goes_through_the_prefix():
     with torch.no_grad():
         prefix[0].weight.copy_(2 * torch.eye(3))
     d_star = output_perturbation(prefix, nn.Sequential(lin), torch.randn(16, 3),
-                                 PGDL2(eps=0.25, step_size=0.125, steps=30))
+                                 free(PGDL2(eps=0.25, step_size=0.125, steps=30)))
     assert d_star == pytest.approx(2.0 * 0.25, rel=0.01)
 
 

@@ -165,6 +165,35 @@ def test_sfat_with_scaffold_base_also_updates_control_variates():
     assert torch.allclose(out["conv1.0.weight"], torch.full_like(template["conv1.0.weight"], 118 / 44))
 
 
+def test_sfat_scores_a_client_by_its_last_local_epoch_one_by_one_and_grouped(monkeypatch):
+    """L_k (Zhu et al. App. D; the release's update_weights_at) is the last local epoch's mean loss:
+    with 2 local epochs of a client's N_k samples at batch B, the mean of its last ceil(N_k / B)
+    iterations' losses, whether it trains alone or in a group."""
+    from edgefl.execution import objectives
+
+    seen: list[torch.Tensor] = []
+    real = objectives.PGDAT.adversarial_loss
+
+    def recorded(self, model, x, y, attack):
+        loss = real(self, model, x, y, attack)
+        seen.append(loss.detach().clone())
+        return loss
+
+    monkeypatch.setattr(objectives.PGDAT, "adversarial_loss", recorded)
+    exp = experiment("sfat", "training.local_epochs=2.0")
+    method, plan = exp.method, exp.method.plan(0, 0, exp.pool.state(0, 0))
+    samples = len(exp.ctx.client_data(0)[0])
+    epoch = math.ceil(samples / min(plan.workload.batch, samples))
+    assert method.scored_iterations(plan, samples) == epoch
+    assert plan.workload.iterations > epoch  # two epochs: the score is not the whole round's mean
+    alone = method.train(0, 0, plan)
+    assert alone.loss == pytest.approx(float(torch.stack(seen[-epoch:]).mean()), rel=1e-6)
+    assert alone.loss != pytest.approx(float(torch.stack(seen).mean()), rel=1e-3)
+    seen.clear()
+    (grouped,) = method.train_together(0, [0], plan)
+    assert grouped.loss == pytest.approx(alone.loss, rel=1e-5)
+
+
 # ============================================================================== GMA
 
 

@@ -20,7 +20,6 @@ import torch
 from torch import nn
 
 from edgefl.attacks.base import Attack
-from edgefl.execution import objectives
 from edgefl.execution.objectives import MART, OBJECTIVES, PGDAT, TRADES
 
 E = math.e
@@ -61,29 +60,18 @@ def model() -> nn.Module:
 
 
 class Fixed(Attack):
-    """Returns X_ADV whatever it is asked; records every instance and every call."""
+    """Returns X_ADV whatever it is asked; records each call: the attack that ran and its target."""
 
-    made: list[Fixed] = []  # noqa: RUF012  (a record shared by the class)
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.calls: list[torch.Tensor] = []
-        Fixed.made.append(self)
+    runs: list[tuple[Fixed, torch.Tensor]] = []  # noqa: RUF012  (a record shared by the class)
 
     def perturb(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        self.calls.append(y.detach().clone())
+        Fixed.runs.append((self, y.detach().clone()))
         return X_ADV.clone()
-
-
-@pytest.fixture(autouse=True)
-def fixed_inner_attack(monkeypatch: pytest.MonkeyPatch) -> None:
-    """TRADES crafts x' with a PGD of its own: make that one return X_ADV too."""
-    monkeypatch.setattr(objectives, "PGD", Fixed)
 
 
 @pytest.fixture
 def attack() -> Fixed:
-    Fixed.made.clear()
+    Fixed.runs.clear()
     return Fixed(0.25, 0.05, 3)
 
 
@@ -96,13 +84,12 @@ def test_without_attack_every_objective_is_cross_entropy(objective):
 def test_trades_by_hand(attack):
     loss = TRADES(BETA).loss(model(), X, Y, attack)
     assert loss.item() == pytest.approx(TRADES_VALUE, rel=1e-10)
-    # TRADES crafts x' with its own PGD (eps, step size, steps kept), whose loss is
-    # KL(f(x) || f(x')) against the clean output, not CE against the labels
-    assert len(Fixed.made) == 2
-    kl_attack = Fixed.made[1]
+    # TRADES crafts x' with a copy of the training attack (its class, eps, step size and steps),
+    # whose loss is KL(f(x) || f(x')) against the clean output, not CE against the labels
+    ((kl_attack, target),) = Fixed.runs
+    assert kl_attack is not attack and type(kl_attack) is Fixed
     assert (kl_attack.eps, kl_attack.step_size, kl_attack.steps) == (0.25, 0.05, 3)
-    assert attack.calls == []  # the given CE attack is not used
-    (target,) = kl_attack.calls
+    assert attack.loss is nn.functional.cross_entropy  # the given attack is left as it was
     assert torch.allclose(target, torch.tensor([[1.0, 0.0, 0.0], [0.0, 2.0, 0.0]], dtype=torch.float64))
     with torch.no_grad():
         crafted = kl_attack.loss(model()(X_ADV), target)
@@ -112,8 +99,8 @@ def test_trades_by_hand(attack):
 def test_mart_by_hand(attack):
     loss = MART(BETA).loss(model(), X, Y, attack)
     assert loss.item() == pytest.approx(MART_VALUE, rel=1e-10)
-    (labels,) = attack.calls  # MART's x' is crafted with the given (CE) attack on the labels
-    assert torch.equal(labels, Y)
+    ((ran, labels),) = Fixed.runs  # MART's x' is crafted with the given (CE) attack on the labels
+    assert ran is attack and torch.equal(labels, Y)
 
 
 def test_default_beta_is_six():
@@ -135,3 +122,24 @@ def test_losses_backpropagate_to_the_model(attack):
         objective.loss(m, X, Y, attack).backward()
         assert m.weight.grad is not None and torch.isfinite(m.weight.grad).all()
         assert m.weight.grad.abs().sum() > 0
+
+
+def test_trades_crafts_x_prime_in_the_training_attacks_own_ball() -> None:
+    """With an L2 training attack, TRADES's x' stays in the L2 ball of radius eps (an L-inf PGD
+    with that eps would move every pixel by up to eps: an L2 norm of up to eps x sqrt(d))."""
+    from edgefl.attacks.pgd_l2 import PGDL2
+
+    crafted: list[torch.Tensor] = []
+
+    class Recorded(PGDL2):
+        def perturb(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            crafted.append(super().perturb(model, x, y) - x)
+            return x + crafted[-1]
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Flatten(), nn.Linear(64, 3)).double()
+    x = torch.rand(4, 1, 8, 8, dtype=torch.float64)
+    TRADES(BETA).loss(net, x, torch.tensor([0, 1, 2, 0]), Recorded(eps=0.5, step_size=0.2, steps=5))
+    (delta,) = crafted
+    assert float(delta.flatten(1).norm(dim=1).max()) <= 0.5 + 1e-9
+    assert float(delta.abs().max()) > 0  # it moved

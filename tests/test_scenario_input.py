@@ -159,3 +159,11 @@ def test_an_impossible_memory_budget_names_the_key_to_change(tmp_path: Path,
     assert line.startswith("edgefl: error: --set: fleet.devices: device esp32_s3 keeps at least 1.300 MB")
     assert line.endswith("drop the device or choose a smaller model")
     assert not out.exists()
+
+
+def test_trades_is_refused_with_fgsm() -> None:
+    """TRADES's inner maximisation of KL(f(x) || f(x')) has a zero gradient at x' = x, where FGSM
+    (no random start) would take its one step: x' = x."""
+    with pytest.raises(EdgeflError, match=r"attack\.name: TRADES raises KL"):
+        load_scenario(QUICKSTART, ['training.objective="trades"', 'attack.name="fgsm"'])
+    load_scenario(QUICKSTART, ['training.objective="trades"', 'attack.name="pgd_l2"'])

@@ -96,12 +96,18 @@ def client_streams(gens: Sequence[torch.Generator]) -> Iterator[None]:
 
 def uniform_like(x: torch.Tensor, low: float = 0.0, high: float = 1.0) -> torch.Tensor:
     """`torch.empty_like(x).uniform_(low, high)`, per client under `client_streams`."""
-    return _fill(torch.empty_like(x), lambda rows, gen: rows.uniform_(low, high, generator=gen))
+    return _fill(_like(x), lambda rows, gen: rows.uniform_(low, high, generator=gen))
 
 
 def normal_like(x: torch.Tensor) -> torch.Tensor:
     """`torch.randn_like(x)`, per client under `client_streams`."""
-    return _fill(torch.empty_like(x), lambda rows, gen: rows.normal_(generator=gen))
+    return _fill(_like(x), lambda rows, gen: rows.normal_(generator=gen))
+
+
+def _like(x: torch.Tensor) -> torch.Tensor:
+    """An empty tensor of x's shape, dtype and device, contiguous whatever x's memory format: the
+    draws fill it in index order, so a channels_last batch gets the same values as its NCHW copy."""
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
 
 def _fill(out: torch.Tensor, fill: Callable[[torch.Tensor, torch.Generator | None], object]) -> torch.Tensor:

@@ -1,8 +1,9 @@
-"""PGD in an L2 ball, for intermediate features (FedProphet §5.1, Eq. 7: the input z_{m-1} of
-module m is perturbed within ||delta||_2 <= eps_{m-1}). Features have no [0, 1] box; a lower bound
-(0 after a ReLU) can be kept: as the authors' release (utils/adversarial.py), the random start and
-every projected step are clipped so that x + delta stays above it, so no part of the budget is spent
-pushing features below the bound. FedProphet's feature attack steps 2.5 eps / T, as the release
+"""PGD in an L2 ball, on images or on intermediate features (FedProphet §5.1, Eq. 7: the input
+z_{m-1} of module m is perturbed within ||delta||_2 <= eps_{m-1}). As the authors' release
+(utils/adversarial.py), the random start and every projected step are clipped so that x + delta
+stays within [lower, upper]: [0, 1] for images; for features no upper bound, and a lower one only
+where they have it (0 after a ReLU), so no part of the budget is spent outside the bounds.
+FedProphet's feature attack steps 2.5 eps / T, as the release
 (edgefl.methods.fedprophet.cascade.feature_attack).
 """
 
@@ -20,7 +21,8 @@ def _per_sample_norm(t: torch.Tensor) -> torch.Tensor:
 
 @ATTACKS.register("pgd_l2")
 class PGDL2(Attack):
-    lower: float | None = None  # clamp perturbed features from below (e.g. 0 after a ReLU)
+    lower: float | None = 0.0  # x + delta kept at or above (None: no bound)
+    upper: float | None = 1.0  # and at or below
 
     def perturb(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         delta = normal_like(x)
@@ -33,5 +35,7 @@ class PGDL2(Attack):
         return x + delta
 
     def _clip(self, x: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
-        """delta with x + delta at or above `lower` (its norm only shrinks: x is above it)."""
-        return delta if self.lower is None else (x + delta).clamp_min(self.lower) - x
+        """delta with x + delta within [lower, upper] (its norm only shrinks: x is within them)."""
+        if self.lower is None and self.upper is None:
+            return delta
+        return (x + delta).clamp(self.lower, self.upper) - x

@@ -44,7 +44,7 @@ from edgefl.attacks import Attack
 from edgefl.attacks.base import client_streams
 from edgefl.config import TrainingConfig
 from edgefl.data.datasets import to_float
-from edgefl.execution.local import FP32, TrainSettings, batch_indices, make_optimizer
+from edgefl.execution.local import FP32, TrainSettings, batch_indices, make_optimizer, tail_mean
 from edgefl.execution.objectives import Objective
 from edgefl.models.base import Normalize
 
@@ -369,12 +369,14 @@ def global_rng_states(device: torch.device) -> list[torch.Tensor]:
 
 @dataclass
 class ClientJob:
-    """One client's part of a group: its start state, data and seed (as `seed_everything` makes it)."""
+    """One client's part of a group: its start state, data and seed (as `seed_everything` makes it),
+    and how many of its last iterations its reported loss averages (`train_local`'s `tail`)."""
 
     state: State
     x: torch.Tensor
     y: torch.Tensor
     seed: int
+    tail: int = 0
 
 
 def stacked_batches(jobs: Sequence[ClientJob], batch: int,
@@ -446,13 +448,13 @@ def train_part(
     device = jobs[0].x.device
     gens = [torch.Generator(device).manual_seed(j.seed) for j in jobs]
     net.train()
-    total = torch.zeros(len(jobs), device=device)
+    history = torch.zeros(iters, len(jobs), device=device)
     with own_streams(gens, device):
-        for xb, yb in stacked_batches(jobs, min(batch, len(jobs[0].x)), iters):
+        for i, (xb, yb) in enumerate(stacked_batches(jobs, min(batch, len(jobs[0].x)), iters)):
             with settings.autocast(device):
                 losses = per_client.loss(net, xb, yb, attack)
             optimizer.zero_grad(set_to_none=True)
             losses.sum().backward()
             optimizer.step()
-            total += losses.detach()
-    return net.states(), [float(t) / iters for t in total]
+            history[i] = losses.detach()
+    return net.states(), [tail_mean(history[:, g], job.tail) for g, job in enumerate(jobs)]

@@ -133,8 +133,10 @@ def train_local(
     model: nn.Module, x: torch.Tensor, y: torch.Tensor, optimizer: torch.optim.Optimizer,
     iters: int, batch: int, attack: Attack | None, gen: torch.Generator,
     objective: Objective | None = None, hooks: Hooks | None = None, settings: TrainSettings = FP32,
+    tail: int = 0,
 ) -> float:
-    """Run `iters` (adversarial) optimizer steps; returns the mean training loss (penalty excluded).
+    """Run `iters` (adversarial) optimizer steps; returns the mean training loss (penalty excluded)
+    of the last `tail` of them (0: of all; `tail_mean`).
 
     Every method's client trains through here (edgefl.methods.base `Method.train`). With
     `settings.channels_last` the model (and the objective's fixed modules) is left in
@@ -146,8 +148,8 @@ def train_local(
     for module in fixed:
         module.eval()
     model.train()
-    total = torch.zeros((), device=x.device)
-    for xb, yb in device_batches(x, y, batch, iters, gen, settings):
+    losses = torch.zeros(iters, device=x.device)
+    for i, (xb, yb) in enumerate(device_batches(x, y, batch, iters, gen, settings)):
         with settings.autocast(x.device):
             loss = objective.loss(model, xb, yb, attack)
         optimizer.zero_grad(set_to_none=True)
@@ -155,8 +157,15 @@ def train_local(
         if hooks.correct:
             hooks.correct(model)
         optimizer.step()
-        total += loss.detach()
-    return float(total) / iters
+        losses[i] = loss.detach()
+    return tail_mean(losses, tail)
+
+
+def tail_mean(losses: torch.Tensor, tail: int) -> float:
+    """The mean of the last `tail` of a run's per-iteration losses (all of them for 0, or more
+    than there are)."""
+    n = len(losses) if tail <= 0 else min(tail, len(losses))
+    return float(losses[len(losses) - n:].sum()) / n
 
 
 def evaluate(

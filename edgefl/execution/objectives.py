@@ -1,8 +1,8 @@
 """Local adversarial training objectives, selectable for any method (`training.objective`).
 
 * `pgd_at`: Madry et al., ICLR 2018: CE on the PGD example.
-* `trades`: Zhang et al., ICML 2019: CE(f(x), y) + beta KL(f(x) || f(x')), x' crafted by PGD
-  (the training attack's eps, step and steps) to maximise that KL.
+* `trades`: Zhang et al., ICML 2019: CE(f(x), y) + beta KL(f(x) || f(x')), x' crafted by the
+  training attack (its ball, step and steps) to maximise that KL.
 * `mart`: Wang et al., ICLR 2020: boosted CE on x' (CE + -log(1 - max_{k != y} p_k(x'))) +
   beta KL(f(x) || f(x')) (1 - p_y(x)), x' crafted with CE.
 
@@ -22,7 +22,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from edgefl.attacks import Attack
-from edgefl.attacks.pgd import PGD
 from edgefl.registry import Registry
 
 
@@ -89,8 +88,8 @@ class TRADES(Objective):
             was = model.training
             target = model.eval()(x)
             model.train(was)
-        kl_attack = PGD(attack.eps, attack.step_size, attack.steps,
-                        loss=lambda out, t: self.mean(kl_logits(t, out)).sum())
+        kl_attack = copy.copy(attack)
+        kl_attack.loss = lambda out, t: self.mean(kl_logits(t, out)).sum()
         x_adv = kl_attack(model, x, target)
         clean = model(x)
         return self.ce(clean, y) + self.beta * self.mean(kl_logits(clean, model(x_adv)))

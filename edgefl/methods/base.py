@@ -161,7 +161,7 @@ class Method(ABC):
         w = plan.workload
         loss = train_local(trained, x, y, self.optimizer(trained, plan), w.iterations, w.batch, plan.attack,
                            gen, objective, self.hooks(round_, client, start),
-                           TrainSettings.of(self.ctx.scenario.training))
+                           TrainSettings.of(self.ctx.scenario.training), self.scored_iterations(plan, len(x)))
         state = {k: v.detach().clone() for k, v in model.state_dict().items()}
         update = ClientUpdate(client, state, len(x), loss, extra)
         self.after_local(round_, client, model, update, plan)
@@ -185,6 +185,10 @@ class Method(ABC):
     def optimizer(self, model: torch.nn.Module, plan: ClientPlan) -> torch.optim.Optimizer:
         """The local optimizer on `model`'s parameters (the scenario's, at the plan's lr)."""
         return make_optimizer(list(model.parameters()), self.ctx.scenario.training, plan.lr)
+
+    def scored_iterations(self, plan: ClientPlan, samples: int) -> int:
+        """How many of its last local iterations a client's reported loss averages (0: all)."""
+        return 0
 
     def hooks(self, round_: int, client: int, start: dict[str, torch.Tensor]) -> Hooks:
         """Local-training additions for this client (a loss penalty, a gradient correction), given

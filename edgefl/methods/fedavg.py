@@ -166,8 +166,9 @@ class FedAvgAT(Method):
 
     def train_together(self, round_: int, clients: list[int], plan: ClientPlan) -> list[ClientUpdate]:
         seed, t, work = self.ctx.scenario.seed, self.ctx.scenario.training, plan.workload
-        jobs = [ClientJob(self.start_state(k), *self.ctx.client_data(k), client_seed(seed, round_, k))
-                for k in clients]
+        jobs = [ClientJob(self.start_state(k), x, y, client_seed(seed, round_, k),
+                          self.scored_iterations(plan, len(x)))
+                for k in clients for x, y in [self.ctx.client_data(k)]]
         states, losses = train_group(self.model, jobs, t, plan.lr, work.iterations, work.batch,
                                      plan.attack, self.objective, TrainSettings.of(t))
         return [ClientUpdate(k, state, len(job.x), loss)

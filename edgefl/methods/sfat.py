@@ -1,9 +1,10 @@
 """SFAT: Slack Federated Adversarial Training (Zhu et al., ICLR 2023, App. D Alg. 1).
 
 At aggregation the k_hat clients with the smallest N_k/N L_k (L_k: their mean adversarial training
-loss this round) are weighted (1 + alpha) / (1 - alpha) against 1 for the others, times N_k,
-normalised; BatchNorm is averaged plainly, as in the release. Round 0 averages plainly. The client
-side is the base optimiser's (`sfat.base`: FedAvg, FedProx or SCAFFOLD).
+loss over the round's last local epoch, as the release) are weighted (1 + alpha) / (1 - alpha)
+against 1 for the others, times N_k, normalised; BatchNorm is averaged plainly, as in the release.
+Round 0 averages plainly. The client side is the base optimiser's (`sfat.base`: FedAvg, FedProx or
+SCAFFOLD).
 
 Headline claim (Zhu et al. Table 3): SFAT beats FAT (FedAvg-AT) on a non-IID split, natural and
 robust. On digits (`bench/claims.py sfat`: scenarios/skew-digits.toml, skew s = 2, K = 5, all
@@ -33,11 +34,12 @@ larger than the effect.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from edgefl.config import Check, Knobs, knob_section
 from edgefl.methods.aggregate import State, bn_keys, fedavg, slack_weights
-from edgefl.methods.base import METHODS, ClientUpdate, Context, Method, refuse_ignored
+from edgefl.methods.base import METHODS, ClientPlan, ClientUpdate, Context, Method, refuse_ignored
 from edgefl.methods.fedavg import FedAvgAT
 from edgefl.methods.fedprox import FedProxAT
 from edgefl.methods.scaffold import ScaffoldAT
@@ -64,6 +66,12 @@ class SFATConfig(Knobs):
 
 class Slack(FedAvgAT):
     """Overrides FedAvg's combine with the alpha-slack weights; the base's hooks stay."""
+
+    def scored_iterations(self, plan: ClientPlan, samples: int) -> int:
+        """L_k is the last local epoch's mean loss (the release's update_weights_at resets its sum
+        every epoch): its last ceil(N_k / B) iterations (batches walk through fresh permutations,
+        so these are the last N_k samples drawn)."""
+        return math.ceil(samples / min(plan.workload.batch, samples))
 
     def combine(self, round_: int, updates: list[ClientUpdate]) -> State:
         plain = super().combine(round_, updates)

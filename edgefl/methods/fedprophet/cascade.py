@@ -46,9 +46,9 @@ FEATURE_STEP = 2.5  # the release's feature PGD step: 2.5 eps / T (module_schedu
 
 
 def feature_attack(eps: float, steps: int, lower: float | None) -> PGDL2:
-    """L2 PGD on features with the release's step 2.5 eps / T."""
+    """L2 PGD on features with the release's step 2.5 eps / T, no upper bound."""
     attack = PGDL2(eps=eps, step_size=FEATURE_STEP * eps / steps, steps=steps)
-    attack.lower = lower
+    attack.lower, attack.upper = lower, None
     return attack
 
 
