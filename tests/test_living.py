@@ -202,6 +202,28 @@ def test_fedbuff_drops_an_update_staler_than_max_staleness() -> None:
     assert dropped and dropped[0].outcome.status == DROPPED and dropped[0].outcome.staleness == 4
 
 
+def test_fedbuff_aggregates_one_buffer_at_a_time_and_drops_the_backlog_as_it_ages() -> None:
+    """Server 10 s, buffer 1, max staleness 0, three slots of 1 s clients. c0, c1, c2 (version 0)
+    end at 1 s: c0's aggregation runs 1-11 s; c1, c2 and the three that end at 2 s ... 11 s wait
+    for it, all on version 0, so at 11 s they are one aggregation stale and dropped. The clients
+    started at 11 s download version 1 and end at 12 s: the next aggregation runs 12-22 s."""
+    fed, count = Federation(), iter(range(1000))
+    folds: list[tuple[float, int, list[int], list[int]]] = []
+
+    def fold(version: int, batch: list[Started], ended: list[Started]) -> None:
+        folds.append((fed.now, version, [j.client for j in batch],
+                      [j.client for j in ended if j.outcome.status == DROPPED]))
+
+    server = Buffered(fed, Always(), 3, 1, 0, lambda v, b: Started(next(count), (0.0, 0.0, 1.0, 0.0)),
+                      fold, lambda: 10.0)
+    server.next_aggregation()
+    server.next_aggregation()
+    (t0, v0, batch0, dropped0), (t1, v1, batch1, dropped1) = folds
+    assert (t0, v0, batch0, dropped0) == (11.0, 0, [0], [])
+    assert (t1, v1, batch1) == (22.0, 1, [33])  # the first of the clients started at 11 s
+    assert dropped1 == list(range(1, 33))  # c1..c32: ended at 1..11 s on version 0
+
+
 def test_fedbuff_transfers_share_the_server_links_and_a_battery_stops_its_client() -> None:
     """Concurrency 3, buffer 2, links 4 B/s down and 2 B/s up, no latency; each client downloads
     4 B (own 4 B/s), computes 1 s, uploads 2 B (own 2 B/s). c2's battery runs out 1.5 s into its

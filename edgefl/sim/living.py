@@ -17,8 +17,11 @@ the moment it goes offline: the process stops there, its work is lost and it upl
   downloads the current model version; the server aggregates every `buffer` uploads, each weighted by
   s(tau) = 1 / sqrt(1 + tau), tau its staleness (aggregations since its download; the paper's
   polynomial staleness scaling, §5, with exponent 1/2), and drops uploads with tau > `max_staleness`
-  (status `dropped`). `Buffered` plays it; what a client trains and what an aggregation does are the
-  caller's (edgefl.experiment.living).
+  (status `dropped`). The server aggregates one buffer at a time, for `server_s` each: uploads
+  that arrive meanwhile wait for it, in arrival order, `buffer` at a time, their staleness checked
+  again when their aggregation starts (a server slower than the uploads drops the backlog as it
+  ages). `Buffered` plays it; what a client trains and what an aggregation does are the caller's
+  (edgefl.experiment.living).
 """
 
 from __future__ import annotations
@@ -236,6 +239,7 @@ class Buffered:
         self.buffer: list[Started] = []
         self.ended: list[Started] = []
         self.aggregated = self.env.event()
+        self.serving = False  # an aggregation is under way (server_s > 0)
         self.open_slots = concurrency
         for _ in range(concurrency):
             self.env.process(self._slot())
@@ -280,22 +284,40 @@ class Buffered:
         if len(self.buffer) < self.size:
             if len(self.ended) >= stall_runs(self.size):
                 raise Stalled(len(self.buffer))  # ends the SimPy run: the caller says why
+        elif not self.serving:
+            self._serve()
+
+    def _serve(self) -> None:
+        """Aggregate the first `buffer` uploads waiting: at once, or after the server's time (clients
+        starting meanwhile download the version before). Uploads gone stale while they waited for
+        the server are dropped first; with too few left, nothing is served yet."""
+        for job in self.buffer:  # staleness as of the aggregation that folds it in
+            job.outcome.staleness = self.version - job.version
+            if job.outcome.staleness > self.max_staleness:
+                job.outcome.status = DROPPED
+        self.buffer = [job for job in self.buffer if job.outcome.status == COMPLETED]
+        if len(self.buffer) < self.size:
+            return
+        batch, self.buffer = self.buffer[:self.size], self.buffer[self.size:]
+        waiting = {id(job) for job in self.buffer}  # logged with the aggregation that folds them
+        ended = [job for job in self.ended if id(job) not in waiting]
+        self.ended = [job for job in self.ended if id(job) in waiting]
+        server = self.server_s()
+        if server > 0:
+            self.serving = True
+            self.env.process(self._after(server, batch, ended))
         else:
-            (batch, self.buffer), (ended, self.ended) = (self.buffer, []), (self.ended, [])
-            server = self.server_s()
-            if server > 0:  # clients starting meanwhile download the version before
-                self.env.process(self._after(server, batch, ended))
-            else:
-                self._aggregate(batch, ended)
+            self._aggregate(batch, ended)
 
     def _after(self, server_s: float, batch: list[Started], ended: list[Started]
                ) -> Generator[simpy.Event, Any, None]:
         yield self.env.timeout(server_s)
+        self.serving = False
         self._aggregate(batch, ended)
+        if len(self.buffer) >= self.size:  # filled while the server worked
+            self._serve()
 
     def _aggregate(self, batch: list[Started], ended: list[Started]) -> None:
-        for job in batch:  # staleness as of the aggregation that folds it in
-            job.outcome.staleness = self.version - job.version
         self.fold(self.version, batch, ended)
         self.version += 1
         if not self.aggregated.triggered:  # two folds at one instant: the caller keeps both
