@@ -16,14 +16,14 @@ seed spread, and not the natural half:
     SFAT       clean 91.5 +- 6.2  PGD-20 54.1 +- 3.2  (per seed 56.7, 50.6, 55.0)
 
 PGD-20 is 2.0 points higher on average, near the paper's margin on CIFAR-10, and higher on every
-seed (by 0.6 to 4.2), but FedAvg-AT's seeds spread by 5 points; clean accuracy is 1.4 points
-lower. (Ranked by the whole round's mean loss instead of the last epoch's, before the release was
-followed there, SFAT gave 91.7 +- 5.4 / 55.1 +- 1.5.) Clients of one round are trained together by default (`training.group_clients`,
-edgefl.execution.grouped), which sums in another order than one-by-one training; over 30 rounds
-that moves each run by seed-noise sizes. One by one the same bench gave, before grouped training
-existed, FedAvg-AT 94.4 +- 1.5 / 53.4 +- 5.9 (58.3, 46.9, 55.0) and SFAT 90.6 +- 6.5 / 55.7 +- 1.7
-(53.9, 56.1, 57.2): +2.3 PGD-20 on average with SFAT lower on seed 0, and 3.8 clean points lower
-(`--seeds 0 --set training.group_clients=false` still gives 58.3 and 53.9).
+seed (by 0.6 to 4.2), but FedAvg-AT's seeds spread by 5 points; clean accuracy is 1.4 points lower.
+(Ranked by the whole round's mean loss instead of the last epoch's, before the release was followed
+there, SFAT gave 91.7 +- 5.4 / 55.1 +- 1.5.) Clients of one round are trained together by default
+(`training.group_clients`, edgefl.execution.grouped), which sums in another order than one-by-one
+training; over 30 rounds that moves each run by seed-noise sizes. One by one the same bench gave,
+before grouped training existed, FedAvg-AT 94.4 +- 1.5 / 53.4 +- 5.9 (58.3, 46.9, 55.0) and SFAT
+90.6 +- 6.5 / 55.7 +- 1.7 (53.9, 56.1, 57.2): +2.3 PGD-20 on average with SFAT lower on seed 0, and
+3.8 clean points lower (`--seeds 0 --set training.group_clients=false` still gives 58.3 and 53.9).
 
 Read line by line against App. D Alg. 1 (the loss ranking N_k/N L_k, the k_hat-th smallest as the
 threshold, ties included, the (1 + alpha) / (1 - alpha) boost times N_k, normalised, BN averaged
