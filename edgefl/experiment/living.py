@@ -45,7 +45,7 @@ from edgefl.execution.local import SERVER, seed_everything
 from edgefl.executors.executor import Executor
 from edgefl.experiment.energy import RoundEnergy
 from edgefl.experiment.prepare import Experiment
-from edgefl.experiment.rounds import RoundTable, each_priced, planned_jobs, priced
+from edgefl.experiment.rounds import RoundTable, each_priced, planned_jobs, priced, seen_duration
 from edgefl.methods.aggregate import State
 from edgefl.methods.base import ClientPlan, ClientUpdate, Method, grouped
 from edgefl.scenario import Scenario, check_mode
@@ -164,8 +164,9 @@ def live_round(exp: Experiment, live: Live, pricer: Pricer, fed: Federation, t: 
 
 
 def on_links(costs: Costs, rows: list[int], outcomes: list[Outcome]) -> Costs:
-    """The costs with the seconds each transfer took on the shared links where it ended (a transfer
-    that did not end keeps its time alone, what its energy is prorated on)."""
+    """The costs with the seconds each transfer took on the shared links (one cut midway: the seconds
+    it would have taken at its pace, edgefl.sim.living `_send`); one that never started keeps its
+    time alone."""
     down, up = costs.download_s.copy(), costs.upload_s.copy()
     for i, o in zip(rows, outcomes, strict=True):
         down[i] = down[i] if math.isnan(o.download_s) else o.download_s
@@ -275,7 +276,8 @@ class AsyncRounds:
         if charge is not None:
             p.charge_j = float(charge[0])
         loss = {} if p.update is None or out.status != COMPLETED else {job.client: p.update.loss}
-        self.selection.record(job.version, clients, np.array([out.stop_s - p.start_s]), loss)
+        seen = seen_duration(np.array([out.stop_s - p.start_s]), np.array([out.status]), costs)
+        self.selection.record(job.version, clients, seen, loss)
 
     def costs(self, jobs: list[Started]) -> Costs:
         """The jobs' costs with the seconds their transfers took on the shared links."""

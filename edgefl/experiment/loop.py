@@ -273,15 +273,17 @@ def _trained(exp: Experiment, executor: Executor, table: RoundTable, clients: li
     aggregate: the round's table, its mean training loss and each client's
     measured training seconds (NaN where none was); `selection` records what the round showed."""
     s, m, t = exp.scenario, exp.method, table.round
-    n, durations = len(table.states.clients), table.finish_s - table.start_s
+    n = len(table.states.clients)
+    ran = np.ones(n, dtype=bool) if table.dropped is None else ~table.dropped  # a battery too low: not run
+    shown = table.states.clients[ran], table.seen_s()[ran]
     if exp.dry_run or not clients:
         m.skip(t, clients)
-        selection.record(t, table.states.clients, durations, {})
+        selection.record(t, *shown, {})
         return table, "", np.full(n, np.nan)
     arriving = set(clients)
     updates = executor.train(t, {k: p for k, p in by_client(table.plan, table.states.clients).items()
                                  if k in arriving})
-    selection.record(t, table.states.clients, durations, {u.client: u.loss for u in updates})
+    selection.record(t, *shown, {u.client: u.loss for u in updates})
     seed_everything(s.seed, t, SERVER)  # the server's stream: the same wherever the clients trained
     m.aggregate(t, updates)
     measured = {u.client: u.real_compute_s for u in updates}

@@ -54,6 +54,11 @@ class RoundTable:
     def duration_s(self) -> float:
         return self.end_s - self.start_s
 
+    def seen_s(self) -> np.ndarray:
+        """Each client's duration as the selection policy learns it (`seen_duration`)."""
+        ran = self.finish_s - (self.start_s if self.begin_s is None else self.begin_s)
+        return ran if self.status is None else seen_duration(ran, self.status, self.costs)
+
     @property
     def straggler(self) -> int:
         """The row of the first client to finish last (of those that completed, on a living fleet
@@ -61,6 +66,14 @@ class RoundTable:
         done = self.finish_s if self.status is None or not (self.status == COMPLETED).any() else np.where(
             self.status == COMPLETED, self.finish_s, -np.inf)
         return int(np.argmax(done))
+
+
+def seen_duration(ran: np.ndarray, status: np.ndarray, costs: Costs) -> np.ndarray:
+    """Download to upload where a client completed; where it stopped early (late, dropped, offline),
+    the longer of what it ran and its priced work (a transfer cut on the shared links counts what it
+    took), so that a straggler cut at a deadline still shows the selection (Oort's t_i) how slow it is."""
+    priced = np.nansum([costs.download_s, costs.data_access_s, costs.compute_s, costs.upload_s], axis=0)
+    return np.where(status == COMPLETED, ran, np.maximum(ran, priced))
 
 
 def bulk_round(pool: DevicePool, method: Method, pricer: Pricer, fed: Federation, t: int,

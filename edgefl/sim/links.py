@@ -18,7 +18,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,10 +81,12 @@ class Sharing:
         self._place(i, nbytes, capped=False)
         self._settle()
 
-    def stop(self, i: int) -> None:
-        """Transfer i stops now, its bytes not through."""
+    def stop(self, i: int) -> float:
+        """Transfer i stops now, its bytes not through; returns how many those are."""
+        left = (self.key[i] - self.now) * self.cap[i] if self.capped[i] else self.key[i] - self.v
         self._remove(i)
         self._settle()
+        return max(left, 0.0)
 
     def ended(self) -> list[int]:
         """The transfers through by now, removed: the capped ones, then the shared ones."""
@@ -217,11 +219,18 @@ class SharedLink:
         self._names = itertools.count()
         self._wake, self._at = 0, math.nan  # the pending wake-up's number (older ones are stale), time
 
-    def transfer(self, env: simpy.Environment, nbytes: float, client_bps: float
-                 ) -> Generator[simpy.Event, Any, None]:
-        """Send `nbytes` at most `client_bps` bytes/s, sharing the link with every transfer under way."""
+    def transfer(self, env: simpy.Environment, nbytes: float, client_bps: float,
+                 cut: Callable[[float], None] | None = None) -> Generator[simpy.Event, Any, None]:
+        """Send `nbytes` at most `client_bps` bytes/s, sharing the link with every transfer under way;
+        a transfer interrupted first tells `cut` the share of its bytes that got through."""
         if math.isinf(self.capacity):
-            yield env.timeout(nbytes / client_bps)
+            begin = float(env.now)
+            try:
+                yield env.timeout(nbytes / client_bps)
+            except simpy.Interrupt:
+                if cut is not None:
+                    cut(min((float(env.now) - begin) * client_bps / nbytes, 1.0) if nbytes > 0 else 1.0)
+                raise
             return
         i = next(self._names)
         done = self.done[i] = env.event()
@@ -231,10 +240,13 @@ class SharedLink:
         try:
             yield done
         except simpy.Interrupt:  # its client stopped: the others share the link without it
+            left = 0.0
             if self.done.pop(i, None) is not None:  # (not through at this same instant)
                 self.sharing.advance(float(env.now))
-                self.sharing.stop(i)
+                left = self.sharing.stop(i)
                 self._schedule()
+            if cut is not None:
+                cut(1.0 - left / nbytes if nbytes > 0 else 1.0)
             raise
 
     def _schedule(self) -> None:

@@ -81,14 +81,24 @@ def staleness_weight(tau: int) -> float:
 
 
 def _send(env: simpy.Environment, net: Net, up: bool, out: Outcome) -> Generator[simpy.Event, Any, None]:
-    """The client's download (or upload) on its shared link, then its latency; its seconds noted."""
-    t, begin = net.transfer, float(env.now)
+    """The client's download (or upload) on its shared link, then its latency; its seconds noted.
+    One interrupted midway notes the seconds it would have taken at the pace it had, s / share (the
+    share of its bytes through), so that prorating its phases (edgefl.experiment.energy `worked`)
+    charges the seconds it ran and the bytes it sent, and no later phase."""
+    t, begin, name = net.transfer, float(env.now), "upload_s" if up else "download_s"
+
+    def cut(share: float) -> None:
+        if share > 0:
+            setattr(out, name, (float(env.now) - begin) / share)
+
     if up:
-        yield from net.up.transfer(env, t.up_bytes, t.up_bps)
+        yield from net.up.transfer(env, t.up_bytes, t.up_bps, cut)
     else:
-        yield from net.down.transfer(env, t.down_bytes, t.down_bps)
-    yield env.timeout(t.latency_s)
-    setattr(out, "upload_s" if up else "download_s", float(env.now) - begin)
+        yield from net.down.transfer(env, t.down_bytes, t.down_bps, cut)
+    try:
+        yield env.timeout(t.latency_s)
+    finally:  # through, or interrupted in the latency: its bytes all sent
+        setattr(out, name, float(env.now) - begin)
 
 
 def _work(env: simpy.Environment, phases: Sequence[float], out: Outcome,
