@@ -235,6 +235,9 @@ def test_both_count_a_teacher_per_client_feddf_a_student_per_member() -> None:
     assert flops["fedet_at"] == distill_flops(teachers, m.profiles["smallcnn"], 2, 64)
     assert flops["feddf_at"] == pytest.approx(
         sum(distill_flops(teachers, m.profiles[n], 2, 64) for n in m.names), rel=1e-12)
+    # only clients 0 and 2 arrive (a deadline round): only their models teach (FedET's server model)
+    arrived = [m.profiles[n] for n in ("smallcnn", "digits_cnn")]
+    assert m.server_flops(0, [0, 2]) == distill_flops(arrived, m.profiles["smallcnn"], 2, 64)
 
 
 # --- end to end -----------------------------------------------------------------------------

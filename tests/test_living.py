@@ -69,6 +69,18 @@ def test_a_deadline_round_closes_once_the_target_has_reported() -> None:
     assert r.close_s == 7.0
 
 
+def test_the_server_time_is_asked_at_the_close_for_the_clients_whose_uploads_count() -> None:
+    # target 2: A at 4 s and B at 7 s count, C is dropped; the server spends 10 s per counted update
+    asked: list[list[int]] = []
+
+    def server_s(counted: list[int]) -> float:
+        asked.append(list(counted))
+        return 10.0 * len(counted)
+
+    r = play_round(Federation(), JOBS, Always(), target=2, deadline_s=math.inf, server_s=server_s)
+    assert asked == [[0, 1]] and (r.close_s, r.end_s) == (7.0, 27.0)
+
+
 def test_a_client_going_offline_is_interrupted_and_uploads_nothing() -> None:
     # client 1 is online [0, 5) of a 100 s period: it would upload at 7 s, it is interrupted at 5
     avail = from_mapping({"0": [[0, 100]], "1": [[0, 5]], "2": [[0, 100]]})

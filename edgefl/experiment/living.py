@@ -135,12 +135,12 @@ def select_online(live: Live, pool: DevicePool, fed: Federation, t: int, where: 
 
 
 def live_round(exp: Experiment, live: Live, pricer: Pricer, fed: Federation, t: int,
-               server_s: Callable[[], float], energy: RoundEnergy,
+               server_s: Callable[[list[int]], float], energy: RoundEnergy,
                choose: Choose | None = None) -> RoundTable:
     """Round t of a sync or deadline round on a living fleet; `energy` drops the clients whose
     battery cannot cover their whole work (status `dropped`, nothing done), shares the server's
     links and prices the work each other client did; `choose` picks the round's clients among those
-    online (select_online)."""
+    online (select_online); `server_s(clients whose updates count)` is the server's time."""
     picked = select_online(live, exp.pool, fed, t, exp.where, choose)
     clients = picked.clients if isinstance(picked, Picked) else picked
     gathered, plan, costs = (priced if exp.bulk else each_priced)(exp.pool, exp.method, pricer, t, clients)
@@ -148,14 +148,14 @@ def live_round(exp: Experiment, live: Live, pricer: Pricer, fed: Federation, t: 
     played = [i for i in range(len(clients)) if not dropped[i]]
     transfers = energy.transfers(gathered, plan, played)
     r = play_round(fed, [(int(clients[i]), phases(costs.cost(i))) for i in played], live.avail, live.target,
-                   live.deadline_s, server := server_s(),
+                   live.deadline_s, server_s,
                    None if transfers is None else (energy.links, transfers))
     status, stop = np.full(len(clients), DROPPED, dtype=np.int64), np.full(len(clients), r.start_s)
     status[played] = [o.status for o in r.outcomes]
     stop[played] = [o.stop_s for o in r.outcomes]
     costs = on_links(costs, played, r.outcomes)
     wait = np.where(status == COMPLETED, r.close_s - stop, 0.0)
-    table = RoundTable(t, r.start_s, r.end_s, server, gathered, plan, costs, stop, wait, status,
+    table = RoundTable(t, r.start_s, r.end_s, r.end_s - r.close_s, gathered, plan, costs, stop, wait, status,
                        picked=picked if isinstance(picked, Picked) else None)
     table.energy_j = energy.living(gathered, plan, costs, stop - r.start_s, wait, dropped, stop + wait)
     if energy.battery is not None:

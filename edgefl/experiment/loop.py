@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -244,8 +244,8 @@ def _player(exp: Experiment, executor: Executor, fed: Federation, pricer: Pricer
     a living fleet's rounds (with batteries), or FedBuff's aggregations."""
     s, m = exp.scenario, exp.method
 
-    def server_s(t: int) -> float:
-        return s.cost.server_s + m.server_flops(t) / (s.cost.server_gflops * 1e9)
+    def server_s(t: int, arrived: Collection[int] | None = None) -> float:
+        return s.cost.server_s + m.server_flops(t, arrived) / (s.cost.server_gflops * 1e9)
 
     if s.round.mode == "async":
         rounds = AsyncRounds(exp, executor, fed, pricer, server_s, energy, selection)
@@ -261,7 +261,7 @@ def _player(exp: Experiment, executor: Executor, fed: Federation, pricer: Pricer
             return _trained(exp, executor, table, table.states.clients.tolist(), selection)
         choose = None if not selection.logged else (
             lambda online: selection.pick(t, online, live.selected))
-        table = live_round(exp, live, pricer, fed, t, lambda: server_s(t), energy, choose)
+        table = live_round(exp, live, pricer, fed, t, lambda arrived: server_s(t, arrived), energy, choose)
         return _trained(exp, executor, table, completed(table), selection)
 
     return play

@@ -10,7 +10,7 @@ differ (`client_model`, `local_objective`, `optimizer`, `hooks`, `after_local`).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -226,8 +226,9 @@ class Method(ABC):
         last module's stage); the run then stops."""
         return False
 
-    def server_flops(self, round_: int) -> float:
-        """FLOPs the server spends this round beside averaging (charged at cost.server_gflops)."""
+    def server_flops(self, round_: int, clients: Collection[int] | None = None) -> float:
+        """FLOPs the server spends this round beside averaging (charged at cost.server_gflops), on
+        the updates of `clients` (None: every planned client's)."""
         return 0.0
 
     def round_info(self) -> dict[str, Any]:

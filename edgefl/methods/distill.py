@@ -34,7 +34,7 @@ from __future__ import annotations
 import copy
 import itertools
 from abc import abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -245,10 +245,10 @@ class DistillAT(FedAvgAT):
         """The round's members, for `server_flops`."""
         self.members = {k: p.member for k, p in plans.items()}
 
-    def server_flops(self, round_: int) -> float:
-        """Every distilled member's distillation, with every client's model as a teacher."""
+    def server_flops(self, round_: int, clients: Collection[int] | None = None) -> float:
+        """Every distilled member's distillation, with each arriving client's model as a teacher."""
         d = self.ctx.scenario.knobs(DistillConfig)
-        teachers = [self.profiles[n] for n in self.members.values()]
+        teachers = [self.profiles[n] for k, n in self.members.items() if clients is None or k in clients]
         batch = min(d.server_batch, d.public_samples)
         return sum(distill_flops(teachers, self.profiles[n], d.server_iters, batch) for n in self.distilled())
 

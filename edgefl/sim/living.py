@@ -147,10 +147,11 @@ class LiveRound:
 
 
 def play_round(fed: Federation, jobs: Sequence[tuple[int, Sequence[float]]], avail: Availability,
-               target: int, deadline_s: float, server_s: float,
+               target: int, deadline_s: float, server_s: float | Callable[[list[int]], float],
                shared: tuple[Links, Sequence[Transfer]] | None = None) -> LiveRound:
     """One round of `jobs` (client, phase seconds): closed at `deadline_s` (inf: none), once `target`
-    clients have uploaded, or once every client has stopped; then the server spends `server_s`.
+    clients have uploaded, or once every client has stopped; then the server spends `server_s` (or
+    `server_s(the clients whose uploads count)`, asked at the close).
     With `shared` (the server's links, each job's transfers) downloads and uploads share the links
     (their seconds in each Outcome)."""
     env = fed.env
@@ -163,13 +164,14 @@ def play_round(fed: Federation, jobs: Sequence[tuple[int, Sequence[float]]], ava
     def round_() -> Generator[simpy.Event, Any, None]:
         start = float(env.now)
         outcomes = [Outcome(k) for k, _ in jobs]
-        enough, count = env.event(), [0]
+        enough, counted = env.event(), list[int]()
 
         def reported(o: Outcome) -> None:
-            count[0] += 1
-            if count[0] > target:
+            if len(counted) >= target:
                 o.status = DROPPED
-            elif count[0] == target:
+                return
+            counted.append(o.client)
+            if len(counted) == target:
                 enough.succeed()
 
         procs = [start_client(env, phases, avail, o, reported, net)
@@ -183,7 +185,7 @@ def play_round(fed: Federation, jobs: Sequence[tuple[int, Sequence[float]]], ava
             if p.is_alive:
                 p.interrupt(cause)
         close = float(env.now)
-        yield env.timeout(server_s)
+        yield env.timeout(server_s(counted) if callable(server_s) else server_s)
         result.append(LiveRound(start, close, float(env.now), outcomes))
 
     env.run(until=env.process(round_()))
