@@ -211,7 +211,8 @@ def read_trace(path: Path, allow_pickle: bool, where: str) -> Intervals:
     and the run read the same file: it is parsed once while its size and mtime stay the same."""
     key = "fleet.availability"
     if not path.is_file():
-        raise EdgeflError(where, key, f"no trace file {str(path)!r}; give always, diurnal or a trace's path")
+        raise EdgeflError(where, key, f"no trace file {str(path)!r}; give always, diurnal or a trace's path "
+                          "(a relative one is read from the scenario file's folder)")
     suffix = path.suffix.lower()
     if suffix not in (".csv", ".json", *PICKLES):
         raise EdgeflError(where, key, f"unknown trace type {suffix!r}; use .csv or .json "
