@@ -1,8 +1,9 @@
 """Federated partitions of a labelled training set, each client keeping a validation slice.
 
 * `iid`: a seeded shuffle cut into equal parts.
-* `dirichlet` (Hsu, Qi & Brown, "Measuring the effects of non-identical data distribution for
-  federated visual classification", 2019): per class, shares over clients drawn from Dir(alpha).
+* `dirichlet`: per class, shares over clients drawn from Dir(alpha) (the per-class split of
+  Yurochkin et al., ICML 2019, and Wang et al.'s FedMA, ICLR 2020; Hsu, Qi & Brown 2019 instead
+  draw each client's class mix from Dir(alpha p)).
 * `20-80` (FedProphet §7.1): 20 % of the samples dealt IID; the other 80 % sorted by label, cut
   into clients x shards_per_client shards, each client taking shards_per_client of them.
 * `skew` (Shah et al. §4): the label-sorted data cut into K = clients groups; client k takes
