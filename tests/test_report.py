@@ -96,11 +96,13 @@ def test_a_client_stopped_early_counts_its_phases_up_to_where_it_stopped(tmp_pat
         {"compute": 70, "data_access": 8.5, "comm": 6.5, "wait": 15, "server": 0})
 
 
-def test_an_async_breakdown_is_the_mean_slots_from_the_events(tmp_path: Path) -> None:
+@pytest.mark.parametrize("server", [0, 5])
+def test_an_async_breakdown_is_the_mean_slots_from_the_events(tmp_path: Path, server: int) -> None:
     """Two slots over 12 s. Client 0: download 0-1, data access 1-2, compute 2-10, upload 10-11; client
     1: download 0-1, compute 1-5, upload 5-6. Per slot: compute (8 + 4) / 2 = 6, data access 1 / 2,
-    comm (2 + 2) / 2 = 2, wait 12 - 8.5 = 3.5."""
-    run = write_run(tmp_path / "async", "jfat", [{"round": 0, "sim_time_s": 12, "server_s": 0}],
+    comm (2 + 2) / 2 = 2, wait 12 - 8.5 = 3.5. A server aggregating for 5 s works beside the slots:
+    their wait stays 3.5 s (not 3.5 - 5)."""
+    run = write_run(tmp_path / "async", "jfat", [{"round": 0, "sim_time_s": 12, "server_s": server}],
                     [(0, 1e6, 1e6, 1, 1, 8, 1, 0), (0, 1e6, 1e6, 1, 0, 4, 1, 0)])
     with open(run / "scenario.toml", "a") as f:
         f.write('\n[round]\nmode = "async"\nconcurrency = 2\n')
@@ -109,7 +111,7 @@ def test_an_async_breakdown_is_the_mean_slots_from_the_events(tmp_path: Path) ->
     (run / "events.csv").write_text("round,client,phase,start_s,end_s\n"
                                     + "".join(f"0,{k},{p},{a},{b}\n" for k, p, a, b in spans))
     assert breakdown(load_run(run)) == pytest.approx(
-        {"compute": 6, "data_access": 0.5, "comm": 2, "wait": 3.5, "server": 0})
+        {"compute": 6, "data_access": 0.5, "comm": 2, "wait": 3.5, "server": server})
 
 
 def test_table_by_hand(runs: list[Path]) -> None:

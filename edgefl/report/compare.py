@@ -185,10 +185,15 @@ def breakdown(run: Run) -> dict[str, float]:
     what is left of its round, like a finished client's wait for the stragglers (and any time the
     round waited for a device to come online), is wait. Async: the mean over the
     min(`round.concurrency`, clients) slots of the phases in the events log (cut where a client
-    stopped); a slot's time without a client working is wait."""
-    work = _slot_work(run) if _mode(run) == "async" else _round_work(run)
+    stopped); a slot's time without a client working is wait, and the server aggregates beside the
+    slots (edgefl.sim.living `Buffered`), so its time is not part of theirs: the other parts add up
+    to the simulated time, the server's comes on top. (A client still working when an async run
+    ends is in no log: its slot's time since its start counts as wait.)"""
+    asynchronous = _mode(run) == "async"
+    work = _slot_work(run) if asynchronous else _round_work(run)
     server = sum(float(r["server_s"]) for r in run.metrics)
-    return {**work, "wait": sim_time(run) - server - sum(work.values()), "server": server}
+    beside = 0.0 if asynchronous else server
+    return {**work, "wait": sim_time(run) - beside - sum(work.values()), "server": server}
 
 
 WORK = {"download_s": "comm", "data_access_s": "data_access", "compute_s": "compute", "upload_s": "comm"}
