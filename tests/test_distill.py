@@ -238,6 +238,7 @@ def test_both_count_a_teacher_per_client_feddf_a_student_per_member() -> None:
     # only clients 0 and 2 arrive (a deadline round): only their models teach (FedET's server model)
     arrived = [m.profiles[n] for n in ("smallcnn", "digits_cnn")]
     assert m.server_flops(0, [0, 2]) == distill_flops(arrived, m.profiles["smallcnn"], 2, 64)
+    assert m.server_flops(0, []) == 0.0  # no update arrived: the round distils nothing
 
 
 # --- end to end -----------------------------------------------------------------------------

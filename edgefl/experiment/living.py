@@ -275,7 +275,8 @@ class AsyncRounds:
         charge = self.energy.charge(states)
         if charge is not None:
             p.charge_j = float(charge[0])
-        loss = {} if p.update is None or out.status != COMPLETED else {job.client: p.update.loss}
+        uploaded = out.status in (COMPLETED, DROPPED)  # async drops only stale uploads: the loss came
+        loss = {} if p.update is None or not uploaded else {job.client: p.update.loss}
         seen = seen_duration(np.array([out.stop_s - p.start_s]), np.array([out.status]), costs)
         self.selection.record(job.version, clients, seen, loss)
 

@@ -249,6 +249,8 @@ class DistillAT(FedAvgAT):
         """Every distilled member's distillation, with each arriving client's model as a teacher."""
         d = self.ctx.scenario.knobs(DistillConfig)
         teachers = [self.profiles[n] for k, n in self.members.items() if clients is None or k in clients]
+        if not teachers:  # no update arrived: nothing is distilled
+            return 0.0
         batch = min(d.server_batch, d.public_samples)
         return sum(distill_flops(teachers, self.profiles[n], d.server_iters, batch) for n in self.distilled())
 

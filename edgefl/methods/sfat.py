@@ -70,8 +70,8 @@ class Slack(FedAvgAT):
 
     def scored_iterations(self, plan: ClientPlan, samples: int) -> int:
         """L_k is the last local epoch's mean loss (the release's update_weights_at resets its sum
-        every epoch): its last ceil(N_k / B) iterations (batches walk through fresh permutations,
-        so these are the last N_k samples drawn)."""
+        every epoch): about its last epoch, its last ceil(N_k / B) full batches (batches walk on
+        across fresh permutations, where the release ends an epoch with a short one)."""
         return math.ceil(samples / min(plan.workload.batch, samples))
 
     def combine(self, round_: int, updates: list[ClientUpdate]) -> State:

@@ -83,7 +83,7 @@ class Sharing:
 
     def stop(self, i: int) -> float:
         """Transfer i stops now, its bytes not through; returns how many those are."""
-        left = (self.key[i] - self.now) * self.cap[i] if self.capped[i] else self.key[i] - self.v
+        left = self._left(i)
         self._remove(i)
         self._settle()
         return max(left, 0.0)
@@ -130,9 +130,13 @@ class Sharing:
             self.capped_sum = 0.0
         return i
 
+    def _left(self, i: int) -> float:
+        """Transfer i's bytes to go."""
+        return (self.key[i] - self.now) * self.cap[i] if self.capped[i] else self.key[i] - self.v
+
     def _move(self, i: int) -> None:
         """Transfer i across the level, its bytes to go carried over."""
-        left = (self.key[i] - self.now) * self.cap[i] if self.capped[i] else self.key[i] - self.v
+        left = self._left(i)
         self._detach(i)
         self._place(i, left, not self.capped[i])
 

@@ -232,10 +232,12 @@ class Buffered:
 
     `pick(version, busy)` starts a client not in `busy` on the current version (a `Started`), or
     says when to look again (a time in seconds; inf: never, and the slot closes) when no device
-    is online; `ended(job)` hears of each client that stopped, at once; `aggregate(version, buffer,
-    ended)` folds the buffer's uploads into the model as version `version` + 1, given every client
-    that ended since the last aggregation, after the server's `server_s()` seconds. With `links`
-    the clients' transfers share the server's links (each Started's `transfer`)."""
+    is online; `ended(job)` hears of each client that stopped, at once (an upload it hears of as
+    completed may still be dropped, gone stale while it waited for the server); `aggregate(version,
+    batch, ended)` folds the first `buffer` uploads waiting into the model as version `version` + 1,
+    after the server's `server_s()` seconds, given every client that ended since the last
+    aggregation but those still waiting. With `links` the clients' transfers share the server's
+    links (each Started's `transfer`)."""
 
     def __init__(self, fed: Federation, avail: Availability, concurrency: int, buffer: int,
                  max_staleness: int, pick: Callable[[int, set[int]], Started | float],
