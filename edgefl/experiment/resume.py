@@ -103,10 +103,10 @@ def _pending(path: Path) -> bytes | None:
 
 
 def changed_profiles(marker: dict[str, Any], digests: dict[str, str]) -> str:
-    """What changed among a run's profile files and trace, by name where its marker keeps each
-    file's digest."""
+    """What changed among a run's profile files and trace, by name (its marker keeps each file's
+    digest: a marker without them is another edgefl's, refused before)."""
     keys = sorted({k for k in marker if k.startswith("profile:")} | set(digests))
     changed = [k.removeprefix("profile:") for k in keys if marker.get(k) != digests.get(k)]
-    if not changed or not any(k.startswith("profile:") for k in marker):
+    if not changed:  # the same files, found in another order
         return "a device, app or network profile or the availability trace the run uses has changed"
     return f"the run's file{'s' if len(changed) > 1 else ''} {', '.join(changed)} changed"
