@@ -3,15 +3,29 @@ each stepped through by hand."""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from edgefl.cli import main
 from edgefl.errors import EdgeflError
+from edgefl.experiment import prepare
+from edgefl.scenario import load_scenario
+from edgefl.sim.cost import plan_seconds
 from edgefl.sim.paging import candidates, peak, whole
 from edgefl.sim.records import AtomProfile, LayerProfile
-from edgefl.sim.swap import ImpossibleBudget, SwapWalk, Traffic, min_budget, walk
+from edgefl.sim.swap import (
+    ImpossibleBudget,
+    SwapWalk,
+    Traffic,
+    cheapest,
+    footprint,
+    min_budget,
+    traced_walks,
+    walk,
+)
 from edgefl.sim.workload import Workload
 
 
@@ -36,6 +50,11 @@ X0 = AtomProfile("x0", macs=10.0, params=10, in_elems=1, out_elems=1, saved_byte
                  weighted_in_elems=1)
 X1 = AtomProfile("x1", macs=10.0, params=10, in_elems=1, out_elems=1, saved_bytes=8.0,
                  weighted_in_elems=1)
+
+
+def moved(plan, t: Traffic) -> float:
+    """A device whose storage time is bytes moved, whatever the plan's compute."""
+    return t.read_bytes + t.write_bytes
 
 
 def workload(atoms, batch=1, iterations=1, attack_steps=0, slots=0) -> Workload:
@@ -65,7 +84,7 @@ def test_an_atom_that_does_not_fit_whole_is_paged_layer_by_layer_by_hand():
     w = workload([PAIR])
     with pytest.raises(ImpossibleBudget):
         SwapWalk(w, 100).run()  # whole atoms do not fit
-    traffic, evictions, plan = walk(w, 100)
+    plan, traffic, evictions = walk(w, 100, moved)
     assert [p.name for p in plan.parts] == ["a.l0", "a.l1"] and plan.micro == 1
     assert traffic == Traffic(4 + 40 + 40 + 48, 8 + 40, read_ops=4, write_ops=2)
     assert evictions == 3
@@ -78,14 +97,14 @@ def test_steady_iterations_of_a_paged_atom_by_hand():
     first = Traffic(4 + 40 + 40 + 48, 8 + 40, 4, 2)
     steady = Traffic(4 + 40 + 48, 40 + 8 + 40, 3, 3)
     for n in (2, 5):
-        assert walk(workload([PAIR], iterations=n), 100)[0] == first + steady.times(n - 1)
+        assert walk(workload([PAIR], iterations=n), 100, moved)[1] == first + steady.times(n - 1)
 
 
 def test_atoms_that_fit_stay_whole_next_to_one_that_is_paged():
     """With x0 in front the largest whole step is still the pair's 188 B; x0 alone needs
     4 + 8 + 80 + 8 = 100 B, so at 100 B x0 stays whole and only the pair is split."""
     w = workload([X0, PAIR])
-    _, _, plan = walk(w, 100)
+    plan, _, _ = walk(w, 100, moved)
     assert [p.name for p in plan.parts] == ["x0", "a.l0", "a.l1"]
     assert [p.atom for p in plan.parts] == [0, 1, 1]
 
@@ -109,25 +128,57 @@ def test_micro_batched_step_by_hand():
     w = workload([X0, X1], batch=2)
     assert [p.micro for p in candidates(w, 119)] == [2]
     assert candidates(w, 120)[0].micro == 1
-    traffic, evictions, plan = walk(w, 100)
+    plan, traffic, evictions = walk(w, 100, moved)
     assert plan.micro == 2
     assert traffic == Traffic(8 + 40 + 40 + 48 + 40 + 40 + 88, 8 + 40 + 40 + 8 + 40,
                               read_ops=2 + 6, write_ops=5)
     assert evictions == 8
 
 
-def test_the_cheaper_of_paging_and_micro_batching_is_walked():
+def test_every_plan_that_fits_is_walked_and_the_device_takes_its_fastest():
     """Both fit at 130 B for the pair at batch 2 (whole atom per sample: 4 + 8 + 160 + 16 = 188;
-    by layers at batch 2: 8 + 16 + 80 + 16 = 120); the walk takes the fewer bytes moved."""
+    by layers at batch 2: 8 + 16 + 80 + 16 = 120). Then x0 and the pair at batch 4 and 190 B, per
+    micro-batch b: x0 whole 20b + 80, the pair whole 28b + 160, a layer of it 20b + 80. b = 4: x0
+    whole (160), the pair by layers (272 > 190); b = 2 the same (216 > 190); b = 1: both whole (188),
+    which is also all atoms whole micro-batched (once). `walk` returns the plan of fewest seconds
+    (here bytes moved, or operations)."""
     w = workload([PAIR], batch=2, iterations=3)
     plans = candidates(w, 130)
-    assert [(len(p.parts), p.micro) for p in plans] == [(2, 1)]  # the whole pair needs 188 even at 1
+    assert [(len(p.parts), p.micro) for p in plans] == [(2, 1), (2, 2)]  # the whole pair: 188 even at 1
     w = workload([X0, PAIR], batch=4, iterations=3)
-    plans = candidates(w, 190)
-    assert len(plans) == 2 and plans[0].micro < plans[1].micro
-    moved = [SwapWalk(w, 190, p).run() for p in plans]
-    best = min(moved, key=lambda t: (t.read_bytes + t.write_bytes, t.read_ops + t.write_ops))
-    assert walk(w, 190)[0] == best
+    walks, _ = traced_walks(w, 190)
+    assert [(len(p.parts), p.micro) for p, _, _ in walks] == [(3, 1), (3, 2), (2, 4)]
+    fewest = min(walks, key=lambda x: moved(x[0], x[1]))
+    assert walk(w, 190, moved) == fewest
+    operations = walk(w, 190, lambda plan, t: t.read_ops + t.write_ops)
+    assert operations == min(walks, key=lambda x: x[1].read_ops + x[1].write_ops)
+
+
+def test_whole_atoms_at_the_full_batch_are_the_one_plan_once_their_steps_fit_by_hand():
+    """x0, x1 at batch 2, iterations 2, budget 120 B: the full batch's largest step (120 B) fits,
+    with room 120 - 8 - 16 = 96 B for w0 + a0 + g0 = 40 + 16 + 40, so almost every step evicts;
+    it is still the one plan walked (jFAT swaps the model as it is; finer plans are for a step that
+    cannot run).
+
+    iteration 1: batch read 8; fwd x0 fetch w0 (40); fwd x1 evict w0, fetch w1 (40); bwd x1 evict
+    a0 (write 16); bwd x0 evict w1* (write 40), fetch w0 + a0 (56)       read 144, write 56, ops 4 + 2
+    iteration 2: batch 8; fwd x0 nothing; fwd x1 evict w0* (write 40), fetch w1 (40); bwd x1 evict a0
+    (write 16); bwd x0 evict w1* (write 40), fetch w0 + a0 (56)          read 104, write 96, ops 3 + 3
+    """
+    w = workload([X0, X1], batch=2, iterations=2)
+    walks, _ = traced_walks(w, 120)
+    assert [(len(p.parts), p.micro) for p, _, _ in walks] == [(2, 1)]
+    assert walks[0][1:] == (Traffic(144 + 104, 56 + 96, 4 + 3, 2 + 3), 6)
+
+
+def test_below_that_the_device_s_seconds_choose_among_the_finer_plans():
+    """x0 and the pair at batch 4 and 190 B (the three plans of the test above): the plan taken is
+    the one of fewest seconds, whatever its place among the candidates."""
+    w = workload([X0, PAIR], batch=4, iterations=3)
+    walks, _ = traced_walks(w, 190)
+    assert walk(w, 190, lambda plan, t: plan.micro) == walks[0]
+    assert walk(w, 190, lambda plan, t: -plan.micro) == walks[2]
+    assert walk(w, 190, lambda plan, t: len(plan.parts)) == walks[2]  # the pair whole, 4 micro-batches
 
 
 def test_a_budget_below_the_smallest_step_is_refused():
@@ -137,11 +188,11 @@ def test_a_budget_below_the_smallest_step_is_refused():
     big = atom("b", layer("b.s0", 10, 8.0), layer("b.s1", 20, 4.0, out=2))
     w = workload([big], batch=2, slots=1)
     assert min_budget(w) == (260, "b.s1")
-    traffic, _, plan = walk(w, 260)
+    plan, traffic, _ = walk(w, 260, moved)
     assert (len(plan.parts), plan.micro) == (2, 2)
     assert traffic.read_bytes > 0
     with pytest.raises(ImpossibleBudget) as info:
-        walk(w, 259)
+        walk(w, 259, moved)
     assert isinstance(info.value, EdgeflError)
     assert info.value.key == "b.s1" and "b.s1" in str(info.value)
 
@@ -174,7 +225,29 @@ def test_a_device_smaller_than_the_smallest_step_is_told_to_go(tmp_path, capsys)
 def test_atoms_that_fit_walk_whole_as_before(budget):
     """From 188 B on the pair's whole step fits: the walk keeps the atom whole, one batch."""
     w = workload([PAIR], iterations=3)
-    traffic, evictions, plan = walk(w, budget)
+    plan, traffic, evictions = walk(w, budget, moved)
     assert [p.name for p in plan.parts] == ["a"] and plan.micro == 1
     reference = SwapWalk(w, budget)
     assert (traffic, evictions) == (reference.run(), reference.evictions)
+
+
+def test_more_memory_costs_a_device_no_more_on_each_side_of_the_full_batch_fitting():
+    """The quickstart's jFAT round (digits_cnn, batch 32, PGD-10) on each device of its pool, at 40
+    budgets from the smallest step to the footprint: the seconds of the plan the device runs
+    (storage and compute, edgefl.sim.cost.plan_seconds) never rise with the budget below the point
+    where whole atoms fit a step at the full batch, nor above it. At that point they may: the full
+    batch is then walked as it is (0.93 MB here; 1.8 s just below it on a Raspberry Pi 4, as four
+    micro-batches, and 8.4 s just above)."""
+    root = Path(__file__).resolve().parents[1] / "scenarios" / "quickstart.toml"
+    s = load_scenario(root)
+    exp = prepare(s, str(root), dry_run=True)
+    w = exp.method.plan(0, 0, exp.pool.state(0, 0)).workload
+    edge = max(peak(w, whole(w, i), w.batch) for i in range(len(w.atoms)))  # the largest whole step
+    below = np.linspace(min_budget(w)[0], edge, 20, endpoint=False).tolist()
+    above = np.linspace(edge, footprint(w), 20).tolist()
+    for side in (below, above):
+        walks = [traced_walks(w, b)[0] for b in side]
+        for device in exp.pool.kinds:
+            seconds = plan_seconds(w, device)
+            runs = [seconds(*cheapest(found, seconds)[:2]) for found in walks]
+            assert all(b <= a for a, b in itertools.pairwise(runs)), device.name

@@ -6,6 +6,7 @@ import itertools
 
 import pytest
 
+from edgefl.devices.catalog import load_catalog
 from edgefl.errors import EdgeflError
 from edgefl.sim.records import AtomProfile
 from edgefl.sim.swap import ImpossibleBudget, SwapWalk, Traffic, iteration_steps, min_budget
@@ -175,6 +176,7 @@ def test_footprint_is_where_evictions_stop_and_the_cached_walk_matches(attack_st
     from edgefl.sim.cost import walk_traffic
     from edgefl.sim.swap import footprint
 
+    device = load_catalog().devices["raspberry_pi_4"]
     w = workload(iterations=4, attack_steps=attack_steps, slots=slots)
     expected = 4 * (2 if attack_steps else 1) + 8 + 80 * (2 + slots) + 16
     assert footprint(w) == pytest.approx(expected)
@@ -182,7 +184,7 @@ def test_footprint_is_where_evictions_stop_and_the_cached_walk_matches(attack_st
         walk = SwapWalk(w, budget)
         traffic = walk.run()
         assert walk.evictions == 0
-        assert walk_traffic(w, budget) == (traffic, 0, 1)
+        assert walk_traffic(w, budget, device) == (traffic, 0, 1)
     tight = footprint(w) - 1
     walk = SwapWalk(w, tight)
-    assert walk_traffic(w, tight) == (walk.run(), walk.evictions, 1)
+    assert walk_traffic(w, tight, device) == (walk.run(), walk.evictions, 1)

@@ -4,11 +4,12 @@ The `walk` accounting (edgefl.sim.cost.WalkCost) is priced with NumPy: every fig
 operations on the same operands as `WalkCost.cost` takes client by client, so the columns equal the
 per-client costs to the bit (tests/test_bulk.py). Its expensive part, the swap walk (edgefl.sim.swap),
 depends on a client's available memory only through comparisons a larger budget passes more easily,
-so the budgets that walk alike form intervals (`traced_walk`'s trail tells them apart). `WalkIndex`
+so the budgets that walk alike form intervals (`traced_walks`' trail tells them apart). `WalkIndex`
 keeps the budgets it walked, in order, with their trails: a budget between two walked ones whose
 trails are equal walks as they do, and is looked up (np.searchsorted) instead of walked; the others
 are resolved by bisection, walking the middle budget of each undecided run. A fleet thus walks
-a few hundred budgets per workload over a whole run instead of one per swapping client-round. Other
+a few hundred budgets per workload over a whole run instead of one per swapping client-round. The
+plan each device kind runs is chosen once per (trail, kind), as `WalkCost` chooses it. Other
 accountings are priced client by client.
 """
 
@@ -27,12 +28,13 @@ from edgefl.sim.cost import (
     CostModel,
     WalkCost,
     full_speed_seconds,
+    plan_seconds,
     profile_rooflines,
     shared_seconds,
     storage_seconds,
     transfer_seconds,
 )
-from edgefl.sim.swap import Traffic, Trail, footprint, traced_walk
+from edgefl.sim.swap import Trail, Walk, cheapest, footprint, traced_walks
 from edgefl.sim.workload import Workload
 
 
@@ -88,9 +90,6 @@ class Costs:
         return ClientCost(**{f.name: getattr(self, f.name)[i].item() for f in fields(self)})
 
 
-Walked = tuple[Traffic, int, int]  # traffic, evictions, micro-batches per batch
-
-
 class WalkIndex:
     """The swap walks of one workload, by budget: the budgets walked (ascending) and the id of each
     one's trail; budgets between two walked ones with the same trail walk as they do."""
@@ -100,14 +99,14 @@ class WalkIndex:
         self.points = np.empty(0)
         self.path = np.empty(0, dtype=np.int64)
         self.trails: dict[Trail, int] = {}
-        self.results: list[Walked] = []  # per trail id
+        self.results: list[tuple[Walk, ...]] = []  # per trail id: the walk of every plan that fits
 
     def walk(self, budget: float) -> int:
         """Walk one budget; its trail's id."""
-        traffic, evictions, plan, trail = traced_walk(self.w, budget)
+        walks, trail = traced_walks(self.w, budget)
         if trail not in self.trails:
             self.trails[trail] = len(self.results)
-            self.results.append((traffic, evictions, plan.micro))
+            self.results.append(walks)
         return self.trails[trail]
 
     def lookup(self, budgets: np.ndarray) -> np.ndarray:
@@ -201,12 +200,14 @@ class Pricer:
         index = self.walks.setdefault(key, WalkIndex(key))
         budgets = s.memory_bytes[rows]  # as walk_traffic: the whole footprint walks as at infinity
         ids = index.lookup(np.where(footprint(w) <= budgets, math.inf, budgets))
-        results = index.results
-        read = np.array([r[0].read_bytes for r in results])[ids]
-        write = np.array([r[0].write_bytes for r in results])[ids]
-        ops = np.array([r[0].read_ops + r[0].write_ops for r in results])[ids]
-        micro = np.array([r[2] for r in results])[ids]
         kind = s.kind[rows]
+        pairs, inverse = np.unique(ids * len(self.pool.kinds) + kind, return_inverse=True)
+        chosen = [cheapest(index.results[i], plan_seconds(w, self.pool.kinds[k]))
+                  for i, k in zip(*divmod(pairs, len(self.pool.kinds)), strict=True)]
+        read = np.array([c[1].read_bytes for c in chosen])[inverse]
+        write = np.array([c[1].write_bytes for c in chosen])[inverse]
+        ops = np.array([c[1].read_ops + c[1].write_ops for c in chosen])[inverse]
+        micro = np.array([c[0].micro for c in chosen])[inverse]
         access = storage_seconds(read, write, ops, self.read_bw[kind], self.write_bw[kind],
                                  self.latency_ms[kind])
         if communication:
@@ -217,7 +218,7 @@ class Pricer:
         compute = shared_seconds(self._compute(w, kind, micro), s.flops[rows], self.pool.kind_flops[kind])
         return {"compute_s": compute, "data_access_s": access, "download_s": down, "upload_s": up,
                 "mem_req_bytes": np.full(len(rows), self.model.memory_need(w)),
-                "swapped": np.array([r[1] > 0 for r in results])[ids],
+                "swapped": np.array([c[2] > 0 for c in chosen])[inverse],
                 "read_bytes": read, "write_bytes": write}
 
     def _compute(self, w: Workload, kind: np.ndarray, micro: np.ndarray) -> np.ndarray:

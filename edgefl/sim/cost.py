@@ -29,8 +29,9 @@ from edgefl.devices.pool import DeviceState
 from edgefl.devices.profile import DeviceProfile
 from edgefl.sim.classes import device_rooflines
 from edgefl.sim.compute import Rooflines, iteration_of, round_seconds
+from edgefl.sim.paging import Plan
 from edgefl.sim.records import BYTES, AtomProfile, mem_req, paper_mem_req, paper_scale
-from edgefl.sim.swap import Traffic, footprint, min_budget, walk
+from edgefl.sim.swap import PlanSeconds, Traffic, Walk, cheapest, footprint, min_budget, traced_walks
 from edgefl.sim.workload import Workload, train_pass_flops
 
 
@@ -96,17 +97,31 @@ def shared_seconds(full_speed_s: Any, flops: Any, peak_flops: Any) -> Any:
     return full_speed_s / (flops / peak_flops)
 
 
-def walk_traffic(w: Workload, budget: float) -> tuple[Traffic, int, int]:
-    """(traffic, evictions, micro-batches per batch) of the swap walk. Every budget that holds the
-    round's whole footprint gives the same walk, and fleets repeat budgets (R_min), so walks are
-    cached."""
-    return _walk(w, math.inf if footprint(w) <= budget else budget)
+def walk_traffic(w: Workload, budget: float, device: DeviceProfile) -> tuple[Traffic, int, int]:
+    """(traffic, evictions, micro-batches per batch) of the swap walk `device` runs fastest
+    (`plan_seconds`). Every budget that holds the round's whole footprint gives the same walks, and
+    fleets repeat budgets (R_min), so walks are cached."""
+    plan, traffic, evictions = cheapest(_walks(w, math.inf if footprint(w) <= budget else budget),
+                                        plan_seconds(w, device))
+    return traffic, evictions, plan.micro
 
 
 @functools.lru_cache(maxsize=65536)
-def _walk(w: Workload, budget: float) -> tuple[Traffic, int, int]:
-    traffic, evictions, plan = walk(w, budget)
-    return traffic, evictions, plan.micro
+def _walks(w: Workload, budget: float) -> tuple[Walk, ...]:
+    return traced_walks(w, budget)[0]
+
+
+def plan_seconds(w: Workload, device: DeviceProfile) -> PlanSeconds:
+    """What a plan's walk costs `device` at full speed: its storage traffic and its compute in the
+    plan's micro-batches. A runtime picks its schedule for its device, not for the share a
+    co-running app leaves it at one moment (which scales every plan's compute alike)."""
+    roof = profile_rooflines(device)
+    read_bps, write_bps = device.storage_read_mbps * 1e6, device.storage_write_mbps * 1e6
+
+    def seconds(plan: Plan, t: Traffic) -> float:
+        return (storage_seconds(t.read_bytes, t.write_bytes, t.read_ops + t.write_ops, read_bps, write_bps,
+                                device.storage_latency_ms) + full_speed_seconds(w, roof, plan.micro))
+    return seconds
 
 
 class WalkCost:
@@ -135,7 +150,7 @@ class WalkCost:
 
     def cost(self, w: Workload, state: DeviceState) -> ClientCost:
         need = self.memory_need(w)
-        traffic, evictions, micro = walk_traffic(w, state.memory_bytes)
+        traffic, evictions, micro = walk_traffic(w, state.memory_bytes, state.device)
         dev = state.device
         ops = traffic.read_ops + traffic.write_ops
         access = storage_seconds(traffic.read_bytes, traffic.write_bytes, ops, dev.storage_read_mbps * 1e6,

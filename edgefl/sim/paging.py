@@ -5,14 +5,19 @@ atom's layers become the pieces (a layer's weights, gradient, optimizer state an
 activations are fetched and evicted on their own), or the batch is run as micro-batches of equal
 size with gradients accumulated (a step's activations, in-flight tensors and pinned batch shrink
 with the micro-batch; the parameters are walked once per micro-batch). Atoms whose step fits stay
-whole, so a workload whose atoms all fit walks exactly as before. Otherwise two plans are tried,
-each with as few micro-batches as fit: the atoms that do not fit by layers, and all atoms whole;
-the walk keeps the one that moves fewer bytes. The smallest budget any schedule runs in is the
-largest step of the finest one: every atom whole or by layers, whichever needs less, one sample at
-a time (FedProphet, Tang et al., §4 sets the problem: MemReq above the device's memory forces
-swapping). Not modelled: a layer whose backward reads a tensor saved by the layer before it (the
-first saver is charged, edgefl.profiling.atoms), a residual block's input held for its addition,
-and the per-micro-batch statistics of batch normalisation.
+whole, and while every atom's step fits at the full batch that is the one plan, however much it
+evicts (jFAT swaps the model as it is, FedProphet §3). Below that, every plan that fits is tried,
+at each number of micro-batches that divides the batch: the atoms that do not fit whole by layers,
+and all atoms whole; the device runs the one it runs fastest (edgefl.sim.cost.plan_seconds: its
+storage time plus its compute, which more micro-batches make longer). So a device's time falls
+as its memory grows on either side of that point, and can jump up across it: the quickstart's
+jFAT round on a Raspberry Pi 4 takes 1.8 s just below 0.93 MB, as four micro-batches, and 8.4 s
+just above, at the full batch, swapping.
+The smallest budget any schedule runs in is the largest step of the finest one: every atom whole or
+by layers, whichever needs less, one sample at a time (FedProphet, Tang et al., §4 sets the problem:
+MemReq above the device's memory forces swapping). Not modelled: a layer whose backward reads a
+tensor saved by the layer before it (the first saver is charged, edgefl.profiling.atoms), a residual
+block's input held for its addition, and the per-micro-batch statistics of batch normalisation.
 """
 
 from __future__ import annotations
@@ -100,16 +105,17 @@ def smallest_step(w: Workload) -> tuple[float, str]:
 
 
 def candidates(w: Workload, budget: float) -> list[Plan]:
-    """Whole atoms at the full batch if they fit; else the first plan that fits paging only the
-    atoms that do not fit whole (micro-batched as little as needed) and the first that fits
-    micro-batching whole atoms. Empty when none fits."""
+    """Whole atoms at the full batch if they fit; else, for each number of micro-batches that
+    divides the batch (fewest first), the plan paging only the atoms that do not fit whole and the
+    plan micro-batching whole atoms, those that fit, each once. Empty when none fits."""
     plain = whole_atoms(w)
     if _largest(w, plain.parts, w.batch)[0] <= budget:
         return [plain]
-    paged = next((p for m in divisors(w.batch) if (p := _paged(w, budget, m)) is not None), None)
-    micro = next((Plan(plain.parts, m) for m in divisors(w.batch)
-                  if _largest(w, plain.parts, w.batch // m)[0] <= budget), None)
-    return [p for p in dict.fromkeys((paged, micro)) if p is not None]
+    plans: list[Plan | None] = []
+    for m in divisors(w.batch):
+        fits = _largest(w, plain.parts, w.batch // m)[0] <= budget
+        plans += [_paged(w, budget, m), Plan(plain.parts, m) if fits else None]
+    return [p for p in dict.fromkeys(plans) if p is not None]
 
 
 def _paged(w: Workload, budget: float, micro: int) -> Plan | None:

@@ -13,10 +13,12 @@ the FLOPs are the same, the parameters are walked once per micro-batch and each 
 batch read. Iterations repeat until the resident state stops changing; the rest cost the same as
 the last.
 
-Every decision the walk takes on its budget (which plans fit, how much each step evicts) is a
-comparison that a larger budget can only pass more easily, so the budgets whose walks take the same
-path (`traced_walk`'s trail: the plans tried and each step's evictions) form an interval, and the
-walk's result is the same throughout it (edgefl.sim.bulk looks a round's budgets up that way).
+Every plan that fits is walked, and the device takes the one it runs fastest (`cheapest`, priced
+by edgefl.sim.cost). Every decision a walk takes on its budget (which plans fit, how much each
+step evicts) is a comparison that a larger budget can only pass more easily, so the budgets whose
+walks take the same path (`traced_walks`' trail: the plans tried and each step's evictions) form
+an interval, and the walks are the same throughout it (edgefl.sim.bulk looks a round's budgets up
+that way).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import functools
 import math
 from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from edgefl.errors import EdgeflError
@@ -190,32 +193,36 @@ class SwapWalk:
 
 
 Trail = tuple[tuple[Plan, tuple[int, ...]], ...]  # per plan tried: the evictions of each step
+Walk = tuple[Plan, Traffic, int]  # a plan, its traffic and its evictions
+PlanSeconds = Callable[[Plan, Traffic], float]  # what a plan's walk costs a device
 
 
-def walk(w: Workload, budget: float) -> tuple[Traffic, int, Plan]:
-    """(traffic, evictions, plan) of the cheapest plan that fits `budget`: whole atoms when they
-    fit, else the fewer bytes moved (then fewer operations) of paging by layers and micro-batching.
-    A budget no plan fits raises ImpossibleBudget at the smallest step."""
-    traffic, evictions, plan, _ = traced_walk(w, budget)
-    return traffic, evictions, plan
+def walk(w: Workload, budget: float, seconds: PlanSeconds) -> Walk:
+    """The walk of the plan that fits `budget` and costs the fewest `seconds` (`cheapest`); a
+    budget no plan fits raises ImpossibleBudget at the smallest step."""
+    return cheapest(traced_walks(w, budget)[0], seconds)
 
 
-def traced_walk(w: Workload, budget: float) -> tuple[Traffic, int, Plan, Trail]:
-    """`walk`, and its trail: two budgets with the same trail walk alike, and so does every budget
-    between them."""
-    best: tuple[float, int, Traffic, int, Plan] | None = None
+def cheapest(walks: Sequence[Walk], seconds: PlanSeconds) -> Walk:
+    """The walk of fewest `seconds`; on a tie fewer bytes moved, then fewer operations, then the
+    first (candidates' order: fewer micro-batches, paging before whole atoms)."""
+    return min(walks, key=lambda x: (seconds(x[0], x[1]), x[1].read_bytes + x[1].write_bytes,
+                                     x[1].read_ops + x[1].write_ops))
+
+
+def traced_walks(w: Workload, budget: float) -> tuple[tuple[Walk, ...], Trail]:
+    """The walk of every plan that fits `budget` (edgefl.sim.paging.candidates), and their trail:
+    two budgets with the same trail walk alike, and so does every budget between them."""
+    walks: list[Walk] = []
     trail: list[tuple[Plan, tuple[int, ...]]] = []
     for plan in candidates(w, budget):
         walker = SwapWalk(w, budget, plan)
-        t = walker.run()
+        walks.append((plan, walker.run(), walker.evictions))
         trail.append((plan, tuple(walker.trail)))
-        key = (t.read_bytes + t.write_bytes, t.read_ops + t.write_ops)
-        if best is None or key < best[:2]:
-            best = (*key, t, walker.evictions, plan)
-    if best is None:
+    if not walks:
         need, part = smallest_step(w)
         raise ImpossibleBudget(part, need, budget)
-    return best[2], best[3], best[4], tuple(trail)
+    return tuple(walks), tuple(trail)
 
 
 def min_budget(w: Workload) -> tuple[float, str]:
