@@ -26,6 +26,7 @@ from edgefl.experiment.living import Live, Pending, rebase, rebased, running_sta
 from edgefl.experiment.rounds import planned_jobs
 from edgefl.methods.aggregate import fedavg
 from edgefl.methods.base import ClientUpdate
+from edgefl.report.compare import breakdown, load_run, sim_time
 from edgefl.report.trace import chrome_trace
 from edgefl.scenario import load_scenario
 from edgefl.sim import availability
@@ -150,6 +151,49 @@ def test_fedbuff_four_updates_with_staleness_weights() -> None:
     assert taus == [{0: 0, 2: 0}, {1: 1, 3: 0}]
     assert xs[0] == 2.0
     assert xs[1] == pytest.approx(2 + (4 / math.sqrt(2) + 0.5) / 2, abs=1e-12)
+
+
+def test_the_run_s_end_gives_the_jobs_no_aggregation_logged_cut_at_the_end() -> None:
+    """Buffer 1, concurrency 2. c0 (1 s) and c1 (3 s) start at 0; c0 ends at 1 and is folded in
+    (version 1); c2 (1 s) starts on its slot at 1 and is folded in at 2. Stopped there, c1 is the
+    one job no aggregation logged, at work since 0 and cut at 2."""
+    fed = Federation()
+    seconds = {0: 1.0, 1: 3.0, 2: 1.0}
+    started: list[int] = []
+    logged: list[list[int]] = []
+
+    def pick(version: int, busy: set[int]) -> Started | float:
+        if len(started) == len(seconds):
+            return math.inf
+        started.append(len(started))
+        return Started(started[-1], (0.0, 0.0, seconds[started[-1]], 0.0))
+
+    server = Buffered(fed, Always(), 2, 1, 8, pick, lambda v, b, e: logged.append([j.client for j in e]),
+                      lambda: 0.0)
+    server.next_aggregation()
+    server.next_aggregation()
+    assert fed.now == 2.0 and logged == [[0], [2]]
+    (rest,) = server.stop()
+    assert rest.client == 1 and rest.outcome.stop_s == 2.0
+
+
+def test_an_async_run_logs_its_unfinished_clients_so_its_slots_never_idle_on_an_always_online_fleet(
+        tmp_path: Path) -> None:
+    """async-digits' devices are always online, so each of its 6 slots starts a client the moment the
+    last one ends: no slot time is waiting. The clients still at work at the run's end (and those
+    waiting for the server) are in events.csv under the last aggregation, cut at the end, and
+    only there: clients.csv logs the ones aggregations folded."""
+    s = load_scenario(ASYNC, ["rounds=4"])
+    run(prepare(s, str(ASYNC), dry_run=True), tmp_path / "r", progress=False)
+    parts = breakdown(load_run(tmp_path / "r"))
+    end = sim_time(load_run(tmp_path / "r"))
+    assert parts["wait"] == pytest.approx(0.0, abs=1e-9 * end)
+    assert sum(v for k, v in parts.items() if k != "server") == pytest.approx(end)
+    events = list(csv.DictReader((tmp_path / "r" / "events.csv").open()))
+    logged = {(r["round"], r["client"]) for r in csv.DictReader((tmp_path / "r" / "clients.csv").open())}
+    tail = {(e["round"], e["client"]) for e in events} - logged
+    assert tail and {t for t, _ in tail} == {"3"}
+    assert max(float(e["end_s"]) for e in events) == pytest.approx(end)
 
 
 def test_fedbuff_stalls_when_no_client_can_finish() -> None:

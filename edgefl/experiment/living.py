@@ -45,9 +45,17 @@ from edgefl.execution.local import SERVER, seed_everything
 from edgefl.executors.executor import Executor
 from edgefl.experiment.energy import RoundEnergy
 from edgefl.experiment.prepare import Experiment
-from edgefl.experiment.rounds import RoundTable, each_priced, planned_jobs, priced, seen_duration
+from edgefl.experiment.rounds import (
+    RoundTable,
+    each_priced,
+    event_columns,
+    planned_jobs,
+    priced,
+    seen_duration,
+)
 from edgefl.methods.aggregate import State
 from edgefl.methods.base import ClientPlan, ClientUpdate, Method, grouped
+from edgefl.runlog import Columns
 from edgefl.scenario import Scenario, check_mode
 from edgefl.selection import Picked
 from edgefl.selection.server import Selection
@@ -279,6 +287,16 @@ class AsyncRounds:
         loss = {} if p.update is None or not uploaded else {job.client: p.update.loss}
         seen = seen_duration(np.array([out.stop_s - p.start_s]), np.array([out.status]), costs)
         self.selection.record(job.version, clients, seen, loss)
+
+    def ending(self) -> Columns | None:
+        """events.csv's spans, under the last aggregation, of the clients no aggregation logged when
+        the run ends: at work (cut at its end; a transfer under way on the shared links at its pace
+        alone), waiting for the server, or stopped since; None if there are none (a client started
+        at the very end has none). Their slots were
+        busy: without these spans an async run's time breakdown (edgefl.report.compare) would count
+        that time as waiting."""
+        jobs = [j for j in self.server.stop() if job_of(j).start_s < self.fed.now]  # none started at the end
+        return event_columns(self.table(max(self.server.version - 1, 0), jobs)) if jobs else None
 
     def costs(self, jobs: list[Started]) -> Costs:
         """The jobs' costs with the seconds their transfers took on the shared links."""

@@ -54,7 +54,7 @@ from edgefl.experiment.rows import (
 )
 from edgefl.report.trace import TraceSample
 from edgefl.rundir import CHECKPOINT, WriteFailed, write_file
-from edgefl.runlog import CsvLog, Log, log_names
+from edgefl.runlog import Columns, CsvLog, Log, log_names
 from edgefl.scenario import to_toml
 from edgefl.selection import Picked
 from edgefl.selection.server import Selection, workload_need
@@ -113,7 +113,7 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
         if energy.battery is not None:
             energy.battery.restore(saved.state.get("battery"), str(out / CHECKPOINT), fed.now)
     started = time.perf_counter()
-    play = _player(exp, _executor(exp, text), fed, pricer, energy, selection)
+    play, ending = _player(exp, _executor(exp, text), fed, pricer, energy, selection)
     kept = saved.logs if saved else {}
     names = log_names(output_format(s))
     sample = TraceSample(s.fleet.clients, s.output.trace_clients, s.seed)
@@ -148,6 +148,10 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
             rows.append(row)
             if not exp.dry_run and s.checkpoint_every and ((t + 1) % s.checkpoint_every == 0 or last):
                 _save(out, t + 1, exp, rows, selection, fed, fingerprint, energy, logs)
+        tail = ending()
+        if tail is not None:
+            events.write_columns(tail)
+            sample.add_columns(tail)
     return _finish(exp, out, rows, time.perf_counter() - started, sample)
 
 
@@ -238,10 +242,14 @@ def _counted(exp: Experiment, client: int, w: Workload) -> Workload:
 Played = tuple[RoundTable, float | str, np.ndarray]  # a round's table, mean loss, measured seconds
 
 
+Player = Callable[[int, Picked | None], Played]  # plays round t (on the clients picked)
+
+
 def _player(exp: Experiment, executor: Executor, fed: Federation, pricer: Pricer, energy: RoundEnergy,
-            selection: Selection) -> Callable[[int, Picked | None], Played]:
+            selection: Selection) -> tuple[Player, Callable[[], Columns | None]]:
     """What plays round t: the default rounds of the clients `selection` picked (on the shared links),
-    a living fleet's rounds (with batteries), or FedBuff's aggregations."""
+    a living fleet's rounds (with batteries), or FedBuff's aggregations; and what the run's end adds
+    to events.csv (FedBuff: the clients no aggregation logged, `AsyncRounds.ending`)."""
     s, m = exp.scenario, exp.method
 
     def server_s(t: int, arrived: Collection[int] | None = None) -> float:
@@ -249,7 +257,7 @@ def _player(exp: Experiment, executor: Executor, fed: Federation, pricer: Pricer
 
     if s.round.mode == "async":
         rounds = AsyncRounds(exp, executor, fed, pricer, server_s, energy, selection)
-        return lambda t, _: rounds.next(t)
+        return (lambda t, _: rounds.next(t)), rounds.ending
     live = Live.of(exp, energy) if s.living else None
 
     def play(t: int, picked: Picked | None) -> Played:
@@ -264,7 +272,7 @@ def _player(exp: Experiment, executor: Executor, fed: Federation, pricer: Pricer
         table = live_round(exp, live, pricer, fed, t, lambda arrived: server_s(t, arrived), energy, choose)
         return _trained(exp, executor, table, completed(table), selection)
 
-    return play
+    return play, lambda: None
 
 
 def _trained(exp: Experiment, executor: Executor, table: RoundTable, clients: list[int],

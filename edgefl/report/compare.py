@@ -188,8 +188,8 @@ def breakdown(run: Run) -> dict[str, float]:
     stopped); a slot's time without a client working is wait, and the server aggregates beside the
     slots (edgefl.sim.living `Buffered`), so its time is not part of theirs: the other parts add up
     to the simulated time, the server's comes on top. (A client still working when an async run
-    ends, or whose upload still waits for the server, is in no log: its slot's time since it
-    started counts as wait.)"""
+    ends, or whose upload still waits for the server, has its phases in the events log under the
+    last aggregation, edgefl.experiment.living `AsyncRounds.ending`.)"""
     asynchronous = _mode(run) == "async"
     work = _slot_work(run) if asynchronous else _round_work(run)
     server = sum(float(r["server_s"]) for r in run.metrics)

@@ -254,6 +254,8 @@ class Buffered:
         self.ended: list[Started] = []
         self.aggregated = self.env.event()
         self.serving = False  # an aggregation is under way (server_s > 0)
+        self.unlogged: dict[int, Started] = {}  # by id: the jobs started that no aggregation logged
+        self.working: set[int] = set()  # the ids of those still at work
         self.open_slots = concurrency
         for _ in range(concurrency):
             self.env.process(self._slot())
@@ -269,6 +271,13 @@ class Buffered:
             raise Stalled from None
         self.aggregated = self.env.event()
 
+    def stop(self) -> list[Started]:
+        """The run ends now: the jobs no aggregation logged (at work, waiting for the server, or
+        stopped since the last aggregation), those at work cut here (their outcome's `stop_s`)."""
+        for i in self.working:
+            self.unlogged[i].outcome.stop_s = float(self.env.now)
+        return list(self.unlogged.values())
+
     def _slot(self) -> Generator[simpy.Event, Any, None]:
         while True:
             job = self.pick(self.version, self.busy)
@@ -280,10 +289,13 @@ class Buffered:
                 continue
             job.version = self.version
             self.busy.add(job.client)
+            self.unlogged[id(job)] = job
+            self.working.add(id(job))
             net = None if self.links is None or job.transfer is None else Net(*self.links, job.transfer)
             yield start_client(self.env, job.phases, self.avail, job.outcome, lambda _: None, net,
                                job.runs_out_s)
             self.busy.discard(job.client)
+            self.working.discard(id(job))
             self._ended(job)
 
     def _ended(self, job: Started) -> None:
@@ -332,6 +344,8 @@ class Buffered:
             self._serve()
 
     def _aggregate(self, batch: list[Started], ended: list[Started]) -> None:
+        for job in ended:
+            del self.unlogged[id(job)]
         self.fold(self.version, batch, ended)
         self.version += 1
         if not self.aggregated.triggered:  # two folds at one instant: the caller keeps both
