@@ -3,10 +3,8 @@ each stepped through by hand."""
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from edgefl.cli import main
@@ -20,8 +18,6 @@ from edgefl.sim.swap import (
     ImpossibleBudget,
     SwapWalk,
     Traffic,
-    cheapest,
-    footprint,
     min_budget,
     traced_walks,
     walk,
@@ -52,7 +48,7 @@ X1 = AtomProfile("x1", macs=10.0, params=10, in_elems=1, out_elems=1, saved_byte
                  weighted_in_elems=1)
 
 
-def moved(plan, t: Traffic) -> float:
+def moved(micro: int, t: Traffic) -> float:
     """A device whose storage time is bytes moved, whatever the plan's compute."""
     return t.read_bytes + t.write_bytes
 
@@ -141,17 +137,27 @@ def test_every_plan_that_fits_is_walked_and_the_device_takes_its_fastest():
     micro-batch b: x0 whole 20b + 80, the pair whole 28b + 160, a layer of it 20b + 80. b = 4: x0
     whole (160), the pair by layers (272 > 190); b = 2 the same (216 > 190); b = 1: both whole (188),
     which is also all atoms whole micro-batched (once). `walk` returns the plan of fewest seconds
-    (here bytes moved, or operations)."""
+    (bytes moved, operations, or per micro-batch), whatever its place among the candidates."""
     w = workload([PAIR], batch=2, iterations=3)
     plans = candidates(w, 130)
     assert [(len(p.parts), p.micro) for p in plans] == [(2, 1), (2, 2)]  # the whole pair: 188 even at 1
     w = workload([X0, PAIR], batch=4, iterations=3)
-    walks, _ = traced_walks(w, 190)
-    assert [(len(p.parts), p.micro) for p, _, _ in walks] == [(3, 1), (3, 2), (2, 4)]
-    fewest = min(walks, key=lambda x: moved(x[0], x[1]))
-    assert walk(w, 190, moved) == fewest
-    operations = walk(w, 190, lambda plan, t: t.read_ops + t.write_ops)
-    assert operations == min(walks, key=lambda x: x[1].read_ops + x[1].write_ops)
+    walks, trail = traced_walks(w, 190)
+    plans = [p for p, _ in trail]
+    assert [(len(p.parts), p.micro) for p in plans] == [(3, 1), (3, 2), (2, 4)]
+    assert [micro for micro, _, _ in walks] == [1, 2, 4]
+    for i, walked in enumerate(walks):
+        reference = SwapWalk(w, 190, plans[i])
+        assert walked[1:] == (reference.run(), reference.evictions)
+
+    def taken(i: int) -> tuple:
+        return plans[i], walks[i][1], walks[i][2]
+
+    assert walk(w, 190, moved) == taken(min(range(3), key=lambda i: moved(*walks[i][:2])))
+    assert walk(w, 190, lambda micro, t: t.read_ops + t.write_ops) == taken(
+        min(range(3), key=lambda i: walks[i][1].read_ops + walks[i][1].write_ops))
+    assert walk(w, 190, lambda micro, t: micro) == taken(0)
+    assert walk(w, 190, lambda micro, t: -micro) == taken(2)
 
 
 def test_whole_atoms_at_the_full_batch_are_the_one_plan_once_their_steps_fit_by_hand():
@@ -166,19 +172,9 @@ def test_whole_atoms_at_the_full_batch_are_the_one_plan_once_their_steps_fit_by_
     (write 16); bwd x0 evict w1* (write 40), fetch w0 + a0 (56)          read 104, write 96, ops 3 + 3
     """
     w = workload([X0, X1], batch=2, iterations=2)
-    walks, _ = traced_walks(w, 120)
-    assert [(len(p.parts), p.micro) for p, _, _ in walks] == [(2, 1)]
-    assert walks[0][1:] == (Traffic(144 + 104, 56 + 96, 4 + 3, 2 + 3), 6)
-
-
-def test_below_that_the_device_s_seconds_choose_among_the_finer_plans():
-    """x0 and the pair at batch 4 and 190 B (the three plans of the test above): the plan taken is
-    the one of fewest seconds, whatever its place among the candidates."""
-    w = workload([X0, PAIR], batch=4, iterations=3)
-    walks, _ = traced_walks(w, 190)
-    assert walk(w, 190, lambda plan, t: plan.micro) == walks[0]
-    assert walk(w, 190, lambda plan, t: -plan.micro) == walks[2]
-    assert walk(w, 190, lambda plan, t: len(plan.parts)) == walks[2]  # the pair whole, 4 micro-batches
+    walks, trail = traced_walks(w, 120)
+    assert [(len(p.parts), p.micro) for p, _ in trail] == [(2, 1)]
+    assert walks == ((1, Traffic(144 + 104, 56 + 96, 4 + 3, 2 + 3), 6),)
 
 
 def test_a_budget_below_the_smallest_step_is_refused():
@@ -231,23 +227,24 @@ def test_atoms_that_fit_walk_whole_as_before(budget):
     assert (traffic, evictions) == (reference.run(), reference.evictions)
 
 
-def test_more_memory_costs_a_device_no_more_on_each_side_of_the_full_batch_fitting():
-    """The quickstart's jFAT round (digits_cnn, batch 32, PGD-10) on each device of its pool, at 40
-    budgets from the smallest step to the footprint: the seconds of the plan the device runs
-    (storage and compute, edgefl.sim.cost.plan_seconds) never rise with the budget below the point
-    where whole atoms fit a step at the full batch, nor above it. At that point they may: the full
-    batch is then walked as it is (0.93 MB here; 1.8 s just below it on a Raspberry Pi 4, as four
-    micro-batches, and 8.4 s just above)."""
+def test_just_below_the_full_batch_fitting_a_device_micro_batches_and_from_there_it_swaps():
+    """The quickstart's jFAT round (digits_cnn, batch 32, PGD-10) on a Raspberry Pi 4. One byte
+    below the largest whole step at the full batch (0.93 MB) a step cannot run whole: the device
+    takes the plan of fewest seconds among the finer ones (edgefl.sim.cost.plan_seconds), a
+    micro-batched one that evicts nothing. From that budget up the full batch is the one plan, and
+    it swaps: more bytes and more seconds."""
     root = Path(__file__).resolve().parents[1] / "scenarios" / "quickstart.toml"
     s = load_scenario(root)
     exp = prepare(s, str(root), dry_run=True)
     w = exp.method.plan(0, 0, exp.pool.state(0, 0)).workload
     edge = max(peak(w, whole(w, i), w.batch) for i in range(len(w.atoms)))  # the largest whole step
-    below = np.linspace(min_budget(w)[0], edge, 20, endpoint=False).tolist()
-    above = np.linspace(edge, footprint(w), 20).tolist()
-    for side in (below, above):
-        walks = [traced_walks(w, b)[0] for b in side]
-        for device in exp.pool.kinds:
-            seconds = plan_seconds(w, device)
-            runs = [seconds(*cheapest(found, seconds)[:2]) for found in walks]
-            assert all(b <= a for a, b in itertools.pairwise(runs)), device.name
+    pi4 = next(d for d in exp.pool.kinds if d.name == "raspberry_pi_4")
+    seconds = plan_seconds(w, pi4)
+    below, moved_below, evicted_below = walk(w, edge - 1, seconds)
+    walks, _ = traced_walks(w, edge - 1)
+    assert below.micro > 1 and evicted_below == 0
+    assert seconds(below.micro, moved_below) == min(seconds(m, t) for m, t, _ in walks)
+    at, moved_at, evicted_at = walk(w, edge, seconds)
+    assert at.micro == 1 and evicted_at > 0
+    assert moved(1, moved_at) > moved(below.micro, moved_below)
+    assert seconds(1, moved_at) > seconds(below.micro, moved_below)

@@ -202,12 +202,13 @@ class Pricer:
         ids = index.lookup(np.where(footprint(w) <= budgets, math.inf, budgets))
         kind = s.kind[rows]
         pairs, inverse = np.unique(ids * len(self.pool.kinds) + kind, return_inverse=True)
-        chosen = [cheapest(index.results[i], plan_seconds(w, self.pool.kinds[k]))
-                  for i, k in zip(*divmod(pairs, len(self.pool.kinds)), strict=True)]
+        walks = [index.results[i] for i in pairs // len(self.pool.kinds)]
+        chosen = [found[cheapest(found, plan_seconds(w, self.pool.kinds[k]))]
+                  for found, k in zip(walks, pairs % len(self.pool.kinds), strict=True)]
         read = np.array([c[1].read_bytes for c in chosen])[inverse]
         write = np.array([c[1].write_bytes for c in chosen])[inverse]
         ops = np.array([c[1].read_ops + c[1].write_ops for c in chosen])[inverse]
-        micro = np.array([c[0].micro for c in chosen])[inverse]
+        micro = np.array([c[0] for c in chosen])[inverse]
         access = storage_seconds(read, write, ops, self.read_bw[kind], self.write_bw[kind],
                                  self.latency_ms[kind])
         if communication:

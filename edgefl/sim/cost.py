@@ -29,7 +29,6 @@ from edgefl.devices.pool import DeviceState
 from edgefl.devices.profile import DeviceProfile
 from edgefl.sim.classes import device_rooflines
 from edgefl.sim.compute import Rooflines, iteration_of, round_seconds
-from edgefl.sim.paging import Plan
 from edgefl.sim.records import BYTES, AtomProfile, mem_req, paper_mem_req, paper_scale
 from edgefl.sim.swap import PlanSeconds, Traffic, Walk, cheapest, footprint, min_budget, traced_walks
 from edgefl.sim.workload import Workload, train_pass_flops
@@ -101,9 +100,9 @@ def walk_traffic(w: Workload, budget: float, device: DeviceProfile) -> tuple[Tra
     """(traffic, evictions, micro-batches per batch) of the swap walk `device` runs fastest
     (`plan_seconds`). Every budget that holds the round's whole footprint gives the same walks, and
     fleets repeat budgets (R_min), so walks are cached."""
-    plan, traffic, evictions = cheapest(_walks(w, math.inf if footprint(w) <= budget else budget),
-                                        plan_seconds(w, device))
-    return traffic, evictions, plan.micro
+    walks = _walks(w, math.inf if footprint(w) <= budget else budget)
+    micro, traffic, evictions = walks[cheapest(walks, plan_seconds(w, device))]
+    return traffic, evictions, micro
 
 
 @functools.lru_cache(maxsize=65536)
@@ -118,9 +117,9 @@ def plan_seconds(w: Workload, device: DeviceProfile) -> PlanSeconds:
     roof = profile_rooflines(device)
     read_bps, write_bps = device.storage_read_mbps * 1e6, device.storage_write_mbps * 1e6
 
-    def seconds(plan: Plan, t: Traffic) -> float:
+    def seconds(micro: int, t: Traffic) -> float:
         return (storage_seconds(t.read_bytes, t.write_bytes, t.read_ops + t.write_ops, read_bps, write_bps,
-                                device.storage_latency_ms) + full_speed_seconds(w, roof, plan.micro))
+                                device.storage_latency_ms) + full_speed_seconds(w, roof, micro))
     return seconds
 
 

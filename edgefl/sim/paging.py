@@ -9,10 +9,11 @@ whole, and while every atom's step fits at the full batch that is the one plan, 
 evicts (jFAT swaps the model as it is, FedProphet §3). Below that, every plan that fits is tried,
 at each number of micro-batches that divides the batch: the atoms that do not fit whole by layers,
 and all atoms whole; the device runs the one it runs fastest (edgefl.sim.cost.plan_seconds: its
-storage time plus its compute, which more micro-batches make longer). So a device's time falls
-as its memory grows on either side of that point, and can jump up across it: the quickstart's
-jFAT round on a Raspberry Pi 4 takes 1.8 s just below 0.93 MB, as four micro-batches, and 8.4 s
-just above, at the full batch, swapping.
+storage time plus its compute, which more micro-batches make longer). A device can so take
+longer with a little more memory: the quickstart's jFAT round on a Raspberry Pi 4 takes 1.8 s
+just below 0.93 MB, as four micro-batches, and 8.4 s from there up, at the full batch, swapping.
+(Below that point, too, a larger budget can cost a little more: the same plan moving the same
+bytes in more, smaller operations, each with its latency.)
 The smallest budget any schedule runs in is the largest step of the finest one: every atom whole or
 by layers, whichever needs less, one sample at a time (FedProphet, Tang et al., §4 sets the problem:
 MemReq above the device's memory forces swapping). Not modelled: a layer whose backward reads a

@@ -13,12 +13,13 @@ the FLOPs are the same, the parameters are walked once per micro-batch and each 
 batch read. Iterations repeat until the resident state stops changing; the rest cost the same as
 the last.
 
-Every plan that fits is walked, and the device takes the one it runs fastest (`cheapest`, priced
-by edgefl.sim.cost). Every decision a walk takes on its budget (which plans fit, how much each
-step evicts) is a comparison that a larger budget can only pass more easily, so the budgets whose
-walks take the same path (`traced_walks`' trail: the plans tried and each step's evictions) form
-an interval, and the walks are the same throughout it (edgefl.sim.bulk looks a round's budgets up
-that way).
+While whole atoms fit their steps at the full batch that is the one plan walked; below that, every
+finer plan that fits is walked (edgefl.sim.paging.candidates), and the device takes the one it runs
+fastest (`cheapest`, priced by edgefl.sim.cost.plan_seconds). Every decision a walk takes on its
+budget (which plans fit, how much each step evicts) is a comparison that a larger budget can only
+pass more easily, so the budgets whose walks take the same path (`traced_walks`' trail: the plans
+tried and each step's evictions) form an interval, and the walks are the same throughout it
+(edgefl.sim.bulk looks a round's budgets up that way).
 """
 
 from __future__ import annotations
@@ -193,31 +194,36 @@ class SwapWalk:
 
 
 Trail = tuple[tuple[Plan, tuple[int, ...]], ...]  # per plan tried: the evictions of each step
-Walk = tuple[Plan, Traffic, int]  # a plan, its traffic and its evictions
-PlanSeconds = Callable[[Plan, Traffic], float]  # what a plan's walk costs a device
+Walk = tuple[int, Traffic, int]  # a plan's walk: its micro-batches per batch, traffic and evictions
+PlanSeconds = Callable[[int, Traffic], float]  # what a walk costs a device: (micro-batches, traffic) -> s
 
 
-def walk(w: Workload, budget: float, seconds: PlanSeconds) -> Walk:
-    """The walk of the plan that fits `budget` and costs the fewest `seconds` (`cheapest`); a
-    budget no plan fits raises ImpossibleBudget at the smallest step."""
-    return cheapest(traced_walks(w, budget)[0], seconds)
+def walk(w: Workload, budget: float, seconds: PlanSeconds) -> tuple[Plan, Traffic, int]:
+    """(plan, traffic, evictions) of the plan that fits `budget` and costs the fewest `seconds`
+    (`cheapest`); a budget no plan fits raises ImpossibleBudget at the smallest step."""
+    walks, trail = traced_walks(w, budget)
+    i = cheapest(walks, seconds)
+    return trail[i][0], walks[i][1], walks[i][2]
 
 
-def cheapest(walks: Sequence[Walk], seconds: PlanSeconds) -> Walk:
-    """The walk of fewest `seconds`; on a tie fewer bytes moved, then fewer operations, then the
-    first (candidates' order: fewer micro-batches, paging before whole atoms)."""
-    return min(walks, key=lambda x: (seconds(x[0], x[1]), x[1].read_bytes + x[1].write_bytes,
-                                     x[1].read_ops + x[1].write_ops))
+def cheapest(walks: Sequence[Walk], seconds: PlanSeconds) -> int:
+    """The index of the walk of fewest `seconds`; on a tie fewer bytes moved, then fewer
+    operations, then the first (candidates' order: fewer micro-batches, paging before whole atoms)."""
+    def key(i: int) -> tuple[float, float, int]:
+        micro, t, _ = walks[i]
+        return seconds(micro, t), t.read_bytes + t.write_bytes, t.read_ops + t.write_ops
+    return min(range(len(walks)), key=key)
 
 
 def traced_walks(w: Workload, budget: float) -> tuple[tuple[Walk, ...], Trail]:
-    """The walk of every plan that fits `budget` (edgefl.sim.paging.candidates), and their trail:
-    two budgets with the same trail walk alike, and so does every budget between them."""
+    """The walk of every plan edgefl.sim.paging.candidates gives for `budget`, and their trail (the
+    plans, in the same order, with each step's evictions): two budgets with the same trail walk
+    alike, and so does every budget between them."""
     walks: list[Walk] = []
     trail: list[tuple[Plan, tuple[int, ...]]] = []
     for plan in candidates(w, budget):
         walker = SwapWalk(w, budget, plan)
-        walks.append((plan, walker.run(), walker.evictions))
+        walks.append((plan.micro, walker.run(), walker.evictions))
         trail.append((plan, tuple(walker.trail)))
     if not walks:
         need, part = smallest_step(w)
