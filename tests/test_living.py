@@ -177,6 +177,26 @@ def test_the_run_s_end_gives_the_jobs_no_aggregation_logged_cut_at_the_end() -> 
     assert rest.client == 1 and rest.outcome.stop_s == 2.0
 
 
+def test_no_aggregation_is_served_past_the_run_s_last_and_the_uploads_at_its_instant_wait() -> None:
+    """Buffer 1, concurrency 3, a run of one aggregation: c0, c1, c2 (1 s each) all upload at 1.
+    c0's is folded in; the other two would make aggregations 2 and 3 at the same instant, past the
+    run's end, so they wait, unfolded, and the run's end gives them (not logged by any fold)."""
+    fed = Federation()
+    count = iter(range(3))
+    logged: list[list[int]] = []
+
+    def pick(version: int, busy: set[int]) -> Started | float:
+        k = next(count, None)
+        return math.inf if k is None else Started(k, (0.0, 0.0, 1.0, 0.0))
+
+    server = Buffered(fed, Always(), 3, 1, 8, pick, lambda v, b, e: logged.append([j.client for j in e]),
+                      lambda: 0.0, aggregations=1)
+    server.next_aggregation()
+    fed.env.run()  # nothing more is served
+    assert logged == [[0]] and server.version == 1
+    assert sorted(j.client for j in server.stop()) == [1, 2]
+
+
 def test_an_async_run_logs_its_unfinished_clients_so_its_slots_never_idle_on_an_always_online_fleet(
         tmp_path: Path) -> None:
     """async-digits' devices are always online, so each of its 6 slots starts a client the moment the

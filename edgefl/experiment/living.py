@@ -223,7 +223,8 @@ class AsyncRounds:
         self.done: list[tuple[RoundTable, float | str, np.ndarray]] = []
         self.server = Buffered(fed, self.avail, s.round.concurrency, s.round.buffer, s.round.max_staleness,
                                self.pick, self.fold, lambda: server_s(self.server.version), self.heard,
-                               energy.sharing)
+                               energy.sharing, s.rounds)
+        self.written = 0  # the aggregation of the last table `next` gave
 
     def next(self, t: int) -> tuple[RoundTable, float | str, np.ndarray]:
         """Aggregation t (the t-th row: an async run is never resumed, so rows and aggregations
@@ -233,7 +234,9 @@ class AsyncRounds:
                 self.server.next_aggregation()
             except Stalled as stalled:
                 raise stall_error(self.exp.scenario, self.exp.where, stalled.arrived) from None
-        return self.done.pop(0)
+        table, loss, real = self.done.pop(0)
+        self.written = table.round
+        return table, loss, real
 
     def choose(self, version: int, busy: set[int]) -> tuple[int, float, str] | float:
         """The client to start on model `version` (with its utility and why), or when one comes
@@ -296,7 +299,7 @@ class AsyncRounds:
         busy: without these spans an async run's time breakdown (edgefl.report.compare) would count
         that time as waiting."""
         jobs = [j for j in self.server.stop() if job_of(j).start_s < self.fed.now]  # none started at the end
-        return event_columns(self.table(max(self.server.version - 1, 0), jobs)) if jobs else None
+        return event_columns(self.table(self.written, jobs)) if jobs else None
 
     def costs(self, jobs: list[Started]) -> Costs:
         """The jobs' costs with the seconds their transfers took on the shared links."""

@@ -237,19 +237,19 @@ class Buffered:
     batch, ended)` folds the first `buffer` uploads waiting into the model as version `version` + 1,
     after the server's `server_s()` seconds, given every client that ended since the last
     aggregation but those still waiting. With `links` the clients' transfers share the server's
-    links (each Started's `transfer`)."""
+    links (each Started's `transfer`). After `aggregations` folds no more are served."""
 
     def __init__(self, fed: Federation, avail: Availability, concurrency: int, buffer: int,
                  max_staleness: int, pick: Callable[[int, set[int]], Started | float],
                  aggregate: Callable[[int, list[Started], list[Started]], None],
                  server_s: Callable[[], float], ended: Callable[[Started], None] = lambda _: None,
-                 links: Links | None = None) -> None:
+                 links: Links | None = None, aggregations: float = math.inf) -> None:
         self.env, self.avail = fed.env, avail
         self.size, self.max_staleness = buffer, max_staleness
         self.pick, self.fold, self.server_s, self.heard = pick, aggregate, server_s, ended
         self.links = None if links is None else (SharedLink(self.env, links.down_bps),
                                                  SharedLink(self.env, links.up_bps))
-        self.version, self.busy = 0, set[int]()
+        self.version, self.busy, self.aggregations = 0, set[int](), aggregations
         self.buffer: list[Started] = []
         self.ended: list[Started] = []
         self.aggregated = self.env.event()
@@ -316,7 +316,10 @@ class Buffered:
     def _serve(self) -> None:
         """Aggregate the first `buffer` uploads waiting: at once, or after the server's time (clients
         starting meanwhile download the version before). Uploads gone stale while they waited for
-        the server are dropped first; with too few left, nothing is served yet."""
+        the server are dropped first; with too few left, nothing is served yet; after the run's last
+        aggregation, nothing more (uploads arriving at its instant wait: the run ends there)."""
+        if self.version >= self.aggregations:
+            return
         for job in self.buffer:  # staleness as of the aggregation that folds it in
             job.outcome.staleness = self.version - job.version
             if job.outcome.staleness > self.max_staleness:
