@@ -58,8 +58,10 @@ def _resume_hint(args: argparse.Namespace | None) -> str:
     if func is not cmd_run or args is None or (args.scenario is None and args.resume is None):
         return ""
     out = args.resume or args.out or default_out(args.scenario, args.dry_run)
-    if args.dry_run or not (out / CHECKPOINT).exists():
+    if args.dry_run or not (out / "scenario.toml").exists():  # stopped before it wrote anything
         return ""
+    if not (out / CHECKPOINT).exists():
+        return "; no round was checkpointed: run it again with --overwrite"
     return f"; continue from its last checkpoint with edgefl run --resume {out}"
 
 
@@ -96,7 +98,7 @@ def scenario_file(text: str) -> Path:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="edgefl", description=__doc__.splitlines()[0] if __doc__ else "")
-    sub = p.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     settings, training = _settings_flags(), _training_flags()
     _run_parser(sub, settings, training)
     _compare_parser(sub, settings, training)
@@ -107,7 +109,7 @@ def parser() -> argparse.ArgumentParser:
     part.add_argument("--json", action="store_true", help="print a JSON list of modules")
     part.set_defaults(func=cmd_partition)
     scen = sub.add_parser("scenarios", help="the bundled scenarios")
-    ssub = scen.add_subparsers(dest="scenarios_command", required=True)
+    ssub = scen.add_subparsers(dest="scenarios_command", required=True, metavar="{list}")
     ssub.add_parser("list", help="list the bundled scenarios (edgefl run NAME runs one)").set_defaults(
         func=cmd_scenarios_list)
     _devices_parser(sub)
@@ -175,7 +177,8 @@ def _plot_parser(sub: Subparsers) -> None:
 
 def _devices_parser(sub: Subparsers) -> None:
     dev = sub.add_parser("devices", help="device profiles")
-    dsub = dev.add_subparsers(dest="devices_command", required=True)
+    dsub = dev.add_subparsers(dest="devices_command", required=True,
+                          metavar="{list,show,validate,calibrate}")
     ls = dsub.add_parser("list", help="list device profiles")
     ls.add_argument("--pool", help="only this pool")
     ls.add_argument("--scenario", type=scenario_file, help="the profiles this scenario sees (its "
@@ -475,8 +478,10 @@ def cmd_devices_show(args: argparse.Namespace) -> int:
 
     catalog = seen_by(args.scenario)
     if args.name not in catalog.devices:
+        where = "" if args.scenario else (" (a profile beside a scenario: add --scenario FILE; "
+                                          "one elsewhere: put its folder on EDGEFL_PROFILE_PATH)")
         raise EdgeflError(":".join(map(str, search_path(args.scenario))), args.name,
-                          f"no such device; known: {', '.join(sorted(catalog.devices))}")
+                          f"no such device; known: {', '.join(sorted(catalog.devices))}{where}")
     path = catalog.file("devices", args.name)
     print(f"# {path}\n{path.read_text(encoding='utf-8-sig')}", end="")
     return 0
@@ -540,6 +545,10 @@ def cmd_devices_calibrate(args: argparse.Namespace) -> int:
           f"MB/s, latency read {s.read_latency_ms:.4g}, write {s.write_latency_ms:.4g} ms; "
           f"rooflines of {len(c.rooflines)} (kind, pass) on {c.threads} threads -> {args.out}")
     print(_found_how(args.out, name))
+    if args.quick:
+        print("edgefl: warning: --quick times a few small shapes (for tests): its figures are rough and can "
+              "be off many times over on a real model; calibrate without --quick for a profile to run on",
+              file=sys.stderr)
     return 0
 
 

@@ -127,8 +127,10 @@ def test_storage_without_o_direct_syncs_each_write(tmp_path: Path, monkeypatch: 
 def test_cli_calibrate_writes_a_valid_profile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "tmp" / "x.toml"
     assert main(["devices", "calibrate", "--quick", "--repeats", "2", "--out", str(out)]) == 0
-    printed = capsys.readouterr().out
+    captured = capsys.readouterr()
+    printed = captured.out
     assert "GFLOP/s" in printed and str(out) in printed
+    assert captured.err.startswith("edgefl: warning: --quick") and captured.err.count("\n") == 1  # rough
     assert f"export EDGEFL_PROFILE_PATH={out.parent.resolve()}" in printed  # how a scenario finds it
     assert main(["devices", "validate", str(out)]) == 0
     assert capsys.readouterr().out.startswith(f"{out}: ok (x:")

@@ -80,6 +80,7 @@ def test_devices_show_unknown(capsys: pytest.CaptureFixture[str]) -> None:
     line = one_error_line(captured.err)
     assert "nope" in line
     assert "tx2" in line  # lists the known devices
+    assert "add --scenario FILE" in line and "EDGEFL_PROFILE_PATH" in line  # where else one may be
     assert captured.out == ""
 
 

@@ -86,6 +86,18 @@ def test_a_real_run_killed_mid_round_resumes_to_the_same_metrics(uninterrupted, 
     same_logs(out, uninterrupted)
 
 
+def test_a_run_interrupted_before_its_first_checkpoint_says_to_start_again(tmp_path, capsys):
+    """Die where round 0's checkpoint would be saved: nothing to resume, so the line says to run it
+    again with --overwrite, which then runs it from the start."""
+    out = tmp_path / "early"
+    args = ["run", str(QUICKSTART), *sets(SMALL), "--out", str(out), "--quiet"]
+    with dies_before_checkpoint(1):
+        assert main(args) == 130
+    assert capsys.readouterr().err == ("edgefl: interrupted; no round was checkpointed: run it again with "
+                                       "--overwrite\n")
+    assert main([*args, "--overwrite"]) == 0
+
+
 def test_rows_written_after_the_last_checkpoint_are_not_repeated(uninterrupted, tmp_path, capsys):
     """Die after round 2's rows are written but before its checkpoint: resume drops and redoes them.
     The interrupted command says how to go on."""
