@@ -338,3 +338,20 @@ def test_a_refused_figures_folder_leaves_no_figure_open(runs: list[Path], tmp_pa
         make_figures(runs, out, timeline_clients=2)
     assert set(plt.get_fignums()) == before
     assert [p.name for p in out.iterdir()] == ["thesis.tex"]
+
+
+def test_runs_of_different_set_ups_are_plotted_with_a_warning(runs: list[Path], tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """The fixture's runs share their set-up, as a comparison's do: no warning. A run on another
+    fleet beside them is drawn too, with one line naming what differs."""
+    from edgefl.cli import main
+
+    assert main(["plot", *map(str, runs), "--out", str(tmp_path / "a")]) == 0
+    assert capsys.readouterr().err == ""
+    other = write_run(tmp_path / "other", "jfat", [{"round": 0, "sim_time_s": 10, "round_time_s": 10,
+                                                   "server_s": 0}], [(0, 1e6, 1e6, 1, 1, 1, 1, 0)])
+    text = (other / "scenario.toml").read_text()
+    (other / "scenario.toml").write_text(text.replace('pool = "edge"', 'pool = "tiny"'))
+    assert main(["plot", str(runs[0]), str(other), "--out", str(tmp_path / "b")]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("edgefl: warning: the runs differ in fleet ") and err.count("\n") == 1

@@ -108,6 +108,15 @@ def _read_scenario(path: Path) -> dict[str, Any]:
     return scenario
 
 
+SETUP = ("seed", "data", "fleet", "model", "training", "attack", "evaluation", "cost", "round")  # shared
+
+
+def differing_setup(runs: list[Run]) -> list[str]:
+    """The scenario keys of SETUP in which a run differs from the first (none for the runs of one
+    comparison: `edgefl compare` varies the method, its knobs and its rounds only)."""
+    return [key for key in SETUP if any(r.scenario.get(key) != runs[0].scenario.get(key) for r in runs[1:])]
+
+
 def _value(scenario: dict[str, Any], key: str, default: Any = None) -> Any:
     """The dotted `key` of a scenario.toml read as TOML (`default` where it is left out; None where
     its section is not a table)."""
