@@ -60,8 +60,10 @@ def check_type(value: Any, hint: Any, where: str, key: str) -> Any:
     if origin is list:
         (inner,) = typing.get_args(hint)
         if not isinstance(value, list):
-            quote = (" (TOML quotes text inside a list: [\"a\", \"b\"])"
-                     if inner is str and isinstance(value, str) and value.startswith("[") else "")
+            quote = ""
+            if inner is str and isinstance(value, str):
+                quote = (" (TOML quotes text inside a list: [\"a\", \"b\"])" if value.startswith("[")
+                         else f" (a list: [{json.dumps(value)}])")
             raise EdgeflError(where, key, f"must be a list of {inner.__name__}, got {value!r}{quote}")
         return [check_type(v, inner, where, key) for v in value]
     is_int = isinstance(value, int) and not isinstance(value, bool)

@@ -167,3 +167,14 @@ def test_trades_is_refused_with_fgsm() -> None:
     with pytest.raises(EdgeflError, match=r"attack\.name: TRADES raises KL"):
         load_scenario(QUICKSTART, ['training.objective="trades"', 'attack.name="fgsm"'])
     load_scenario(QUICKSTART, ['training.objective="trades"', 'attack.name="pgd_l2"'])
+
+
+@pytest.mark.parametrize(("value", "hint"), [("esp32_s3", '(a list: ["esp32_s3"])'),
+                                             ("[esp32_s3]", '(TOML quotes text inside a list: ["a", "b"])')])
+def test_a_list_of_text_given_as_text_shows_how_to_write_it(value: str, hint: str, tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", str(QUICKSTART), "--dry-run", "--set", f"fleet.devices={value}",
+                 "--out", str(tmp_path / "out")]) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert line.startswith("edgefl: error: --set: fleet.devices: must be a list of str")
+    assert line.endswith(hint)
