@@ -134,6 +134,10 @@ def test_summary_matches_the_metrics(run_dir: Path):
     assert summary["client_rounds"] == 2 * PER_ROUND
     assert summary["client_rounds_swapped"] == sum(int(r["swapped"]) for r in clients) >= 1
     assert math.isclose(summary["sim_time_s"], float(metrics[-1]["sim_time_s"]), rel_tol=1e-9)
+    # the straggler's breakdown: each round's compute + data access + comm + server is its time
+    parts = [sum(float(r[c]) for r in metrics) for c in ("compute_s", "data_access_s", "comm_s", "server_s")]
+    assert [summary[c] for c in ("compute_s", "data_access_s", "comm_s", "server_s")] == pytest.approx(parts)
+    assert sum(parts) == pytest.approx(sum(float(r["round_time_s"]) for r in metrics))
     assert math.isclose(summary["clean_acc"], float(metrics[-1]["clean_acc"]))
     assert math.isclose(summary["adv_acc"], float(metrics[-1]["adv_acc"]))
     assert sum(summary["fleet"].values()) == 20

@@ -83,6 +83,7 @@ def run_summary(exp: Experiment, rows: list[dict[str, Any]], wall_s: float) -> d
         "compute_s": sum(r["compute_s"] for r in rows),
         "data_access_s": sum(r["data_access_s"] for r in rows),
         "comm_s": sum(r["comm_s"] for r in rows),
+        "server_s": sum(r["server_s"] for r in rows),
         "client_rounds": sum(r["clients"] for r in rows),
         "client_rounds_swapped": sum(r["swapped"] for r in rows),
         "fleet": {d: sum(x.name == d for x in devices) for d in sorted({x.name for x in devices})},
