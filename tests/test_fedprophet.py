@@ -39,7 +39,7 @@ from edgefl.methods.fedprophet.coordinator import (
     stage_score,
 )
 from edgefl.methods.fedprophet.knobs import FedProphetConfig
-from edgefl.methods.fedprophet.method import spread_sample, stage_control
+from edgefl.methods.fedprophet.method import FedProphet, spread_sample, stage_control
 from edgefl.methods.fedprophet.partition import Estimator, aux_head, head_profile, partition, partition_model
 from edgefl.models import build_model
 from edgefl.profiling import profile_model
@@ -617,6 +617,20 @@ def test_dry_run_modules_follow_module_rounds(tmp_path: Path):
     assert modules("fedprophet.module_rounds=[1, 2]") == [1, 2, 2]
 
 
+def test_a_run_that_ends_before_its_last_module_is_evaluated_on_the_modules_it_trained(tmp_path: Path):
+    """Two rounds of a first module given four: the run ends at module 1 of 2, so the model it
+    reports is module 1 with its head (the release's 1..stage), not a backbone whose module 2
+    never trained."""
+    exp = prepare(load_scenario(QUICKSTART, [*TINY, "rounds=2", "fedprophet.module_rounds=[4, 2]"]), "q.toml",
+                  dry_run=True)
+    run(exp, tmp_path / "r", progress=False)
+    method = exp.method
+    assert isinstance(method, FedProphet) and method.final and method.m == 0 and len(method.modules) == 2
+    model = method.global_model()
+    assert model is not method.net.model
+    assert [type(x) for x in model] == [type(x) for x in method.cascade(0)]
+
+
 def test_a_round_after_a_stage_ends_is_priced_for_the_next_module_when_its_clients_are_picked(
         tmp_path: Path, monkeypatch):
     """memory_fit prices round t's workload before round t's clients are picked (workload_need):
@@ -646,8 +660,6 @@ def test_a_real_run_ends_with_its_last_module_and_resumes_to_nothing_more(tmp_pa
     scored round, so module 1 is rounds 0-1, module 2 rounds 2-3, and the run stops after round 3 of
     10, evaluated and checkpointed; resumed as if killed before its summary, it trains no further
     round."""
-    from edgefl.methods.fedprophet.method import FedProphet
-
     monkeypatch.setattr(FedProphet, "validate", lambda self: (0.5, 0.25))
     sets = [*TINY, "rounds=10", "fedprophet.warmup_rounds=0", "fedprophet.grace=0",
             "fedprophet.patience=0.1"]

@@ -298,8 +298,11 @@ class FedProphet(Method):
         return nn.Sequential(prefix, exit_)
 
     def global_model(self) -> nn.Module:
-        """Modules 1..m with head m while training; the whole backbone after the last round."""
-        return self.net.model if self.final else self.cascade(self.m)
+        """Modules 1..m with head m while training; the whole backbone once its last module is
+        trained. A run whose rounds end before its last module is evaluated on the modules it
+        trained, with head m (the release evaluates 1..stage with the stage's head,
+        module_scheduler.py:156-166): the later ones never trained."""
+        return self.net.model if self.final and self.m + 1 == len(self.modules) else self.cascade(self.m)
 
     def round_info(self) -> dict[str, Any]:
         """The module trained in the round just aggregated, its perturbation and validation (empty in
