@@ -156,6 +156,14 @@ def test_joules_per_device_by_hand(runs: list[Path]) -> None:
     assert (jfat["energy_per_device_j"], jfat["energy_to_target_per_device_j"]) == (50.0, 15.0)
     assert prophet["energy_per_device_j"] is None
     assert make_figures(runs, path.parent.parent / "figs", target=0.2)  # the breakdown's energy panel
+    # client 1 sat both its rounds out for its battery (0 J): 10 + 30 J over client 0 alone
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, [*CLIENTS, "energy_j", "battery_dropped"])
+        writer.writeheader()
+        writer.writerows({**r, "energy_j": 0.0 if i % 2 else 10.0 * (i + 1), "battery_dropped": i % 2}
+                         for i, r in enumerate(rows))
+    jfat, _, _ = compare_table(runs, target=0.2)
+    assert (jfat["energy_per_device_j"], jfat["energy_to_target_per_device_j"]) == (40.0, 10.0)
 
 
 def test_time_to_target_never_reached_and_no_jfat(runs: list[Path]) -> None:

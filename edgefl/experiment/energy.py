@@ -124,9 +124,10 @@ class RoundEnergy:
         prices seconds and bytes), so the moment they reach what the battery holds is interpolated
         between the phases' ends. Unplugged at `now`, the battery holds its charge then, and a client
         plugged in before that moment does not run out; plugged in at `now`, it runs on its charger
-        until it is unplugged, and then its battery holds the charge at the unplugging less nothing
-        more (the net of charger and work is settled when it drains). The phases are each client's
-        own: on shared server links its transfers take longer, and cost more, than this assumes."""
+        until it is unplugged, and from then on its battery, with the charge it has at the
+        unplugging (what the work took meanwhile is settled when it drains), so it runs out no
+        sooner than the unplugging. The phases are each client's own: on shared server links its
+        transfers take longer, and cost more, than this assumes."""
         n = len(s.clients)
         out = np.full(n, np.inf)
         battery = self.battery

@@ -263,14 +263,16 @@ def _count(run: Run, key: str, default: int) -> int:
 
 def energy_per_device(run: Run, target: float | None) -> tuple[float | None, float | None]:
     """Joules per device (edgefl.sim.energy): the clients' energy_j summed over the run, and up to the
-    round that first reaches `target`, each over the devices that took part in those rounds; None
+    round that first reaches `target`, each over the devices that took part in those rounds (a
+    client that sat a round out for its battery, `battery_dropped`, took no part in it); None
     where the run priced no energy (`energy.enabled`) or never reached the target."""
     if "energy_j" not in run.clients[0]:
         return None, None
 
     def upto(last: int | None) -> float:
         rows = [c for c in run.clients if last is None or int(c["round"]) <= last]
-        return sum(float(c["energy_j"]) for c in rows) / len({c["client"] for c in rows})
+        took_part = {c["client"] for c in rows if c.get("battery_dropped", "0") != "1"}
+        return sum(float(c["energy_j"]) for c in rows) / max(len(took_part), 1)
 
     reached = None if target is None else next(
         (int(r["round"]) for r in run.metrics if r.get("adv_acc") and float(r["adv_acc"]) >= target), None)

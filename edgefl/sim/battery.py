@@ -10,11 +10,15 @@ it (edgefl.sim.availability.Diurnal with `fleet.tz_spread_h` and the scenario se
 is the same night in both), and its battery gains `charge_w` watts meanwhile, up to its capacity. A
 charge is brought up to date lazily: `level(t)` adds the watts times the seconds plugged in since it
 was last settled; `drain` settles to the moment the work ended first, so charging during the work
-counts. A plugged-in device runs on its charger: it can always pay for its work.
+counts. A plugged-in device can always pay for its work (`covers`), but the work is still taken
+from its battery after the charger's gain, which is capped at capacity first: an approximation
+that undercharges a full battery on its charger.
 
 An empty battery leaves its device offline (`Powered`, the fleet's availability with batteries)
 until it is plugged in again. Rounds drop, at their start, every selected client whose charge cannot
-cover the round's joules: it does no work, spends nothing and sends no update, as an FL client that
+cover the joules of its work priced with its transfers alone and no waiting (its waiting and a
+slower shared transfer are drained afterwards, down to 0 J at most): it does no work, spends
+nothing and sends no update, as an FL client that
 checks its battery before accepting a task (Bonawitz et al., "Towards Federated Learning at Scale",
 MLSys 2019: devices take part only when their state allows it). Async clients, started one by one,
 accept whenever their battery is not empty and go offline where it runs out
