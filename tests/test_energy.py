@@ -60,9 +60,9 @@ def test_a_battery_drains_dies_and_recharges() -> None:
     assert b.charge_j.tolist() == [1800.0, math.inf]
     assert b.covers(np.array([0, 1]), np.array([1799.0, 1e12]), 0.0).tolist() == [True, True]
     assert b.covers(np.array([0]), np.array([1800.0]), 0.0).tolist() == [False]  # it would end empty
-    b.drain(np.array([0, 1]), np.array([1000.0, 1e12]), 0.0)
+    assert b.drain(np.array([0, 1]), np.array([1000.0, 1e12]), 0.0).tolist() == [1000.0, 1e12]  # all taken
     assert b.charge_j.tolist() == [800.0, math.inf] and b.powered(0, 0.0) and b.powered(1, 0.0)
-    b.drain(np.array([0]), np.array([900.0]), 0.0)
+    assert b.drain(np.array([0]), np.array([900.0]), 0.0).tolist() == [800.0]  # what it held
     assert b.charge_j[0] == 0.0 and not b.powered(0, 0.0) and b.powered_at(0, 0.0) == 3600.0
     powered = Powered(Always(), b)
     assert not powered.online(0, 1800.0) and powered.online_at(0, 1800.0) == 3600.0

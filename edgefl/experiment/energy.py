@@ -110,12 +110,14 @@ class RoundEnergy:
                dropped: np.ndarray, end_s: np.ndarray | float) -> np.ndarray | None:
         """A living fleet's joules per client for the work each did in its `elapsed` seconds (its
         stop less its start; edgefl.sim.living) and its waiting, ended by `end_s`, batteries
-        drained; None without energy."""
+        drained: no more than a battery held (one that empties while its client waits for the
+        round, or on a slower shared transfer than its check priced, gives what it had); None
+        without energy."""
         if self.power is None:
             return None
         joules = np.where(dropped, 0.0, self.work_j(s, plan, costs, elapsed, wait_s))
         if self.battery is not None:
-            self.battery.drain(s.clients, joules, end_s)
+            return self.battery.drain(s.clients, joules, end_s)
         return joules
 
     def runs_out(self, s: States, plan: RoundPlan, costs: Costs, now: float) -> np.ndarray:

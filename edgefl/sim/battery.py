@@ -17,12 +17,11 @@ that undercharges a full battery on its charger.
 An empty battery leaves its device offline (`Powered`, the fleet's availability with batteries)
 until it is plugged in again. Rounds drop, at their start, every selected client whose charge cannot
 cover the joules of its work priced with its transfers alone and no waiting (its waiting and a
-slower shared transfer are drained afterwards, down to 0 J at most): it does no work, spends
-nothing and sends no update, as an FL client that
-checks its battery before accepting a task (Bonawitz et al., "Towards Federated Learning at Scale",
-MLSys 2019: devices take part only when their state allows it). Async clients, started one by one,
-accept whenever their battery is not empty and go offline where it runs out
-(edgefl.experiment.living).
+slower shared transfer are drained afterwards, down to 0 J, `drain` giving what it held): it does no
+work, spends nothing and sends no update, as an FL client that checks its battery before accepting a
+task (Bonawitz et al., "Towards Federated Learning at Scale", MLSys 2019: devices take part only
+when their state allows it). Async clients, started one by one, accept whenever their battery is not
+empty and go offline where it runs out (edgefl.experiment.living).
 """
 
 from __future__ import annotations
@@ -106,12 +105,15 @@ class Battery:
         plugged = np.array([self.plugged(k, t) for k in clients.tolist()], dtype=bool)
         return np.asarray(self.level(clients, t) > joules) | plugged
 
-    def drain(self, clients: np.ndarray, joules: np.ndarray, t: np.ndarray | float) -> None:
+    def drain(self, clients: np.ndarray, joules: np.ndarray, t: np.ndarray | float) -> np.ndarray:
         """Take each client's joules, spent by `t`, from its charge settled to `t` (never below 0; a
-        microjoule left is none)."""
+        microjoule left is none); the joules taken: all of them, or the charge a battery had when
+        they outgrow it (it emptied before the work, or the wait, ended)."""
         self.settle(clients, t)
-        left = self.charge_j[clients] - joules
+        held = self.charge_j[clients]
+        left = held - joules
         self.charge_j[clients] = np.where(left > EMPTY_J, left, 0.0)
+        return np.minimum(joules, held)
 
     def state(self, t: float) -> list[float]:
         """The charges at `t`, for a checkpoint (inf where mains powered)."""
