@@ -82,9 +82,30 @@ def test_power_of_choice_picks_the_highest_losses_among_the_candidates():
     losses = [0.1, 0.9, 0.3, 0.8, 0.2, 0.5]
     k = known(losses, [1.0] * 6, [0] * 6)
     assert pick("power_of_choice", ask(6, 2, sizes), k, power_d=6).clients.tolist() == [1, 3]
-    k.loss[0] = np.nan  # never reported a loss: ranks first
+    k.loss[0] = np.nan
+    k.last_round[0] = -1  # never picked: ranks first
     p = pick("power_of_choice", ask(6, 2, sizes), k, power_d=6)
     assert p.clients.tolist() == [0, 1] and p.reason == ["no loss yet", "highest loss"]
+    k.last_round[0] = 0  # picked, but never reported a loss (late every time): ranks last
+    k.loss[1:] = np.nan  # and behind it the others that never reported: all six are candidates
+    k.loss[5] = 0.05
+    p = pick("power_of_choice", ask(6, 2, sizes), k, power_d=6)
+    why = dict(zip(p.clients.tolist(), p.reason, strict=True))
+    assert why.pop(5) == "highest loss" and list(why.values()) == ["no loss reported"]
+
+
+def test_a_diverged_client_s_infinite_loss_is_drawn_first_not_a_crash():
+    """Oort's utility of a client whose training diverged (loss inf) is inf: it is drawn before the
+    finite ones, and the draw does not fail on inf / inf."""
+    from edgefl.selection.base import weighted_draw
+
+    rng = np.random.default_rng(0)
+    drawn = weighted_draw(rng, np.arange(4), np.array([1.0, np.inf, 2.0, 0.0]), 3)
+    assert drawn[0] == 1 and sorted(drawn.tolist()) in ([0, 1, 2], [1, 2, 3], [0, 1, 3])
+    assert 3 not in drawn[:2]  # weight 0 only once every positive one is drawn
+    k = known([0.5, np.inf, 0.3, 0.4], [1.0] * 4, [0] * 4)
+    p = pick("oort", ask(4, 2, [1.0] * 4, round_=5), k)
+    assert 1 in p.clients.tolist()
 
 
 def test_power_of_choice_draws_candidates_by_data_size():

@@ -124,7 +124,13 @@ SELECTORS: Registry[type[Selector]] = Registry("selection policy")
 def weighted_draw(rng: np.random.Generator, candidates: np.ndarray, weights: np.ndarray,
                   size: int) -> np.ndarray:
     """`size` of `candidates` without replacement, with probability proportional to `weights` (those
-    of weight 0 only once every positive one is drawn, then uniformly)."""
+    of weight 0 only once every positive one is drawn, then uniformly; an infinite weight, e.g. a
+    diverged client's loss, before every finite one, uniformly among such)."""
+    infinite = np.isposinf(weights)
+    if infinite.any():
+        first = rng.permutation(candidates[infinite])[:size]
+        rest = weighted_draw(rng, candidates[~infinite], weights[~infinite], size - len(first))
+        return np.concatenate([first, rest])
     positive = weights > 0
     first = candidates[positive]
     take = min(size, len(first))

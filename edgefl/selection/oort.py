@@ -17,7 +17,12 @@ are equal, lower otherwise); T is fixed (`oort_round_s`) or a percentile of the 
 each round, without the paper's pacer that raises T when the utility stalls; utilities are not
 clipped for outliers; exploration draws unexplored clients in proportion to their data size, since
 the server has no speed for a client it never saw. In a dry run no loss exists: U(i) is |B_i| (a
-loss of 1) and the picks say so.
+loss of 1) and the picks say so; a client picked before that never reported a loss (late, offline
+or dropped every time) is also taken at a loss of 1 (FedScale's Oort gives such a straggler the
+mean utility of the round's successful clients). The staleness bonus sqrt(0.1 ln R / L(i)) is added
+to the raw |B_i| x loss, where Oort's code first rescales the statistical utility to [0, 1], so
+here it weighs little. In async mode each pick is of one client, so round(epsilon x 1) makes a pick
+all exploration while epsilon > 0.5 and none once it is below.
 """
 
 from __future__ import annotations

@@ -5,7 +5,9 @@ The server samples d candidates without replacement with probability proportiona
 fraction p_k, then picks the m of them with the highest local loss F_k(w). Asking every candidate
 for its loss on the current model costs a round trip edgefl's server does not play, so the loss is
 the one the client last reported with its update (the paper's communication-free variant, rpow-d);
-a candidate that never reported one ranks first (ties keep the seeded candidates' order). In a dry
+a candidate never picked ranks first, so that every client is tried, and one picked before that
+never reported a loss (late, offline or dropped every time) ranks last, so that a chronic
+straggler is not picked every time it is drawn (ties keep the seeded candidates' order). In a dry
 run no loss exists, so the picks are the first m candidates of the data-size draw, and say so.
 """
 
@@ -28,11 +30,13 @@ class PowerOfChoice(Selector):
         sizes = ask.sizes().astype(np.float64)
         pool = ask.candidates(np.arange(ask.clients))
         drawn = weighted_draw(ask.rng(), pool, sizes[pool], min(len(pool), self.candidates(ask)))
-        loss = known.loss[drawn]
-        rank = np.argsort(-np.where(np.isnan(loss), np.inf, loss), kind="stable")[:ask.count]
+        loss, tried = known.loss[drawn], known.last_round[drawn] >= 0
+        key = np.where(np.isnan(loss), np.where(tried, -np.inf, np.inf), loss)
+        rank = np.argsort(-key if not ask.dry_run else np.zeros(len(drawn)), kind="stable")[:ask.count]
         picked, utility = drawn[rank], loss[rank]
         if ask.dry_run:
             reason = ["dry run: no losses, drawn by data size"] * len(picked)
         else:
-            reason = ["no loss yet" if np.isnan(u) else "highest loss" for u in utility.tolist()]
+            reason = ["highest loss" if not np.isnan(u) else "no loss reported" if t else "no loss yet"
+                      for u, t in zip(utility.tolist(), tried[rank].tolist(), strict=True)]
         return Picked.of(picked, utility, reason)
