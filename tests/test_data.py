@@ -314,3 +314,17 @@ def test_synthetic_defaults_are_cifar10_shaped():
 
     data = shapes_only(DataConfig(dataset="synthetic"))
     assert (data.input_shape, data.num_classes) == ((3, 32, 32), 10)
+
+
+@pytest.mark.parametrize(("partition", "key"), [("dirichlet", "data.alpha"), ("iid", "fleet.clients")])
+def test_a_client_left_without_a_training_sample_is_told_which_key_to_change(partition: str,
+                                                                              key: str) -> None:
+    """30 samples of 10 classes: Dirichlet at alpha 0.01 gives each class almost wholly to one of 5
+    clients, so some get none (the key is alpha, not the client count); an IID split of 30 over 40
+    clients leaves ten empty (the client count)."""
+    labels = np.repeat(np.arange(10), 3)
+    clients = 5 if partition == "dirichlet" else 40
+    with pytest.raises(EdgeflError) as info:
+        cfg = DataConfig(partition=partition, alpha=0.01, val_fraction=0.0)
+        split_clients(labels, clients, cfg, 0, "s.toml")
+    assert info.value.key == key and "gets no training sample" in str(info.value)

@@ -979,3 +979,11 @@ def test_a_dry_run_writes_the_real_runs_columns_and_leaves_unmeasured_figures_em
     assert [r["eps"] for r in rows if r["module"] == "2"] and all(
         r["eps"] == "" for r in rows if r["module"] == "2")
     assert all(float(r["eps"]) == s.attack.eps for r in rows if r["module"] == "1")
+
+
+def test_fedprophet_refuses_clients_without_validation_slices() -> None:
+    """APA and the stage score (Eq. 10) read the clients' validation accuracy: with
+    data.val_fraction = 0 there is none, so the scenario is refused before work, naming the key."""
+    with pytest.raises(EdgeflError) as info:
+        prepare(load_scenario(QUICKSTART, [*TINY, "data.val_fraction=0"]), "q.toml", dry_run=True)
+    assert info.value.key == "data.val_fraction"

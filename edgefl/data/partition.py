@@ -7,7 +7,12 @@
 * `20-80` (FedProphet §7.1): 20 % of the samples dealt IID; the other 80 % sorted by label, cut
   into clients x shards_per_client shards, each client taking shards_per_client of them.
 * `skew` (Shah et al. §4): the label-sorted data cut into K = clients groups; client k takes
-  (100 - (K-1)s) % of group k and s % of every other group.
+  (100 - (K-1)s) % of group k and s % of every other group. The paper gives each client |M|/K
+  whole classes and s % of every other class: the same when K divides the classes and the groups
+  are equal; otherwise a class can straddle two groups (majority for two clients), a minority
+  share is s % of a mixed group rather than of each class, and rounding can leave a client of a
+  group of 50 (K = 20, s = 1) 40 samples of its own class and none of the others (the bundled
+  skew scenarios use K = 5 on 10 classes).
 """
 
 from __future__ import annotations
@@ -22,6 +27,11 @@ from edgefl.errors import EdgeflError
 from edgefl.registry import Registry
 
 Partitioner = Callable[[np.ndarray, int, DataConfig, np.random.Generator], list[np.ndarray]]
+# the key to change when a split leaves a client no training sample, and how
+FEW = {"dirichlet": "data.alpha", "20-80": "data.shards_per_client"}
+FIX = {"dirichlet": "raise data.alpha (a small alpha gives some clients almost nothing), use fewer "
+                    "clients, or change the seed",
+       "20-80": "give each client more shards, or use fewer clients"}
 PARTITIONS: Registry[Partitioner] = Registry("partition")
 
 
@@ -41,8 +51,9 @@ def split_clients(labels: np.ndarray, clients: int, cfg: DataConfig, seed: int,
         idx = r.permutation(idx)
         n_val = round(cfg.val_fraction * len(idx))
         if len(idx) - n_val < 1:
-            raise EdgeflError(where, "fleet.clients",
-                              f"client {k} gets no training sample; use fewer clients")
+            raise EdgeflError(where, FEW.get(cfg.partition, "fleet.clients"),
+                              f"client {k} gets no training sample from the {cfg.partition} split; "
+                              f"{FIX.get(cfg.partition, 'use fewer clients')}")
         splits.append(ClientSplit(np.sort(idx[n_val:]), np.sort(idx[:n_val])))
     return splits
 

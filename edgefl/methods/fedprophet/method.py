@@ -85,6 +85,9 @@ class FedProphet(Method):
         self.m = 0  # the module being trained
         self.stage = stage_control(s.rounds, len(self.modules), self.cfg)
         check_module_rounds(self.cfg.module_rounds, len(self.modules), ctx.where)
+        if s.data.val_fraction == 0:
+            raise EdgeflError(ctx.where, "data.val_fraction", "is 0, but FedProphet scores each module "
+                              "on the clients' validation slices (Eq. 10); give it a fraction above 0")
         self.alpha = self.cfg.alpha
         self.eps = 0.0  # L2 radius on the current module's input features (module > 0)
         self.d_star = 0.0
