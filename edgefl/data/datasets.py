@@ -224,7 +224,9 @@ def _require(where: str, name: str, folder: Path, files: list[str], download: bo
 def _unloadable(where: str, name: str, root: Path, exc: Exception) -> EdgeflError:
     if isinstance(exc, URLError):  # no route to the dataset's server: offline, or a proxy in the way
         return EdgeflError(where, "data.download", f"{name} could not be downloaded ({exc.reason}); "
-                           f"without the internet, fetch its files on a connected machine into {root}")
+                           f"without the internet, fetch its files on a connected machine into {root} and "
+                           "unpack them there, or leave its archive there and rerun with --download, "
+                           "which then only unpacks it")
     return EdgeflError(where, "data.download",
                        f"{name} could not be loaded into {root} ({exc}); fetch the files "
                        "elsewhere, or check that torchvision matches torch")
