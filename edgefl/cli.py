@@ -285,6 +285,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from edgefl.scenario import compare_scenario
 
     check_target(args.target)
+    if args.dry_run and args.target is not None:
+        raise EdgeflError("--target", str(args.target), "a dry run has no accuracies to reach; drop "
+                          "--target, or compare without --dry-run")
     methods = _compared_methods(args.methods)
     out = args.out or default_out(args.scenario, args.dry_run, "compare-")
     scenarios = {m: compare_scenario(args.scenario, _overrides(args), m)

@@ -167,3 +167,12 @@ def test_a_comparison_refused_for_missing_data_leaves_no_folder(tmp_path, capsys
     assert main(args) == 2
     assert "CIFAR-10 not found" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_a_dry_comparison_refuses_a_target_it_cannot_reach(tmp_path, capsys):
+    out = tmp_path / "cmp"
+    args = ["compare", str(SCENARIO), "--methods", "jfat", *SMALL, "--out", str(out), "--quiet", "--dry-run"]
+    assert main([*args, "--target", "0.5"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--target: 0.5: a dry run has no accuracies to reach" in err
+    assert not out.exists()
