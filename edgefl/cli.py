@@ -389,7 +389,7 @@ def _overrides(args: argparse.Namespace) -> list[str]:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from edgefl.report.compare import differing_setup, load_run
+    from edgefl.report.compare import differing_setup
     from edgefl.report.figures import make_figures
 
     if args.timeline_clients < 0:
@@ -398,7 +398,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
     for path in make_figures(args.runs, args.out or args.runs[0] / "figures", args.target,
                              args.timeline_clients):
         print(path)
-    differ = differing_setup([load_run(p) for p in args.runs])
+    differ = differing_setup(args.runs)
     if differ:
         print(f"edgefl: warning: the runs differ in {', '.join(differ)} (their scenario.toml): the figures "
               "set side by side runs of different set-ups (edgefl compare keeps them alike)", file=sys.stderr)

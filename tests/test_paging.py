@@ -18,9 +18,9 @@ from edgefl.sim.swap import (
     ImpossibleBudget,
     SwapWalk,
     Traffic,
+    cheapest,
     min_budget,
     traced_walks,
-    walk,
 )
 from edgefl.sim.workload import Workload
 
@@ -51,6 +51,14 @@ X1 = AtomProfile("x1", macs=10.0, params=10, in_elems=1, out_elems=1, saved_byte
 def moved(micro: int, t: Traffic) -> float:
     """A device whose storage time is bytes moved, whatever the plan's compute."""
     return t.read_bytes + t.write_bytes
+
+
+def walk(w: Workload, budget: float, seconds) -> tuple:
+    """(plan, traffic, evictions) of the plan that fits `budget` and costs the fewest `seconds`, as
+    edgefl.sim.cost takes it: `cheapest` of `traced_walks`."""
+    walks, trail = traced_walks(w, budget)
+    i = cheapest(walks, seconds)
+    return trail[i][0], walks[i][1], walks[i][2]
 
 
 def workload(atoms, batch=1, iterations=1, attack_steps=0, slots=0) -> Workload:

@@ -108,13 +108,14 @@ def _read_scenario(path: Path) -> dict[str, Any]:
     return scenario
 
 
-SETUP = ("seed", "data", "fleet", "model", "training", "attack", "evaluation", "cost", "round")  # shared
+SETUP = ("seed", "data", "fleet", "model", "training", "attack", "evaluation", "cost", "round")  # alike in
+# a comparison's runs: `edgefl compare` varies the method, its knobs and its rounds only
 
 
-def differing_setup(runs: list[Run]) -> list[str]:
-    """The scenario keys of SETUP in which a run differs from the first (none for the runs of one
-    comparison: `edgefl compare` varies the method, its knobs and its rounds only)."""
-    return [key for key in SETUP if any(r.scenario.get(key) != runs[0].scenario.get(key) for r in runs[1:])]
+def differing_setup(paths: list[Path]) -> list[str]:
+    """The keys of SETUP in which a run's scenario.toml differs from the first run's."""
+    first, *rest = [_read_scenario(p) for p in paths]
+    return [key for key in SETUP if any(r.get(key) != first.get(key) for r in rest)]
 
 
 def _value(scenario: dict[str, Any], key: str, default: Any = None) -> Any:

@@ -198,14 +198,6 @@ Walk = tuple[int, Traffic, int]  # a plan's walk: its micro-batches per batch, t
 PlanSeconds = Callable[[int, Traffic], float]  # what a walk costs a device: (micro-batches, traffic) -> s
 
 
-def walk(w: Workload, budget: float, seconds: PlanSeconds) -> tuple[Plan, Traffic, int]:
-    """(plan, traffic, evictions) of the plan that fits `budget` and costs the fewest `seconds`
-    (`cheapest`); a budget no plan fits raises ImpossibleBudget at the smallest step."""
-    walks, trail = traced_walks(w, budget)
-    i = cheapest(walks, seconds)
-    return trail[i][0], walks[i][1], walks[i][2]
-
-
 def cheapest(walks: Sequence[Walk], seconds: PlanSeconds) -> int:
     """The index of the walk of fewest `seconds`; on a tie fewer bytes moved, then fewer
     operations, then the first (candidates' order: fewer micro-batches, paging before whole atoms)."""
