@@ -19,7 +19,7 @@ from edgefl.sim.availability import Always, Diurnal
 from edgefl.sim.battery import WH, Battery, Powered
 from edgefl.sim.classes import POWER_DEFAULTS, device_power
 from edgefl.sim.cost import ClientCost
-from edgefl.sim.energy import Power, client_power, round_energy
+from edgefl.sim.energy import Power, client_power, phase_power, round_energy
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILES = ROOT / "device_profiles"
@@ -172,3 +172,21 @@ def test_a_damaged_checkpoint_battery_is_refused() -> None:
     for bad in (None, [5.0], [5.0, -1.0], [5.0, "x"]):
         with pytest.raises(EdgeflError, match="battery"):
             b.restore(bad, "ckpt", 0.0)
+
+
+def test_phase_power_adds_up_to_the_rounds_work_joules() -> None:
+    """Idle 1 W, active 3 W at half the processor, radio 0.5 W; download 1 s (1 GB at 1 nJ/B),
+    data access 2 s and compute 4 s (1 GB read at 2 nJ/B), upload 2 s (2 GB at 1 nJ/B). By hand:
+    idle 1 x 9 s, training (3 - 1) x 0.5 x 4 s = 4 J, storage 2 J, radio bytes 1 + 2 J, radio base
+    0.5 x 3 s: 19.5 J. Phase by phase: 1.5 W, 1 W, 2 W and 1.5 W, the storage's 2 J spread over
+    data access and compute by their seconds (2/3 and 4/3 J), the bytes' over the transfers."""
+    p = Power(active_w=3.0, idle_w=1.0, read_nj=2.0, write_nj=0.0, down_nj=1.0, up_nj=1.0, radio_w=0.5)
+    c = ClientCost(compute_s=4.0, data_access_s=2.0, download_s=1.0, upload_s=2.0, mem_req_bytes=0.0,
+                   swapped=False, read_bytes=1e9, write_bytes=0.0)
+    watts, spread, per_byte = phase_power(p, c, 0.5, 1e9, 2e9)
+    assert watts == (1.5, 1.0, 2.0, 1.5)
+    assert spread == pytest.approx((1.0, 2 / 3, 4 / 3, 2.0))
+    assert per_byte == (1e-9, 1e-9)
+    seconds = (1.0, 2.0, 4.0, 2.0)
+    total = sum(w * t for w, t in zip(watts, seconds, strict=True)) + sum(spread)
+    assert total == pytest.approx(19.5) == round_energy(p, c, 0.5, 1e9, 2e9, 0.0)

@@ -22,7 +22,7 @@ from edgefl.devices import draws
 from edgefl.errors import EdgeflError
 from edgefl.experiment import prepare, run
 from edgefl.experiment.energy import RoundEnergy
-from edgefl.experiment.living import Live, Pending, rebase, rebased, running_statistics, stall_error
+from edgefl.experiment.living import Live, Pending, phases, rebase, rebased, running_statistics, stall_error
 from edgefl.experiment.rounds import planned_jobs
 from edgefl.methods.aggregate import fedavg
 from edgefl.methods.base import ClientUpdate
@@ -34,6 +34,7 @@ from edgefl.sim.availability import Always, Diurnal, from_mapping, read_trace
 from edgefl.sim.battery import WH, Battery
 from edgefl.sim.bulk import Costs, Pricer
 from edgefl.sim.cost import ClientCost
+from edgefl.sim.energy import FleetPower, Power
 from edgefl.sim.engine import Federation, Span
 from edgefl.sim.links import Links
 from edgefl.sim.living import (
@@ -42,11 +43,14 @@ from edgefl.sim.living import (
     LATE,
     OFFLINE,
     Buffered,
+    Drain,
+    Outcome,
     Stalled,
     Started,
     Transfer,
     play_round,
     stall_runs,
+    start_client,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -216,11 +220,17 @@ def test_an_async_run_logs_its_unfinished_clients_so_its_slots_never_idle_on_an_
     assert max(float(e["end_s"]) for e in events) == pytest.approx(end)
 
 
+def empty_at(seconds: float) -> Drain | None:
+    """A battery of `seconds` joules spent at 1 W in every phase: empty `seconds` into the work."""
+    return None if math.isinf(seconds) else Drain(seconds, (1.0,) * 4, (0.0,) * 4, (0.0, 0.0))
+
+
 def test_fedbuff_stalls_when_no_client_can_finish() -> None:
     """Every client's battery runs out 0.5 s into its 1 s of work (offline): after stall_runs(1) =
     10,000 ended clients with no update, Stalled with none arrived (not an endless run)."""
     fed = Federation()
-    server = Buffered(fed, Always(), 1, 1, 8, lambda v, b: Started(0, (0.0, 0.0, 1.0, 0.0), None, None, 0.5),
+    server = Buffered(fed, Always(), 1, 1, 8,
+                      lambda v, b: Started(0, (0.0, 0.0, 1.0, 0.0), None, None, empty_at(0.5)),
                       lambda v, b, e: None, lambda: 0.0)
     with pytest.raises(Stalled) as info:
         server.next_aggregation()
@@ -233,7 +243,7 @@ def every(n: int) -> Callable[[int, set[int]], Started]:
     """Clients of 1 s each, the n-th of each n completing, the others offline at 0.5 s."""
     count = iter(range(10**9))
     return lambda v, b: Started(0, (0.0, 0.0, 1.0, 0.0), None, None,
-                                math.inf if next(count) % n == n - 1 else 0.5)
+                                None if next(count) % n == n - 1 else empty_at(0.5))
 
 
 def test_fedbuff_stalls_when_under_one_client_in_twenty_brings_an_update() -> None:
@@ -311,7 +321,7 @@ def test_fedbuff_transfers_share_the_server_links_and_a_battery_stops_its_client
 
     def pick(version: int, busy: set[int]) -> Started | float:
         nxt = next(order, None)
-        return math.inf if nxt is None else Started(nxt[0], (0.0, 0.0, 1.0, 0.0), None, t, nxt[1])
+        return math.inf if nxt is None else Started(nxt[0], (0.0, 0.0, 1.0, 0.0), None, t, empty_at(nxt[1]))
 
     folded: list[list[Started]] = []
     server = Buffered(fed, Always(), 3, 2, 8, pick, lambda v, b, e: folded.append(e), lambda: 0.0,
@@ -324,9 +334,36 @@ def test_fedbuff_transfers_share_the_server_links_and_a_battery_stops_its_client
     assert [ended[k].upload_s for k in (0, 1)] == [2.0, 2.0]
 
 
-def test_an_async_clients_battery_runs_out_where_its_work_has_spent_the_charge() -> None:
-    """runs_out gives the moment the joules of the work done (worked, priced by the energy model)
-    equal the charge: spending exactly that is what the client is charged for."""
+def test_a_sync_clients_battery_runs_out_on_a_slower_shared_upload() -> None:
+    """A sync round on a 2 B/s shared up link: a uploads 4 B and b 2 B, each 2 B/s alone, nothing
+    else. a's work spends 0.5 W plus 0.5 J a byte. Both go at 1 B/s until b is through at 2 s (a
+    has 2 B sent: 0.5 x 2 + 0.5 x 2 = 2 J), then a at 2 B/s: J(t) = 0.5 t + 0.5 (2 + 2 (t - 2)) =
+    1.5 t - 1. With 2.5 J, a is offline at t = 7/3 s, its upload cut with 2 + 2/3 of its 4 B sent
+    (upload_s, the seconds at its pace: (7/3) / (2/3) = 3.5 s). With 3.6 J it is through at 3 s
+    (3.5 J): completed. Per byte only (1 J a byte) with 3 J: offline at 2.5 s, 3 B sent (upload_s
+    2.5 / 0.75)."""
+    a = Transfer(down_bytes=0.0, up_bytes=4.0, down_bps=1.0, up_bps=2.0, latency_s=0.0)
+    b = Transfer(down_bytes=0.0, up_bytes=2.0, down_bps=1.0, up_bps=2.0, latency_s=0.0)
+    jobs = [(0, (0.0, 0.0, 0.0, 2.0)), (1, (0.0, 0.0, 0.0, 1.0))]
+
+    def play(drain: Drain) -> Outcome:
+        r = play_round(Federation(), jobs, Always(), 2, math.inf, 0.0, (Links(math.inf, 2.0), [a, b]),
+                       [drain, None])
+        assert (r.outcomes[1].status, r.outcomes[1].stop_s) == (COMPLETED, 2.0)
+        return r.outcomes[0]
+
+    mixed = play(Drain(2.5, (0.5,) * 4, (0.0,) * 4, (0.0, 0.5)))
+    assert (mixed.status, mixed.stop_s, mixed.upload_s) == (OFFLINE, pytest.approx(7 / 3), pytest.approx(3.5))
+    whole = play(Drain(3.6, (0.5,) * 4, (0.0,) * 4, (0.0, 0.5)))
+    assert (whole.status, whole.stop_s) == (COMPLETED, 3.0)
+    per_byte = play(Drain(3.0, (0.0,) * 4, (0.0,) * 4, (0.0, 1.0)))
+    assert (per_byte.status, per_byte.stop_s, per_byte.upload_s) == (OFFLINE, 2.5, pytest.approx(10 / 3))
+
+
+def test_a_battery_runs_out_where_its_work_has_spent_the_charge() -> None:
+    """A client stopped by its Drain (the phones of the async scenario, with tiny charges, alone on
+    the server's links) has spent exactly its charge by then, as the energy model prices the work
+    done (worked); any other's whole work costs less than its charge."""
     s = load_scenario(ASYNC, ["energy.enabled=true", "energy.batteries=true",
                               "energy.battery_start=[0.00001,0.00003]"])
     exp = prepare(s, str(ASYNC), dry_run=True)
@@ -336,7 +373,13 @@ def test_an_async_clients_battery_runs_out_where_its_work_has_spent_the_charge()
     pricer = Pricer(exp.ctx.cost, exp.pool, lambda k, w: w)
     states, plan, jobs = planned_jobs(exp.pool, exp.method, pricer, 0, phones)
     gathered, costs = exp.pool.gathered(phones, list(states.values())), Costs.of([c for _, _, c in jobs])
-    out, idle = energy.runs_out(gathered, plan, costs, 0.0), np.zeros(len(phones))
+    fed, drains = Federation(), energy.drains(gathered, plan, costs, 0.0)
+    outcomes = [Outcome(int(k)) for k in phones]
+    for i, o in enumerate(outcomes):
+        start_client(fed.env, phases(costs.cost(i)), Always(), o, lambda _: None, None, drains[i])
+    fed.env.run()
+    out = np.array([o.stop_s if o.status == OFFLINE else np.inf for o in outcomes])
+    idle = np.zeros(len(phones))
     level = energy.battery.level(phones, 0.0)
     whole = energy.work_j(gathered, plan, costs, np.full(len(phones), np.inf), idle)
     stops = np.isfinite(out)
@@ -345,29 +388,37 @@ def test_an_async_clients_battery_runs_out_where_its_work_has_spent_the_charge()
     assert spent[stops] == pytest.approx(level[stops], rel=1e-9)
 
 
-def test_runs_out_by_hand() -> None:
-    """Work of 1 + 0 + 4 + 1 s at a constant 2 W (J(tau) = 2 tau); a 1 W charger plugged in daily
-    from 01:00 to 03:00. Unplugged at 0 s with 5 J: empty 2.5 s in; with 100 J: never (12 J of work);
-    at 3598 s with 5 J: plugged in 2 s in, before it would run out, so never. Plugged in at 10798 s
-    (unplugged at 10800 s) with 1 J: 3 J at the unplugging, which the work has spent by 1.5 s, so
-    empty at the unplugging, 2 s in; with 8 J: 10 J then, empty 5 s in."""
+def test_drains_by_hand() -> None:
+    """Work of 1 + 0 + 4 + 1 s at a constant 2 W; a 1 W charger plugged in daily from 01:00 to
+    03:00. Unplugged at 0 s with 5 J: empty 2.5 s in; with 100 J: never (12 J of work); at 3598 s
+    with 5 J: plugged in 2 s in, before it would run out, so never. Plugged in at 10798 s (unplugged
+    at 10800 s) with 1 J: 3 J at the unplugging, which the work has spent by 1.5 s, so empty at the
+    unplugging, 2 s in; with 8 J: 10 J then, empty 5 s in."""
     charger = Diurnal(seed=0, start_h=1.0, hours=2.0, spread_h=0.0)
     energy = RoundEnergy.__new__(RoundEnergy)
-    energy.power = object()  # type: ignore[assignment]  # priced by the stub work_j below
-    energy.work_j = lambda s, plan, costs, elapsed, wait: 2.0 * np.minimum(elapsed, 6.0)  # type: ignore[method-assign]
+    energy.power = FleetPower.__new__(FleetPower)
+    energy.power.of = lambda s: Power(*([np.full(len(s.clients), 2.0)] * 2 + [np.zeros(len(s.clients))] * 5))  # type: ignore[method-assign]
+    energy.pool = SimpleNamespace(kind_flops=np.ones(1))  # type: ignore[assignment]
+    energy.sent = lambda plan: (np.zeros(len(plan)), np.zeros(len(plan)))  # type: ignore[method-assign]
     cost = ClientCost(compute_s=4.0, data_access_s=0.0, download_s=1.0, upload_s=1.0, mem_req_bytes=0.0,
                       swapped=False, read_bytes=0.0, write_bytes=0.0)
 
-    def runs_out(charges: list[float], now: float) -> list[float]:
+    def stops(charges: list[float], now: float) -> list[float]:
         n = len(charges)
         energy.battery = Battery(np.full(n, WH), np.array(charges) / WH, charger, charge_w=1.0)
         energy.battery.since_s[:] = now
-        s = SimpleNamespace(clients=np.arange(n))
-        return energy.runs_out(s, None, Costs.of([cost] * n), now).tolist()  # type: ignore[arg-type]
+        s = SimpleNamespace(clients=np.arange(n), flops=np.ones(n), kind=np.zeros(n, dtype=np.int64))
+        fed = Federation(now)
+        drains = energy.drains(s, list(range(n)), Costs.of([cost] * n), now)  # type: ignore[arg-type]
+        outcomes = [Outcome(k) for k in range(n)]
+        for o, d in zip(outcomes, drains, strict=True):
+            start_client(fed.env, phases(cost), Always(), o, lambda _: None, None, d)
+        fed.env.run()
+        return [o.stop_s - now if o.status == OFFLINE else math.inf for o in outcomes]
 
-    assert runs_out([5.0, 100.0], 0.0) == [2.5, math.inf]
-    assert runs_out([5.0], 3598.0) == [math.inf]
-    assert runs_out([1.0, 8.0], 10798.0) == [2.0, 5.0]
+    assert stops([5.0, 100.0], 0.0) == [2.5, math.inf]
+    assert stops([5.0], 3598.0) == [math.inf]
+    assert stops([1.0, 8.0], 10798.0) == pytest.approx([2.0, 5.0])
 
 
 def test_online_at_is_a_moment_the_device_is_online() -> None:

@@ -8,8 +8,9 @@ client by client (client_energy), both equal to the bit (tests/test_energy.py).
 Batteries make a fleet living (edgefl.experiment.living, edgefl.sim.battery): a round's client whose
 charge cannot pay for its own work (its joules without waiting) is dropped at the round's start: it
 does nothing (its phases and traffic are zero, it sends no update). Each client's joules are priced
-for the work it did before it stopped (`worked`) and drained from its battery; an async client's
-battery may run out mid-work (`runs_out`).
+for the work it did before it stopped (`worked`) and drained from its battery; a client's battery
+may run out mid-work (`drains`), where a transfer slowed on the shared links, or an unplugging,
+costs more than its check priced.
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ from edgefl.config import Scenario
 from edgefl.devices.pool import DevicePool, DeviceState, States
 from edgefl.sim.battery import Battery
 from edgefl.sim.bulk import Costs, RoundPlan
-from edgefl.sim.energy import FleetPower, client_energy
+from edgefl.sim.energy import FleetPower, client_energy, phase_power
 from edgefl.sim.links import Links, shared_round
-from edgefl.sim.living import Transfer
+from edgefl.sim.living import Drain, Transfer
 
 WORK = ("compute_s", "data_access_s", "download_s", "upload_s", "read_bytes", "write_bytes")
 
@@ -111,8 +112,8 @@ class RoundEnergy:
         """A living fleet's joules per client for the work each did in its `elapsed` seconds (its
         stop less its start; edgefl.sim.living) and its waiting, ended by `end_s`, batteries
         drained: no more than a battery held (one that empties while its client waits for the
-        round, or on a slower shared transfer than its check priced, gives what it had); None
-        without energy."""
+        round gives what it had, as does one whose client stopped where its work spent the
+        charge, `drains`, up to rounding); None without energy."""
         if self.power is None:
             return None
         joules = np.where(dropped, 0.0, self.work_j(s, plan, costs, elapsed, wait_s))
@@ -120,35 +121,31 @@ class RoundEnergy:
             return self.battery.drain(s.clients, joules, end_s)
         return joules
 
-    def runs_out(self, s: States, plan: RoundPlan, costs: Costs, now: float) -> np.ndarray:
-        """Seconds into its work (starting `now`) at which each client's battery is empty (inf:
-        never). The joules of the work done by a time grow linearly within each phase (edgefl.sim.energy
-        prices seconds and bytes), so the moment they reach what the battery holds is interpolated
-        between the phases' ends. Unplugged at `now`, the battery holds its charge then, and a client
-        plugged in before that moment does not run out; plugged in at `now`, it runs on its charger
-        until it is unplugged, and from then on its battery, with the charge it has at the
-        unplugging (what the work took meanwhile is settled when it drains), so it runs out no
-        sooner than the unplugging. The phases are each client's own: on shared server links its
-        transfers take longer, and cost more, than this assumes."""
-        n = len(s.clients)
-        out = np.full(n, np.inf)
-        battery = self.battery
-        if battery is None or self.power is None:
-            return out
-        spans = [costs.download_s, costs.data_access_s, costs.compute_s, costs.upload_s]
-        points = np.cumsum([np.zeros(n), *spans], axis=0)  # 5 x n: 0 and each phase's end
-        joules = np.array([self.work_j(s, plan, costs, p, np.zeros(n)) for p in points])
+    def drains(self, s: States, plan: RoundPlan, costs: Costs, now: float) -> list[Drain | None]:
+        """Each client's battery over its work starting `now` (edgefl.sim.living `Drain`, which
+        stops the client where its work has spent the charge; None: mains powered, or batteries not
+        tracked). Unplugged at `now`, a battery holds its charge then and can run out until the
+        device is next plugged in; plugged in at `now`, the device runs on its charger until it is
+        unplugged, and from then on on its battery, with the charge it has at the unplugging (what
+        the work took meanwhile is settled when it drains), so it runs out no sooner than that."""
+        battery, power = self.battery, self.power
+        if battery is None or power is None:
+            return [None] * len(s.clients)
+        rows, share = power.of(s), s.flops / self.pool.kind_flops[s.kind]
+        down, up = self.sent(plan)
+        drains: list[Drain | None] = []
         for i, k in enumerate(s.clients.tolist()):
-            if battery.plugged(k, now):  # on its charger until unplugged
+            if math.isinf(battery.charge_j[k]):
+                drains.append(None)
+                continue
+            rates = phase_power(rows.at(i), costs.cost(i), float(share[i]), float(down[i]), float(up[i]))
+            if battery.plugged(k, now):
                 unplug = battery.unplugged_at(k, now)
-                held = float(battery.level(np.array([k]), unplug)[0])
-                out[i] = max(reach(points[:, i], joules[:, i], held), unplug - now)
+                held, begin, end = battery.level(np.array([k]), unplug)[0], unplug - now, math.inf
             else:
-                plug = battery.plugged_at(k, now)
-                held = float(battery.level(np.array([k]), now)[0])
-                empty = reach(points[:, i], joules[:, i], held)
-                out[i] = empty if empty < plug - now else math.inf
-        return out
+                held, begin, end = battery.level(np.array([k]), now)[0], 0.0, battery.plugged_at(k, now) - now
+            drains.append(Drain(float(held), *rates, begin, end))
+        return drains
 
     def charge(self, s: States) -> np.ndarray | None:
         """The selected clients' charge left, J (inf: mains powered; None: batteries not tracked)."""
@@ -169,16 +166,3 @@ def worked(c: Costs, elapsed: np.ndarray) -> tuple[Costs, np.ndarray, np.ndarray
     walk = np.divide(done[1] + done[2], busy, out=share[2].copy(), where=busy > 0)
     return (replace(c, download_s=done[0], data_access_s=done[1], compute_s=done[2], upload_s=done[3],
                     read_bytes=c.read_bytes * walk, write_bytes=c.write_bytes * walk), share[0], share[3])
-
-
-def reach(points: np.ndarray, joules: np.ndarray, target: float) -> float:
-    """The elapsed seconds at which piecewise-linear `joules` (at the ascending `points`, from 0 at
-    0) first reach `target`; inf if they never do."""
-    j = int(np.searchsorted(joules, target))
-    if j >= len(points):
-        return math.inf
-    if j == 0:
-        return float(points[0])
-    rise = joules[j] - joules[j - 1]
-    frac = (target - joules[j - 1]) / rise if rise > 0 else 1.0
-    return float(points[j - 1] + frac * (points[j] - points[j - 1]))

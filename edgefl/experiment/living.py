@@ -24,7 +24,7 @@ download held a larger one), and the model's evaluation then gives NaN.
 
 Batteries (edgefl.sim.battery) make a fleet living: an empty one leaves its device offline until it
 is plugged in (`Powered`). A sync or deadline round drops, at its start, a client whose battery
-cannot pay for its work; an async client goes offline where its battery runs out (`runs_out`).
+cannot pay for its work; a client at work goes offline where its battery runs out (`drains`).
 Selection policies, shared server links and batteries act in every mode; in async mode a policy
 picks one client each time a slot frees, and the links are shared by the transfers in flight.
 """
@@ -155,9 +155,10 @@ def live_round(exp: Experiment, live: Live, pricer: Pricer, fed: Federation, t: 
     costs, dropped = energy.unpaid(gathered, plan, costs, fed.now)
     played = [i for i in range(len(clients)) if not dropped[i]]
     transfers = energy.transfers(gathered, plan, played)
+    drains = energy.drains(gathered, plan, costs, fed.now)
     r = play_round(fed, [(int(clients[i]), phases(costs.cost(i))) for i in played], live.avail, live.target,
                    live.deadline_s, server_s,
-                   None if transfers is None else (energy.links, transfers))
+                   None if transfers is None else (energy.links, transfers), [drains[i] for i in played])
     status, stop = np.full(len(clients), DROPPED, dtype=np.int64), np.full(len(clients), r.start_s)
     status[played] = [o.status for o in r.outcomes]
     stop[played] = [o.stop_s for o in r.outcomes]
@@ -270,9 +271,8 @@ class AsyncRounds:
             update = self.executor.train(version, {k: plan.plan(0)})[0]
         pending = Pending(states[k], plan.plan(0), cost, self.fed.now, update, downloaded, utility, reason)
         transfers = self.energy.transfers(gathered, plan, [0])
-        runs_out = self.energy.runs_out(gathered, plan, Costs.of([cost]), self.fed.now)
-        return Started(k, phases(cost), pending, None if transfers is None else transfers[0],
-                       float(runs_out[0]))
+        drain = self.energy.drains(gathered, plan, Costs.of([cost]), self.fed.now)[0]
+        return Started(k, phases(cost), pending, None if transfers is None else transfers[0], drain)
 
     def heard(self, job: Started) -> None:
         """A client ended: its joules drained from its battery, what it showed the selection."""

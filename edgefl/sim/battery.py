@@ -16,12 +16,13 @@ that undercharges a full battery on its charger.
 
 An empty battery leaves its device offline (`Powered`, the fleet's availability with batteries)
 until it is plugged in again. Rounds drop, at their start, every selected client whose charge cannot
-cover the joules of its work priced with its transfers alone and no waiting (its waiting and a
-slower shared transfer are drained afterwards, down to 0 J, `drain` giving what it held): it does no
-work, spends nothing and sends no update, as an FL client that checks its battery before accepting a
-task (Bonawitz et al., "Towards Federated Learning at Scale", MLSys 2019: devices take part only
-when their state allows it). Async clients, started one by one, accept whenever their battery is not
-empty and go offline where it runs out (edgefl.experiment.living).
+cover the joules of its work priced with its transfers alone and no waiting (its waiting is drained
+afterwards, down to 0 J, `drain` giving what it held): it does no work, spends nothing and sends no
+update, as an FL client that checks its battery before accepting a task (Bonawitz et al., "Towards
+Federated Learning at Scale", MLSys 2019: devices take part only when their state allows it). Async
+clients, started one by one, accept whenever their battery is not empty. A client at work goes
+offline where its battery runs out (edgefl.sim.living `Drain`): in sync rounds only where a transfer
+slowed on the server's shared links, or an unplugging, costs more than the check priced.
 """
 
 from __future__ import annotations

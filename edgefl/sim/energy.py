@@ -51,6 +51,10 @@ class Power(Generic[X]):
     up_nj: X
     radio_w: X
 
+    def at(self, i: int) -> Power[float]:
+        """Row i of a round's figures."""
+        return Power(**{f.name: float(getattr(self, f.name)[i]) for f in fields(self)})
+
 
 class Priced(Protocol):
     """What the energy model reads of a cost: a ClientCost, or a round's Costs columns."""
@@ -77,6 +81,22 @@ def round_energy(p: Power[Any], c: Priced, share: Any, down_bytes: Any, up_bytes
             + NJ * (c.read_bytes * p.read_nj + c.write_bytes * p.write_nj
                     + down_bytes * p.down_nj + up_bytes * p.up_nj)
             + p.radio_w * comm)
+
+
+def phase_power(p: Power[float], c: Priced, share: float, down_bytes: float,
+                up_bytes: float) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, float]]:
+    """`round_energy`'s work joules, phase by phase (download, data access, compute, upload), as
+    watts over each phase's seconds and joules spread over them (edgefl.experiment.energy `worked`
+    prorates them so): the idle power in every phase, the radio's base power in the transfers,
+    training's extra power in the compute; a transfer's bytes, and the storage bytes over data access
+    and compute together. Also the radio's joules per byte (download, upload)."""
+    storage = NJ * (c.read_bytes * p.read_nj + c.write_bytes * p.write_nj)
+    busy = c.data_access_s + c.compute_s
+    walk = c.data_access_s / busy if busy > 0 else 0.0
+    transfer_w = p.idle_w + p.radio_w
+    watts = (transfer_w, p.idle_w, p.idle_w + (p.active_w - p.idle_w) * share, transfer_w)
+    spread = (NJ * down_bytes * p.down_nj, storage * walk, storage * (1 - walk), NJ * up_bytes * p.up_nj)
+    return watts, spread, (NJ * p.down_nj, NJ * p.up_nj)
 
 
 def client_power(device: DeviceProfile, network: NetworkProfile) -> Power[float]:

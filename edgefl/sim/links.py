@@ -88,6 +88,12 @@ class Sharing:
         self._settle()
         return max(left, 0.0)
 
+    def rate(self, i: int) -> float:
+        """Transfer i's bytes/s now (0 once it is through)."""
+        if i not in self.cap:
+            return 0.0
+        return self.cap[i] if self.capped[i] else self.level
+
     def ended(self) -> list[int]:
         """The transfers through by now, removed: the capped ones, then the shared ones."""
         out = []
@@ -214,7 +220,8 @@ def shared_round(links: Links, phases: tuple[np.ndarray, np.ndarray, np.ndarray,
 class SharedLink:
     """A processor-sharing link for SimPy processes: `yield from link.transfer(env, nbytes, bps)`
     (the bytes only: a caller adds its latency); its transfers under way are a `Sharing`, and one
-    SimPy timeout stands for the next end."""
+    SimPy timeout stands for the next end. `changed` succeeds whenever the rates change (a transfer
+    starts, stops or ends), and is then replaced."""
 
     def __init__(self, env: simpy.Environment, capacity_bps: float) -> None:
         self.env, self.capacity = env, capacity_bps
@@ -222,13 +229,20 @@ class SharedLink:
         self.done: dict[int, simpy.Event] = {}
         self._names = itertools.count()
         self._wake, self._at = 0, math.nan  # the pending wake-up's number (older ones are stale), time
+        self.changed = env.event()
 
     def transfer(self, env: simpy.Environment, nbytes: float, client_bps: float,
-                 cut: Callable[[float], None] | None = None) -> Generator[simpy.Event, Any, None]:
+                 cut: Callable[[float], None] | None = None,
+                 started: Callable[[Callable[[], float]], None] | None = None
+                 ) -> Generator[simpy.Event, Any, None]:
         """Send `nbytes` at most `client_bps` bytes/s, sharing the link with every transfer under way;
-        a transfer interrupted first tells `cut` the share of its bytes that got through."""
+        a transfer interrupted first tells `cut` the share of its bytes that got through. `started`
+        is given the transfer's pace: a function giving its bytes/s now (it changes whenever the
+        link's `changed` succeeds)."""
         if math.isinf(self.capacity):
             begin = float(env.now)
+            if started is not None:
+                started(lambda: client_bps)
             try:
                 yield env.timeout(nbytes / client_bps)
             except simpy.Interrupt:
@@ -240,6 +254,8 @@ class SharedLink:
         done = self.done[i] = env.event()
         self.sharing.advance(float(env.now))
         self.sharing.start(i, float(nbytes), float(client_bps))
+        if started is not None:
+            started(lambda: self.sharing.rate(i))
         self._schedule()
         try:
             yield done
@@ -254,6 +270,8 @@ class SharedLink:
             raise
 
     def _schedule(self) -> None:
+        changed, self.changed = self.changed, self.env.event()
+        changed.succeed()
         for i in self.sharing.ended():
             self.done.pop(i).succeed()
         at = self.sharing.next_end()

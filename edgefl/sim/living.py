@@ -80,35 +80,44 @@ def staleness_weight(tau: int) -> float:
     return 1 / math.sqrt(1 + tau)
 
 
-def _send(env: simpy.Environment, net: Net, up: bool, out: Outcome) -> Generator[simpy.Event, Any, None]:
+def _send(env: simpy.Environment, net: Net, up: bool, out: Outcome,
+          meter: Meter | None = None) -> Generator[simpy.Event, Any, None]:
     """The client's download (or upload) on its shared link, then its latency; its seconds noted.
     One interrupted midway notes the seconds it would have taken at the pace it had, s / share (the
     share of its bytes through), so that prorating its phases (edgefl.experiment.energy `worked`)
-    charges the seconds it ran and the bytes it sent, and no later phase."""
+    charges the seconds it ran and the bytes it sent, and no later phase. A `meter` follows the
+    transfer's pace on the link."""
     t, begin, name = net.transfer, float(env.now), "upload_s" if up else "download_s"
+    link = net.up if up else net.down
 
     def cut(share: float) -> None:
         if share > 0:
             setattr(out, name, (float(env.now) - begin) / share)
 
-    if up:
-        yield from net.up.transfer(env, t.up_bytes, t.up_bps, cut)
-    else:
-        yield from net.down.transfer(env, t.down_bytes, t.down_bps, cut)
+    def started(pace: Callable[[], float]) -> None:
+        if meter is not None:
+            meter.on(link, pace)
+
+    nbytes, bps = (t.up_bytes, t.up_bps) if up else (t.down_bytes, t.down_bps)
+    yield from link.transfer(env, nbytes, bps, cut, started)
+    if meter is not None:
+        meter.on(None)  # the latency: no bytes
     try:
         yield env.timeout(t.latency_s)
     finally:  # through, or interrupted in the latency: its bytes all sent
         setattr(out, name, float(env.now) - begin)
 
 
-def _work(env: simpy.Environment, phases: Sequence[float], out: Outcome,
-          reported: Callable[[Outcome], None], net: Net | None = None) -> Generator[simpy.Event, Any, None]:
+def _work(env: simpy.Environment, phases: Sequence[float], out: Outcome, reported: Callable[[Outcome], None],
+          net: Net | None = None, meter: Meter | None = None) -> Generator[simpy.Event, Any, None]:
     """The client's phases back to back (with `net`, its download and upload on the shared links);
-    an interrupt (its cause a status) stops it."""
+    an interrupt (its cause a status) stops it. A `meter` hears of each phase."""
     try:
         for i, seconds in enumerate(phases):
+            if meter is not None:
+                meter.enter(i, seconds)
             if net is not None and i in (0, 3):
-                yield from _send(env, net, i == 3, out)
+                yield from _send(env, net, i == 3, out, meter)
             else:
                 yield env.timeout(seconds)
     except simpy.Interrupt as stop:
@@ -116,6 +125,97 @@ def _work(env: simpy.Environment, phases: Sequence[float], out: Outcome,
         return
     out.stop_s = float(env.now)
     reported(out)
+
+
+@dataclass(frozen=True)
+class Drain:
+    """A client's battery over its work (edgefl.experiment.energy `RoundEnergy.drains`): the
+    `held_j` joules it can spend, which each phase (download, data access, compute, upload) spends
+    at `watts` plus its `spread` joules at an even pace over its seconds (edgefl.sim.energy
+    `phase_power`), or, for a transfer on a shared link, `per_byte` joules (download, upload) per
+    byte at the transfer's pace. It can run out only from `from_s` seconds into its work (on its
+    charger until then: `held_j` is its charge at the unplugging) and not once `until_s` seconds
+    in (plugged in then)."""
+
+    held_j: float
+    watts: tuple[float, ...]
+    spread: tuple[float, ...]
+    per_byte: tuple[float, float]
+    from_s: float = 0.0
+    until_s: float = math.inf
+
+
+class Meter:
+    """The joules a client's work has spent so far (`spent`, settled at each change) and spends per
+    second now (`power`): `_work` tells it each phase (`enter`), `_send` each transfer's pace on its
+    link (`on`); `changed` succeeds at each and is then replaced."""
+
+    def __init__(self, env: simpy.Environment, drain: Drain) -> None:
+        self.env, self.drain = env, drain
+        self.spent, self.since, self.power = 0.0, float(env.now), 0.0
+        self.phase, self.even = 0, 0.0  # the phase; its bytes' joules per second at an even pace
+        self.link: SharedLink | None = None  # the link of a transfer under way, and its pace
+        self.pace: Callable[[], float] = lambda: 0.0
+        self.changed = env.event()
+
+    def settle(self) -> None:
+        """Add the joules spent since the last change and take the power now (a transfer's pace may
+        have changed meanwhile: its link says so with its `changed`)."""
+        now = float(self.env.now)
+        self.spent += self.power * (now - self.since)
+        self.since = now
+        self.power = self.drain.watts[self.phase] + self.even
+        if self.link is not None:
+            self.power += self.drain.per_byte[self.phase // 3] * self.pace()
+
+    def enter(self, phase: int, seconds: float) -> None:
+        """The work enters `phase`, `seconds` long alone: its spread joules go at an even pace over
+        them (all at once when they are none), unless `on` gives a transfer's pace on a link."""
+        self.settle()
+        self.phase, self.link, self.even = phase, None, 0.0
+        if seconds > 0:
+            self.even = self.drain.spread[phase] / seconds
+        else:
+            self.spent += self.drain.spread[phase]
+        self._changed()
+
+    def on(self, link: SharedLink | None, pace: Callable[[], float] = lambda: 0.0) -> None:
+        """The phase's bytes go on `link` at `pace()` bytes/s (None: they are through)."""
+        self.settle()
+        self.link, self.pace, self.even = link, pace, 0.0
+        self._changed()
+
+    def _changed(self) -> None:
+        self.settle()
+        changed, self.changed = self.changed, self.env.event()
+        changed.succeed()
+
+
+def _watch(env: simpy.Environment, proc: simpy.Process, meter: Meter) -> Generator[simpy.Event, Any, None]:
+    """Interrupt `proc` (status offline) when its work has spent what its battery holds: the
+    moment is worked out from the power now, and again at every change of phase or of pace."""
+    drain, start = meter.drain, float(env.now)
+    plugged = start + drain.until_s
+    while proc.is_alive:
+        meter.settle()
+        now, left = float(env.now), drain.held_j - meter.spent
+        eta = 0.0 if left <= 0 else left / meter.power if meter.power > 0 else math.inf
+        at = max(now + eta, start + drain.from_s)
+        if at >= plugged:  # it cannot run out before then: let it run on until then
+            at = plugged
+        if at <= now:
+            if at < plugged:
+                proc.interrupt(OFFLINE)
+            return
+        events: list[simpy.Event] = [proc, meter.changed]
+        if meter.link is not None:
+            events.append(meter.link.changed)
+        timer = env.timeout(at - now) if math.isfinite(at) else None
+        yield simpy.AnyOf(env, events if timer is None else [timer, *events])
+        if timer is not None and timer.processed and proc.is_alive:
+            if at < plugged:
+                proc.interrupt(OFFLINE)
+            return
 
 
 def _unplug(env: simpy.Environment, proc: simpy.Process, at: float) -> Generator[simpy.Event, Any, None]:
@@ -127,14 +227,17 @@ def _unplug(env: simpy.Environment, proc: simpy.Process, at: float) -> Generator
 
 def start_client(env: simpy.Environment, phases: Sequence[float], avail: Availability, out: Outcome,
                  reported: Callable[[Outcome], None], net: Net | None = None,
-                 runs_out_s: float = math.inf) -> simpy.Process:
+                 drain: Drain | None = None) -> simpy.Process:
     """The client's process, with the interrupt of its device going offline before it would finish
-    (on shared links, when it finishes is not known in advance: whenever it goes offline), or its
-    battery running out `runs_out_s` into its work."""
-    proc = env.process(_work(env, phases, out, reported, net))
-    off = min(avail.offline_at(out.client, float(env.now)), float(env.now) + runs_out_s)
+    (on shared links, when it finishes is not known in advance: whenever it goes offline), and with
+    a `drain`, of its battery running out (`_watch`)."""
+    meter = None if drain is None else Meter(env, drain)
+    proc = env.process(_work(env, phases, out, reported, net, meter))
+    off = avail.offline_at(out.client, float(env.now))
     if off < (math.inf if net is not None else busy_end(float(env.now), *phases)):
         env.process(_unplug(env, proc, off))
+    if meter is not None:
+        env.process(_watch(env, proc, meter))
     return proc
 
 
@@ -148,12 +251,13 @@ class LiveRound:
 
 def play_round(fed: Federation, jobs: Sequence[tuple[int, Sequence[float]]], avail: Availability,
                target: int, deadline_s: float, server_s: float | Callable[[list[int]], float],
-               shared: tuple[Links, Sequence[Transfer]] | None = None) -> LiveRound:
+               shared: tuple[Links, Sequence[Transfer]] | None = None,
+               drains: Sequence[Drain | None] | None = None) -> LiveRound:
     """One round of `jobs` (client, phase seconds): closed at `deadline_s` (inf: none), once `target`
     clients have uploaded, or once every client has stopped; then the server spends `server_s` (or
     `server_s(the clients whose uploads count)`, asked at the close).
     With `shared` (the server's links, each job's transfers) downloads and uploads share the links
-    (their seconds in each Outcome)."""
+    (their seconds in each Outcome); with `drains`, a client whose battery runs out stops there."""
     env = fed.env
     nets: list[Net | None] = [None] * len(jobs)
     if shared is not None:
@@ -174,8 +278,9 @@ def play_round(fed: Federation, jobs: Sequence[tuple[int, Sequence[float]]], ava
             if len(counted) == target:
                 enough.succeed()
 
-        procs = [start_client(env, phases, avail, o, reported, net)
-                 for (_, phases), o, net in zip(jobs, outcomes, nets, strict=True)]
+        batteries = [None] * len(jobs) if drains is None else drains
+        procs = [start_client(env, phases, avail, o, reported, net, drain)
+                 for (_, phases), o, net, drain in zip(jobs, outcomes, nets, batteries, strict=True)]
         ends: list[simpy.Event] = [simpy.AllOf(env, procs), enough]
         if math.isfinite(deadline_s):
             ends.append(env.timeout(deadline_s))
@@ -219,7 +324,7 @@ class Started:
     phases: Sequence[float]
     payload: Any = None
     transfer: Transfer | None = None  # its transfers on the server's shared links (None: unlimited)
-    runs_out_s: float = math.inf  # its battery is empty this many seconds into its work
+    drain: Drain | None = None  # its battery (None: mains powered, or batteries not tracked)
     version: int = 0  # the model version it downloaded
     outcome: Outcome = field(init=False)
 
@@ -292,8 +397,7 @@ class Buffered:
             self.unlogged[id(job)] = job
             self.working.add(id(job))
             net = None if self.links is None or job.transfer is None else Net(*self.links, job.transfer)
-            yield start_client(self.env, job.phases, self.avail, job.outcome, lambda _: None, net,
-                               job.runs_out_s)
+            yield start_client(self.env, job.phases, self.avail, job.outcome, lambda _: None, net, job.drain)
             self.busy.discard(job.client)
             self.working.discard(id(job))
             self._ended(job)
