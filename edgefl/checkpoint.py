@@ -50,7 +50,7 @@ def save(out: Path, state: dict[str, Any]) -> None:
 # what every checkpoint holds, by type: anything else is a foreign or damaged file
 FIELDS: dict[str, type | tuple[type, ...]] = {
     "next_round": int, "method": dict, "rows": list, "clock": (int, float), "rng": dict,
-    "fingerprint": dict, "logs": dict, "selection": dict}
+    "fingerprint": dict, "logs": dict, "selection": dict, "wall_s": (int, float)}
 
 
 def load(out: Path, rounds: int, logs: tuple[str, ...]) -> dict[str, Any]:

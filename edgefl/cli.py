@@ -229,9 +229,13 @@ def _run_target(args: argparse.Namespace) -> tuple[Any, str, Path]:
         return (load_scenario(args.scenario, overrides), str(args.scenario),
                 args.out or default_out(args.scenario, args.dry_run))
     where = str(args.resume / "scenario.toml")
-    if args.scenario or args.overrides or args.dry_run or args.out:
-        raise EdgeflError(str(args.resume), "--resume", "continues a run as it was started; "
-                          "drop the scenario, --set, --out and --dry-run")
+    flags = (("the scenario", args.scenario), ("--set", args.overrides), ("--out", args.out),
+             ("--dry-run", args.dry_run), ("--executor", args.executor), ("--download", args.download),
+             ("--overwrite", args.overwrite))
+    extra = [name for name, given in flags if given]
+    if extra:
+        raise EdgeflError(str(args.resume), "--resume", "continues a run as it was started; drop "
+                          + ", ".join(extra))
     if not args.resume.is_dir():
         what = (f"is a file; give its folder ({args.resume.parent}) if that is" if args.resume.is_file()
                 else "no such folder; give")

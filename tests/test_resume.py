@@ -107,8 +107,21 @@ def test_rows_written_after_the_last_checkpoint_are_not_repeated(uninterrupted, 
     assert capsys.readouterr().err == (f"edgefl: interrupted; continue from its last checkpoint with "
                                        f"edgefl run --resume {out}\n")
     assert (out / "metrics.csv").read_text().count("\n") == 1 + 3  # header, rounds 0-2
+    state = torch.load(out / rundir.CHECKPOINT, weights_only=True)
+    assert state["wall_s"] > 0
+    torch.save({**state, "wall_s": 1000.0}, out / rundir.CHECKPOINT)  # as if the first session took 1000 s
     assert main(["run", "--resume", str(out), "--quiet"]) == 0
     same_logs(out, uninterrupted)
+    assert json.loads((out / "summary.json").read_text())["wall_time_s"] >= 1000.0  # both sessions'
+
+
+def test_an_async_run_keeps_no_checkpoint(tmp_path, capsys):
+    """An async run cannot be resumed (its clients are mid-flight at every aggregation), so it
+    writes no checkpoint (and an interrupted one is not pointed to --resume)."""
+    out = tmp_path / "async"
+    args = ["run", str(QUICKSTART), *sets(SMALL), "--set", 'round.mode="async"', "--out", str(out), "--quiet"]
+    assert main(args) == 0
+    assert (out / "summary.json").exists() and not (out / rundir.CHECKPOINT).exists()
 
 
 class Boom:
@@ -143,8 +156,11 @@ def test_resume_refuses_a_run_without_a_checkpoint(tmp_path, capsys):
 def test_resume_refuses_a_finished_run_and_extra_arguments(uninterrupted, capsys):
     assert main(["run", "--resume", str(uninterrupted)]) == 2
     assert main(["run", str(QUICKSTART), "--resume", str(uninterrupted)]) == 2
+    flags = ["--executor", "local", "--download", "--overwrite"]
+    assert main(["run", "--resume", str(uninterrupted), *flags]) == 2
     lines = capsys.readouterr().err.splitlines()
-    assert len(lines) == 2 and "already finished" in lines[0] and "--resume" in lines[1]
+    assert len(lines) == 3 and "already finished" in lines[0] and lines[1].endswith("drop the scenario")
+    assert lines[2].endswith("drop --executor, --download, --overwrite")
 
 
 def test_resume_names_a_changed_profile(uninterrupted, tmp_path, capsys, monkeypatch):

@@ -105,10 +105,10 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
     fingerprint, saved = _start(exp, out, resume, text, selection)
     evaluator = None if exp.dry_run else Evaluator(exp)
     pricer = Pricer(exp.ctx.cost, exp.pool, lambda k, w: _counted(exp, k, w))
-    fed, rows, first = Federation(), [], 0
+    fed, rows, first, before_s = Federation(), [], 0, 0.0
     energy = RoundEnergy(s, exp.pool)
-    if saved:
-        rows, first = saved.state["rows"], saved.state["next_round"]
+    if saved:  # wall seconds: those of the sessions before, and this one's
+        rows, first, before_s = saved.state["rows"], saved.state["next_round"], saved.state["wall_s"]
         fed = Federation(saved.state["clock"])
         if energy.battery is not None:
             energy.battery.restore(saved.state.get("battery"), str(out / CHECKPOINT), fed.now)
@@ -146,13 +146,21 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
             events.write_columns(spans)
             sample.add_columns(spans)  # nothing is kept across rounds but the trace's sample
             rows.append(row)
-            if not exp.dry_run and s.checkpoint_every and ((t + 1) % s.checkpoint_every == 0 or last):
-                _save(out, t + 1, exp, rows, selection, fed, fingerprint, energy, logs)
+            if resumable(exp) and ((t + 1) % s.checkpoint_every == 0 or last):
+                wall_s = before_s + time.perf_counter() - started
+                _save(out, t + 1, exp, rows, selection, fed, fingerprint, energy, logs, wall_s)
         tail = ending()
         if tail is not None:
             events.write_columns(tail)
             sample.add_columns(tail)
-    return _finish(exp, out, rows, time.perf_counter() - started, sample)
+    return _finish(exp, out, rows, before_s + time.perf_counter() - started, sample)
+
+
+def resumable(exp: Experiment) -> bool:
+    """Whether the run checkpoints (`checkpoint_every`): not a dry run, and not an async one, whose
+    clients are mid-flight in the simulation at every aggregation (it cannot be resumed)."""
+    s = exp.scenario
+    return not exp.dry_run and s.checkpoint_every > 0 and s.round.mode != "async"
 
 
 def _warn_diverged(t: int, loss: float | str) -> bool:
@@ -166,10 +174,12 @@ def _warn_diverged(t: int, loss: float | str) -> bool:
 
 
 def _save(out: Path, next_round: int, exp: Experiment, rows: list[dict[str, Any]], selection: Selection,
-          fed: Federation, fingerprint: dict[str, str], energy: RoundEnergy, logs: list[Log]) -> None:
+          fed: Federation, fingerprint: dict[str, str], energy: RoundEnergy, logs: list[Log],
+          wall_s: float) -> None:
     """The checkpoint after a round, sealing each log's rows so far; then the logs commit them."""
     checkpoint.save(out, {"next_round": next_round, "method": exp.method.state(), "rows": rows,
                           "selection": selection.state(), "clock": fed.now, "fingerprint": fingerprint,
+                          "wall_s": wall_s,
                           "battery": energy.battery.state(fed.now) if energy.battery else [],
                           "logs": {log.path.name: log.seal() for log in logs}})
     for log in logs:
