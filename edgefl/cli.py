@@ -84,13 +84,13 @@ def out_dir(text: str) -> Path:
 
 
 def scenario_file(text: str) -> Path:
-    """A scenario argument: a file that exists (`quickstart` may name ./quickstart.toml), else the
-    bundled scenario of that name (`quickstart` or `quickstart.toml`; `edgefl scenarios list` shows
-    them), else the path as given (not found)."""
+    """A scenario argument: a file that exists (`quickstart` may name ./quickstart.toml; a folder of
+    that name does not count), else the bundled scenario of that name (`quickstart` or
+    `quickstart.toml`; `edgefl scenarios list` shows them), else the path as given (not found)."""
     from edgefl.devices.catalog import bundled
 
     path = Path(text)
-    if path.exists() or path.name != text:
+    if path.is_file() or path.name != text:
         return path
     name = text if text.endswith(".toml") else f"{text}.toml"
     return next((p for p in (Path(name), bundled("scenarios") / name) if p.is_file()), path)

@@ -15,6 +15,7 @@ from typing import ClassVar, TypeVar
 # bounds on a client's local work: far above any edge device's, and what pricing stays quick and exact
 # at (a batch of 10^8, micro-batched by the swap walk, took minutes and GBs; 10^300 epochs overflowed)
 MAX_ITERS, MAX_EPOCHS, MAX_BATCH = 1_000_000, 10_000, 65_536
+MAX_STEPS = 1_000  # an attack's steps: the papers' attacks take 10-20 (PGD), AutoAttack's APGD 100
 # bounds on the fleet and the server, far beyond any study's, that keep simulated hours finite
 MAX_SECONDS = 1e9  # a deadline or a server's seconds per round: about 32 years
 MAX_BUFFER, MAX_OVER_SELECTION, MAX_BALANCE_S = 10_000, 10.0, 4.0

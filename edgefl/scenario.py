@@ -27,6 +27,7 @@ from edgefl.config import (
     MAX_OVER_SELECTION,
     MAX_SECONDS,
     MAX_SIDE,
+    MAX_STEPS,
     MAX_THREADS,
     Check,
     Scenario,
@@ -42,6 +43,21 @@ NOT_FOUND = ("not found; give the path of a scenario .toml or the name of a bund
              "(edgefl scenarios list)")
 
 
+MAX_SCENARIO_BYTES = 1 << 20  # a scenario is a few kB
+
+
+def _check_file(path: Path, where: str) -> None:
+    """Refuse, before reading it, a scenario path that is a device or pipe (/dev/zero never ends) or
+    a file too large to be a scenario (a folder or a missing file: the reader's own error)."""
+    if path.exists() and not path.is_dir() and not path.is_file():
+        raise EdgeflError(where, "file", "is not a regular file (a device or a pipe); give a scenario "
+                          ".toml file")
+    size = path.stat().st_size if path.is_file() else 0
+    if size > MAX_SCENARIO_BYTES:
+        raise EdgeflError(where, "file", f"is {size:,} bytes, too large for a scenario (at most "
+                          f"{MAX_SCENARIO_BYTES:,}); give a scenario .toml file")
+
+
 def load_scenario(path: str | Path, overrides: list[str] | None = None,
                   beside: str | None = None) -> Scenario:
     """Read (UTF-8, a byte-order mark allowed), override, type-check and validate a scenario file; a
@@ -51,6 +67,7 @@ def load_scenario(path: str | Path, overrides: list[str] | None = None,
     resumed run's is the scenario file it started from)."""
     where = str(path)
     try:
+        _check_file(Path(path), where)
         text = Path(path).read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         raise EdgeflError(where, "file", NOT_FOUND) from None
@@ -275,9 +292,9 @@ def _training_checks(s: Scenario) -> list[Check]:
         ("training.precision", s.training.precision in ("fp32", "bf16"), "must be fp32 or bf16"),
         ("attack.eps", s.attack.eps >= 0, "must be non-negative"),
         ("attack.step_size", s.attack.step_size >= 0, "must be non-negative"),
-        ("attack.steps", s.attack.steps >= 1, "must be at least 1"),
+        ("attack.steps", 1 <= s.attack.steps <= MAX_STEPS, f"must be 1 to {MAX_STEPS:,}"),
         ("evaluation.every", s.evaluation.every >= 1, "must be at least 1"),
-        ("evaluation.steps", s.evaluation.steps >= 1, "must be at least 1"),
+        ("evaluation.steps", 1 <= s.evaluation.steps <= MAX_STEPS, f"must be 1 to {MAX_STEPS:,}"),
         ("evaluation.eps", s.evaluation.eps >= 0, "must be non-negative"),
         ("evaluation.step_size", s.evaluation.step_size >= 0, "must be non-negative"),
         *((f"{name}.{key}", ok, fix) for name, cls in KNOBS.classes().items()

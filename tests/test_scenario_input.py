@@ -178,3 +178,31 @@ def test_a_list_of_text_given_as_text_shows_how_to_write_it(value: str, hint: st
     line = one_error_line(capsys.readouterr().err)
     assert line.startswith("edgefl: error: --set: fleet.devices: must be a list of str")
     assert line.endswith(hint)
+
+
+@pytest.mark.parametrize("key", ["attack.steps", "evaluation.steps"])
+def test_attack_steps_are_capped(key: str) -> None:
+    """Steps priced one by one in the swap walk: a billion once ran the host out of memory."""
+    quickstart = Path(__file__).parents[1] / "scenarios" / "quickstart.toml"
+    assert load_scenario(quickstart, [f"{key}=1000"])
+    with pytest.raises(EdgeflError, match=f"{key}: must be 1 to 1,000"):
+        load_scenario(quickstart, [f"{key}=1001"])
+
+
+def test_a_scenario_that_is_a_device_or_too_large_is_refused_unread(tmp_path: Path) -> None:
+    with pytest.raises(EdgeflError, match="/dev/zero: file: is not a regular file"):
+        load_scenario("/dev/zero")
+    big = tmp_path / "big.toml"
+    big.write_text("rounds = 1\n" + "#" * (1 << 20))
+    with pytest.raises(EdgeflError, match="too large for a scenario"):
+        load_scenario(big)
+
+
+def test_a_folder_named_like_a_bundled_scenario_does_not_hide_it(tmp_path: Path, monkeypatch) -> None:
+    from edgefl.cli import scenario_file
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "quickstart").mkdir()
+    assert scenario_file("quickstart").name == "quickstart.toml" and scenario_file("quickstart").is_file()
+    (tmp_path / "quickstart.toml").write_text("rounds = 1\n")
+    assert scenario_file("quickstart") == Path("quickstart.toml")  # a file of that name wins
