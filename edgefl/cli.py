@@ -293,6 +293,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise EdgeflError("--target", str(args.target), "a dry run has no accuracies to reach; drop "
                           "--target, or compare without --dry-run")
     methods = _compared_methods(args.methods)
+    if any(o.partition("=")[0].strip() == "method" for o in args.overrides):
+        raise EdgeflError("--set", "method", "edgefl compare takes its methods from --methods; drop "
+                          "--set method")
     out = args.out or default_out(args.scenario, args.dry_run, "compare-")
     scenarios = {m: compare_scenario(args.scenario, _overrides(args), m)
                  for m in methods}  # every method validated before any run starts

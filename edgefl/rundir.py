@@ -37,6 +37,12 @@ FIGURE_NAMES = {"accuracy", "speedup", "breakdown", "memory", "epsilon", "timeli
 FIGURE_FILES = {MARKER, *(f"{n}.{ext}" for n in FIGURE_NAMES for ext in ("png", "svg"))}
 
 
+def run_timeline(name: str) -> bool:
+    """Whether `name` is a run's timeline figure (`timeline-<run>.png` or `.svg`), which edgefl plot
+    draws beside the FIGURE_FILES when it plots several runs."""
+    return name.startswith("timeline-") and name.endswith((".png", ".svg"))
+
+
 class WriteFailed(EdgeflError):
     """A file could not be written: the storage is full, read-only or gone."""
 
@@ -198,7 +204,8 @@ def clear_run(folder: Path, flag: str = "--out") -> None:
     strange = _foreign(folder, RUN_FILES)
     figures = folder / "figures"
     if not strange and figures.is_dir() and not figures.is_symlink():
-        strange = [f"figures/{n}" for n in _foreign(figures, FIGURE_FILES)]
+        strange = [f"figures/{n}" for n in _foreign(figures, FIGURE_FILES)
+                   if not (run_timeline(n) and (figures / n).is_file())]
     if strange:
         raise EdgeflError(where, flag, f"holds {strange[0]!r}, which edgefl did not write; move it "
                           "out, or choose another " + flag)

@@ -70,6 +70,28 @@ def test_a_kept_run_damaged_since_is_redone_not_replaced(tmp_path, capsys):
     assert "made by edgefl run" not in err
 
 
+@pytest.mark.parametrize("cut", ["round,client,", "round,sim_time_s"])
+def test_a_kept_runs_cut_metrics_name_the_fix_that_works(tmp_path, capsys, cut):
+    """A kept metrics.csv cut inside its header, or after it (no row): redo that method."""
+    out = tmp_path / "cmp"
+    args = ["compare", str(SCENARIO), "--methods", "jfat", *SMALL, "--out", str(out), "--dry-run", "--quiet"]
+    assert main(args) == 0
+    metrics = out / "jfat" / "metrics.csv"
+    header = metrics.read_text().splitlines()[0]
+    metrics.write_text(header + "\n" if cut == "round,sim_time_s" else cut)
+    capsys.readouterr()
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "delete that method's folder in" in err, err
+
+
+def test_compare_refuses_set_method(tmp_path, capsys):
+    out = str(tmp_path / "c")
+    assert main(["compare", str(SCENARIO), "--methods", "jfat", "--set", "method=nosuch", "--out", out,
+                 "--dry-run"]) == 2
+    assert "--set: method: edgefl compare takes its methods from --methods" in capsys.readouterr().err
+
+
 def test_not_a_run_error_names_its_problem_and_takes_another_fix():
     err = NotARunError("runs/a", "metrics.csv", "missing")
     assert str(err) == "runs/a: metrics.csv: missing; give a run directory made by edgefl run"

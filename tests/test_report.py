@@ -325,6 +325,8 @@ def test_a_run_whose_metrics_lack_a_round_of_its_clients_is_one_line(runs: list[
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "clients.csv has rows of round 1, which metrics.csv lacks" in err
     assert not (runs[0] / "figs").exists()
+    finished = (runs[0] / "summary.json").exists()  # then --resume would refuse it: run it again
+    assert ("edgefl run --overwrite" if finished else "edgefl run --resume") in err
 
 
 def test_a_run_from_before_the_flops_column_is_one_line(runs: list[Path], capsys) -> None:

@@ -205,3 +205,13 @@ def test_a_run_resumes_with_the_profiles_and_trace_beside_its_scenario_and_refus
     capsys.readouterr()
     assert main(["run", "--resume", str(runs[1]), "--quiet"]) == 2
     assert "the run's file online.csv changed" in capsys.readouterr().err
+
+
+def test_resume_says_a_damaged_marker_is_damaged_not_missing(uninterrupted, tmp_path, capsys):
+    out = tmp_path / "run"
+    shutil.copytree(uninterrupted, out)
+    (out / "summary.json").unlink()
+    (out / rundir.MARKER).write_text("{")
+    assert main(["run", "--resume", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "marker is damaged" in err and "missing" not in err

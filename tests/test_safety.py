@@ -153,6 +153,16 @@ def test_overwrite_replaces_a_run_with_the_figures_edgefl_plot_drew(tmp_path: Pa
     assert not (out / "figures").exists()
 
 
+def test_overwrite_replaces_a_run_whose_figures_hold_several_runs_timelines(tmp_path: Path) -> None:
+    """`edgefl plot RUN OTHER` draws timeline-RUN and timeline-OTHER into RUN/figures: edgefl's own."""
+    out, other = tmp_path / "run", tmp_path / "other"
+    assert main(run_args(out, "--dry-run")) == 0 and main(run_args(other, "--dry-run")) == 0
+    assert main(["plot", str(out), str(other)]) == 0
+    assert (out / "figures" / "timeline-other.png").is_file()
+    assert main(run_args(out, "--overwrite", "--dry-run")) == 0
+    assert not (out / "figures").exists()
+
+
 def test_overwrite_removes_a_symlink_in_a_run_not_its_target(tmp_path: Path) -> None:
     out, target = tmp_path / "run", tmp_path / "thesis.tex"
     target.write_text("chapter 1\n")

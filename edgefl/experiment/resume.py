@@ -30,8 +30,9 @@ def resume_state(exp: Experiment, out: Path, fingerprint: dict[str, str], digest
     the client selection's record and the RNGs; nothing is written before every check has passed."""
     marker = rundir.read_marker(out)
     if marker is None or marker.get("kind") != "run":
-        raise EdgeflError(str(out), rundir.MARKER, "missing: this folder holds no run edgefl can "
-                          "resume (or an older edgefl's); start the run again")
+        why = (rundir.DAMAGED if marker is None and (out / rundir.MARKER).exists()
+               else "missing: this folder holds no run edgefl can resume (or an older edgefl's)")
+        raise EdgeflError(str(out), rundir.MARKER, f"{why}; start the run again")
     code = {k: marker.get(k) for k in ("edgefl", "code")}
     if code != {k: fingerprint[k] for k in code}:
         raise EdgeflError(str(out), "--resume", f"the run was started by edgefl {code['edgefl']} (code "

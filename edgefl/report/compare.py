@@ -80,9 +80,11 @@ def load_run(path: Path) -> Run:
     rounds = {r["round"] for r in metrics}
     stray = next((c["round"] for c in clients if c["round"] not in rounds), None)
     if stray is not None:  # killed between a round's rows, or a log cut by hand or by a full disk
+        fix = ("the run finished (summary.json), so metrics.csv was cut since: run it again with "
+               "edgefl run --overwrite" if (path / "summary.json").exists()
+               else "if the run was interrupted, finish it with edgefl run --resume")
         raise NotARunError(str(path), "round",
-                           f"clients.csv has rows of round {stray}, which metrics.csv lacks",
-                           "if the run was interrupted, finish it with edgefl run --resume")
+                           f"clients.csv has rows of round {stray}, which metrics.csv lacks", fix)
     return Run(path, _read_scenario(path), metrics, clients)
 
 
@@ -140,10 +142,10 @@ def read_log(path: Path, name: str) -> list[dict[str, str]]:
     needed = [*NEEDED[name], *(["finish_s"] if "status" in header else [])]  # where a client stopped
     missing = [c for c in needed if c not in header]
     if missing:
-        raise EdgeflError(str(file), missing[0], "missing from the header: not a log edgefl wrote, or "
-                          "an older edgefl's; run it again")
+        raise NotARunError(str(file), missing[0], "missing from the header: not a log edgefl wrote, or "
+                           "an older edgefl's", "run it again")
     if not rows:
-        raise EdgeflError(str(file), "rows", "no rounds logged yet; run at least one round")
+        raise NotARunError(str(file), "rows", "no rounds logged yet", "run at least one round")
     for line, row in enumerate(rows, start=2):
         _check_row(file, line, row, [*needed, *(c for c in ("eps", "energy_j") if c in header)])
     return rows

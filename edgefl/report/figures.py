@@ -35,7 +35,7 @@ from edgefl.report.compare import (
     table,
 )
 from edgefl.report.timeline import timeline_figure, timeline_names
-from edgefl.rundir import claim, write_file
+from edgefl.rundir import claim, run_timeline, write_file
 
 PART_LABELS = {"compute": "compute", "data_access": "data access (swap, data)",
                "comm": "communication", "wait": "waiting", "server": "server"}
@@ -83,7 +83,7 @@ def drop_stale(out_dir: Path, written: list[Path], names: set[str]) -> None:
     `out_dir` drew that this one did not (another set of runs: a speed-up without jFAT, another
     run's timeline), so the folder shows one plot's figures."""
     for path in out_dir.iterdir():
-        ours = path.suffix in (".png", ".svg") and (path.stem in names or path.stem.startswith("timeline-"))
+        ours = (path.suffix in (".png", ".svg") and path.stem in names) or run_timeline(path.name)
         if ours and path not in written and path.is_file():
             path.unlink()
 
