@@ -75,6 +75,12 @@ def iteration_steps(w: Workload, plan: Plan | None = None) -> list[Step]:
     training pairs; the training backward updates on the last micro-batch and accumulates the
     gradient on the others."""
     plan = plan or whole_atoms(w)
+    accumulating, last = micro_batch_steps(w, plan)
+    return accumulating * (plan.micro - 1) + last
+
+
+def micro_batch_steps(w: Workload, plan: Plan) -> tuple[list[Step], list[Step]]:
+    """The steps of a micro-batch that accumulates the gradient, and of the last one, which updates."""
     n = len(plan.parts)
     fwd = [Step(i, (("param", i), ("act", i))) for i in range(n)]
     fwd_only = [Step(i, (("param", i),)) for i in range(n)]
@@ -88,8 +94,7 @@ def iteration_steps(w: Workload, plan: Plan | None = None) -> list[Step]:
     accumulate = [Step(i, (("param", i), ("act", i), ("grad", i)), frees=(("act", i),),
                        dirties=(("grad", i),)) for i in reversed(range(n))]
     head = (fwd + attack_bwd) * w.attack_steps + fwd_only * w.extra_forwards
-    return ((head + (fwd + accumulate) * w.train_pairs) * (plan.micro - 1)
-            + head + (fwd + update) * w.train_pairs)
+    return head + (fwd + accumulate) * w.train_pairs, head + (fwd + update) * w.train_pairs
 
 
 @functools.lru_cache(maxsize=4096)
@@ -134,15 +139,28 @@ class SwapWalk:
 
     def run(self) -> Traffic:
         """Total traffic over all iterations (the batch reads, one per micro-batch, included)."""
-        steps = iteration_steps(self.w, self.plan)
+        accumulating, last = micro_batch_steps(self.w, self.plan)
         batch = Traffic(self.w.batch_bytes, 0.0, self.plan.micro, 0)
+
+        def iteration() -> Traffic:
+            micro = self._repeat(lambda: self._walk(accumulating), self.plan.micro - 1)
+            return batch + micro + self._walk(last)
+        return self._repeat(iteration, self.w.iterations)
+
+    def _walk(self, steps: list[Step]) -> Traffic:
+        return sum((self.step(s) for s in steps), Traffic())
+
+    def _repeat(self, walk: Callable[[], Traffic], times: int) -> Traffic:
+        """`times` walks in a row: once a walk leaves the memory as it found it (the same residents,
+        dirty flags, LRU order and storage), every later one moves what it moved, and they are
+        counted without walking them (byte counts are whole numbers: the product is the sum)."""
         total, state = Traffic(), self._signature()
-        for done in range(1, self.w.iterations + 1):
-            last = sum((self.step(s) for s in steps), batch)
-            total = total + last
+        for done in range(1, times + 1):
+            one = walk()
+            total = total + one
             previous, state = state, self._signature()
             if state == previous:
-                return total + last.times(self.w.iterations - done)
+                return total + one.times(times - done)
         return total
 
     def step(self, s: Step) -> Traffic:
