@@ -544,3 +544,22 @@ def test_resume_with_a_foreign_plain_data_checkpoint(capsys: Capsys, finished: P
         line = expect_error(capsys, ["run", "--resume", str(copy)])
         assert "checkpoint" in line and "weights_only" not in line
         assert tree(copy) == before
+
+
+def test_an_unreachable_ray_cluster_is_one_line_before_ray_starts() -> None:
+    """ray.init retries an address that does not answer for minutes: edgefl asks the port first."""
+    import socket
+
+    from edgefl.executors.ray import check_reachable
+
+    with socket.socket() as s:  # a port nothing listens on once it is closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(EdgeflError, match=f"s.toml: ray.address: no Ray cluster answers at 127.0.0.1:{port}"):
+        check_reachable(f"127.0.0.1:{port}", "s.toml")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        check_reachable(f"ray://127.0.0.1:{s.getsockname()[1]}", "s.toml")  # answers: Ray's to join
+    for address in ("", "auto"):
+        check_reachable(address, "s.toml")  # Ray's own to find

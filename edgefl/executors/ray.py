@@ -20,6 +20,7 @@ once, which is how the tests check that a dead worker's task is retried.
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ class RayExecutor:
             raise EdgeflError(where, "executor", "ray is not installed; pip install ray, "
                               'or use executor = "local"') from None
         if not ray.is_initialized():
+            check_reachable(cfg.address, where)
             cpus = None if cfg.address else (cfg.workers or None)  # a cluster brings its own
             ray.init(address=cfg.address or None, num_cpus=cpus, include_dashboard=False,
                      log_to_driver=False, configure_logging=False)
@@ -57,6 +59,25 @@ class RayExecutor:
                                 restore(None, u.extra, device), u.real_compute_s)
                    for us in self.ray.get(refs) for u in us]
         return in_order(updates, plans)
+
+
+CONNECT_S = 10.0  # how long a cluster's head may take to accept a connection
+
+
+def check_reachable(address: str, where: str) -> None:
+    """Refuse, in one line, a `host:port` (or `ray://host:port`) address whose port does not accept a
+    connection within CONNECT_S: `ray.init` would retry it for minutes, printing only Ray's own
+    messages. "" (a local Ray) and "auto" (whatever cluster this machine joined) are Ray's to find."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_S).close()
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        raise EdgeflError(where, "ray.address", f"no Ray cluster answers at {address} ({why}); start it "
+                          "(ray start --head) or check the address, or leave it empty for a local "
+                          "Ray") from None
 
 
 def _train_group(rebuild: Callable[[], Method], snapshot: dict[str, Any], round_: int,
