@@ -143,6 +143,9 @@ def test_cli_calibrate_refuses_to_overwrite(tmp_path: Path, capsys: pytest.Captu
     assert main(["devices", "calibrate", "--quick", "--out", str(out)]) == 2
     assert "--overwrite" in one_error_line(capsys.readouterr().err)
     assert out.read_text() == "keep me"
+    assert main(["devices", "calibrate", "--quick", "--out", str(out), "--overwrite"]) == 2  # not a profile
+    assert "not one" in one_error_line(capsys.readouterr().err) and out.read_text() == "keep me"
+    out.write_text('name = "x"\nmemory_mb = 1.0\ncompute_gflops = 1.0\n')  # an older calibration
     assert main(["devices", "calibrate", "--quick", "--repeats", "1", "--out", str(out), "--overwrite"]) == 0
     assert load_profile(out, DeviceProfile).name == "x"
 

@@ -20,6 +20,7 @@ import random
 import statistics
 import tempfile
 import time
+import tomllib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -344,6 +345,15 @@ def write_profile(path: Path, text: str) -> DeviceProfile:
     return profile
 
 
+def looks_like_a_profile(path: Path) -> bool:
+    """Whether `path` is a TOML table with a device profile's memory and compute keys."""
+    try:
+        table = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return False
+    return {"memory_mb", "compute_gflops"} <= table.keys()
+
+
 def prepare_target(out: Path, repeats: int, overwrite: bool) -> None:
     """Refuse a target that could not be written or loaded as a profile, before any measuring, and
     create its folder."""
@@ -352,6 +362,8 @@ def prepare_target(out: Path, repeats: int, overwrite: bool) -> None:
         ("--out", out.suffix == ".toml", "must be a .toml file, e.g. device_profiles/my_host.toml"),
         ("--out", not out.is_dir(), "is a folder; give a .toml file in it"),
         ("--out", overwrite or not out.exists(), "already exists; choose another --out or pass --overwrite"),
+        ("--overwrite", not out.is_file() or looks_like_a_profile(out), "replaces only a device profile, and "
+         "this file is not one (no memory_mb and compute_gflops); choose another --out"),
         ("--repeats", repeats >= 1, "must be at least 1"),
     ]
     for key, ok, fix in checks:
