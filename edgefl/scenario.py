@@ -203,7 +203,7 @@ def validate(s: Scenario, where: str, beside: str | None = None) -> None:
 def _run_checks(s: Scenario) -> list[Check]:
     """The run's own keys, its outputs, Ray and compare."""
     return [
-        ("rounds", s.rounds >= 1, "must be at least 1"),
+        ("rounds", 1 <= s.rounds <= MAX_ITERS, f"must be 1 to {MAX_ITERS:,}"),
         ("seed", s.seed >= 0, "must be a non-negative integer"),
         ("threads", 0 <= s.threads <= MAX_THREADS,
          f"must be 0 (PyTorch's default) or a positive count up to {MAX_THREADS}"),
@@ -214,7 +214,7 @@ def _run_checks(s: Scenario) -> list[Check]:
         ("output.trace_clients", s.output.trace_clients >= 0, "must be a client count, 0 or more"),
         ("ray.workers", s.ray.workers >= 0, "must be 0 (one per CPU) or positive"),
         ("ray.max_retries", s.ray.max_retries >= 0, "must be non-negative"),
-        *((f"compare.rounds.{printable(m)}", n >= 1, "must be at least 1")
+        *((f"compare.rounds.{printable(m)}", 1 <= n <= MAX_ITERS, f"must be 1 to {MAX_ITERS:,}")
           for m, n in s.compare.rounds.items()),
         ("ray.address", s.ray.trust_address or is_local_address(s.ray.address),
          "joins a Ray cluster that is not on this machine; Ray runs code it receives pickled, so set "
@@ -252,7 +252,8 @@ def _fleet_checks(s: Scenario) -> list[Check]:
         ("fleet.sample_fraction", 0 < s.fleet.sample_fraction <= 1, "must be a fraction in (0, 1]"),
         ("fleet.memory_fraction", _is_range(s.fleet.memory_fraction, 0, 1),
          "must be [low, high] with 0 <= low <= high <= 1"),
-        ("fleet.reserved_memory_mb", s.fleet.reserved_memory_mb > 0, "must be positive (MB)"),
+        ("fleet.reserved_memory_mb", 0 < s.fleet.reserved_memory_mb <= MAX_FIGURE,
+         f"must be positive (MB), at most {MAX_FIGURE:g}"),
         ("fleet.balance_s", abs(s.fleet.balance_s) <= MAX_BALANCE_S,
          f"must be in [-{MAX_BALANCE_S:g}, {MAX_BALANCE_S:g}] (0 balanced; the release's unbalanced "
          "fleet is -1)"),

@@ -206,3 +206,13 @@ def test_a_folder_named_like_a_bundled_scenario_does_not_hide_it(tmp_path: Path,
     assert scenario_file("quickstart").name == "quickstart.toml" and scenario_file("quickstart").is_file()
     (tmp_path / "quickstart.toml").write_text("rounds = 1\n")
     assert scenario_file("quickstart") == Path("quickstart.toml")  # a file of that name wins
+
+
+@pytest.mark.parametrize(("key", "value", "says"), [
+    ("rounds", "1000001", "rounds: must be 1 to 1,000,000"),
+    ("compare.rounds.jfat", "1000001", "compare.rounds.jfat: must be 1 to 1,000,000"),
+    ("fleet.reserved_memory_mb", "1e300", "fleet.reserved_memory_mb: must be positive (MB), at most 1e+09")])
+def test_counts_and_budgets_past_any_fleet_are_refused(key: str, value: str, says: str) -> None:
+    quickstart = Path(__file__).parents[1] / "scenarios" / "quickstart.toml"
+    with pytest.raises(EdgeflError, match=says.replace("(", r"\(").replace(")", r"\)").replace("+", r"\+")):
+        load_scenario(quickstart, [f"{key}={value}"])
