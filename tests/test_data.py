@@ -10,6 +10,7 @@ import torch
 
 from edgefl.config import DataConfig
 from edgefl.data import DATASETS, PARTITIONS, load_dataset, split_clients
+from edgefl.data.datasets import CIFAR10_FILES
 from edgefl.errors import EdgeflError
 
 CLASSES, PER_CLASS = 10, 100
@@ -260,6 +261,19 @@ def test_cifar10_names_only_the_missing_files(tmp_path, monkeypatch):
     assert "test_batch" in message
     assert "data_batch_1" not in message
     assert "--download" in message
+
+
+def test_damaged_cifar10_files_name_data_root_not_the_download(tmp_path):
+    """Every file there, but garbage: torchvision's checksums refuse them (nothing is unpickled)."""
+    folder = tmp_path / "cifar-10-batches-py"
+    folder.mkdir()
+    for name in CIFAR10_FILES:
+        (folder / name).write_bytes(b"not cifar")
+    with pytest.raises(EdgeflError) as info:
+        load_dataset(DataConfig(dataset="cifar10", root=str(tmp_path)), "c.toml")
+    message = str(info.value)
+    assert message.startswith(f"c.toml: data.root: CIFAR-10's files in {tmp_path} could not be read")
+    assert "delete them" in message and "\n" not in message
 
 
 def test_a_download_without_the_internet_says_to_fetch_the_files_elsewhere(tmp_path, monkeypatch):

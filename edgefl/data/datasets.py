@@ -152,7 +152,7 @@ def cifar10(cfg: DataConfig, where: str) -> Dataset:
         train = CIFAR10(str(root), train=True, download=cfg.download)
         test = CIFAR10(str(root), train=False, download=cfg.download)
     except (OSError, RuntimeError) as exc:
-        raise _unloadable(where, "CIFAR-10", root, exc) from None
+        raise _unloadable(where, "CIFAR-10", root, exc, cfg.download) from None
 
     def arrays(ds: CIFAR10) -> tuple[np.ndarray, np.ndarray]:
         return (np.ascontiguousarray(ds.data.transpose(0, 3, 1, 2)), np.asarray(ds.targets, dtype=np.int64))
@@ -174,7 +174,7 @@ def caltech256(cfg: DataConfig, where: str) -> Dataset:
             [transforms.Lambda(lambda im: im.convert("RGB")), transforms.Resize((224, 224)),
              transforms.PILToTensor()]))
     except (OSError, RuntimeError) as exc:
-        raise _unloadable(where, "Caltech-256", root, exc) from None
+        raise _unloadable(where, "Caltech-256", root, exc, cfg.download) from None
     keep = [i for i, y in enumerate(ds.y) if y < 256]
     x = np.empty((len(keep), 3, 224, 224), dtype=np.uint8)
     for row, i in enumerate(keep):
@@ -221,12 +221,18 @@ def _require(where: str, name: str, folder: Path, files: list[str], download: bo
             "or rerun with --download (needs the internet)")
 
 
-def _unloadable(where: str, name: str, root: Path, exc: Exception) -> EdgeflError:
+def _unloadable(where: str, name: str, root: Path, exc: Exception, download: bool) -> EdgeflError:
+    """The error of a dataset torchvision could not fetch or read: the download (offline) or, when
+    none was asked for, the files under `data.root` (damaged, partial or of another version: their
+    checksums are checked before anything is read)."""
     if isinstance(exc, URLError):  # no route to the dataset's server: offline, or a proxy in the way
         return EdgeflError(where, "data.download", f"{name} could not be downloaded ({exc.reason}); "
                            f"without the internet, fetch its files on a connected machine into {root} and "
                            "unpack them there, or leave its archive there and rerun with --download, "
                            "which then only unpacks it")
-    return EdgeflError(where, "data.download",
-                       f"{name} could not be loaded into {root} ({exc}); fetch the files "
-                       "elsewhere, or check that torchvision matches torch")
+    if download:
+        return EdgeflError(where, "data.download", f"{name} could not be downloaded into {root} ({exc}); "
+                           "fetch the files elsewhere, or check that torchvision matches torch")
+    return EdgeflError(where, "data.root", f"{name}'s files in {root} could not be read ({exc}): damaged, "
+                       "partial or of another version; delete them and put fresh copies there, or rerun "
+                       "with --download")
