@@ -5,9 +5,9 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
-from interrupt import dies_before_checkpoint
 
 from edgefl.cli import main
 from edgefl.errors import NotARunError
@@ -170,13 +170,26 @@ def test_compare_refuses_to_keep_a_dry_run_in_a_comparison_that_trains(tmp_path,
     assert json.loads((out / "jfat" / "summary.json").read_text())["dry_run"] is True  # kept as it was
 
 
-def test_an_interrupted_async_run_is_started_again_not_resumed(tmp_path, capsys):
+def test_an_interrupted_async_run_is_started_again_not_resumed(tmp_path, capsys, monkeypatch):
+    """Ctrl-C at the second aggregation: the rows of the first are written, no checkpoint (an async
+    run cannot be resumed); the same comparison again runs it from the start."""
+    from edgefl.experiment.living import AsyncRounds
+
     args = ["compare", str(ROOT / "scenarios" / "async-digits.toml"), "--methods", "jfat", "--out",
             str(tmp_path / "cmp"), "--quiet", "--set", "rounds=3", "--set", "training.local_iters=2",
             "--set", "attack.steps=1", "--set", "evaluation.steps=1", "--set", "data.test_samples=32"]
-    with dies_before_checkpoint(2):
+    real = AsyncRounds.next
+
+    def interrupted(self: AsyncRounds, t: int) -> Any:
+        if t == 1:
+            raise KeyboardInterrupt
+        return real(self, t)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(AsyncRounds, "next", interrupted)
         assert main(args) == 130
-    assert (tmp_path / "cmp" / "jfat" / "checkpoint.pt").exists()
+    run = tmp_path / "cmp" / "jfat"
+    assert (run / "metrics.csv").exists() and not (run / "checkpoint.pt").exists()
     capsys.readouterr()
     assert main(args) == 0
     assert capsys.readouterr().out.startswith("jfat: 3 rounds")
