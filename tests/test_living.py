@@ -360,6 +360,33 @@ def test_a_sync_clients_battery_runs_out_on_a_slower_shared_upload() -> None:
     assert (per_byte.status, per_byte.stop_s, per_byte.upload_s) == (OFFLINE, 2.5, pytest.approx(10 / 3))
 
 
+def test_watching_batteries_costs_a_few_events_a_client_not_one_per_other_transfer() -> None:
+    """300 clients sharing 2 MB/s links, each with a battery far from empty: a watcher that woke at
+    every start and end of another's transfer made a round quadratic (1000 clients: 20 s against
+    0.07 s). Bounded by the most a transfer can spend, each wakes a few times: the events SimPy
+    schedules stay within a small multiple of the round's without batteries."""
+    n = 300  # transfers of different sizes: each ends at its own moment, a change of everyone's pace
+    jobs = [(k, (1.0 + k / n, 1.0, 5.0, 1.0 + k / n)) for k in range(n)]
+    transfers = [Transfer(1e6 * (1 + k / n), 1e6 * (1 + k / n), 1e6, 1e6, 0.0) for k in range(n)]
+
+    def events(drains: list[Drain | None]) -> int:
+        fed, count = Federation(), [0]
+        schedule = fed.env.schedule
+
+        def counted(*args: object, **kwargs: object) -> None:
+            count[0] += 1
+            schedule(*args, **kwargs)  # type: ignore[arg-type]
+
+        fed.env.schedule = counted  # type: ignore[method-assign]
+        r = play_round(fed, jobs, Always(), n, math.inf, 0.0, (Links(2e6, 2e6), transfers), drains)
+        assert all(o.status == COMPLETED for o in r.outcomes)
+        return count[0]
+
+    alone = events([None] * n)
+    watched = events([Drain(1e9, (1.0,) * 4, (0.0,) * 4, (1e-7, 1e-7)) for _ in range(n)])
+    assert watched < 4 * alone
+
+
 def test_a_battery_runs_out_where_its_work_has_spent_the_charge() -> None:
     """A client stopped by its Drain (the phones of the async scenario, with tiny charges, alone on
     the server's links) has spent exactly its charge by then, as the energy model prices the work

@@ -133,18 +133,19 @@ class RoundEnergy:
             return [None] * len(s.clients)
         rows, share = power.of(s), s.flops / self.pool.kind_flops[s.kind]
         down, up = self.sent(plan)
+        levels = battery.level(s.clients, now).tolist()
         drains: list[Drain | None] = []
         for i, k in enumerate(s.clients.tolist()):
-            if math.isinf(battery.charge_j[k]):
+            if math.isinf(levels[i]):
                 drains.append(None)
                 continue
             rates = phase_power(rows.at(i), costs.cost(i), float(share[i]), float(down[i]), float(up[i]))
             if battery.plugged(k, now):
                 unplug = battery.unplugged_at(k, now)
-                held, begin, end = battery.level(np.array([k]), unplug)[0], unplug - now, math.inf
+                held, begin, end = float(battery.level(np.array([k]), unplug)[0]), unplug - now, math.inf
             else:
-                held, begin, end = battery.level(np.array([k]), now)[0], 0.0, battery.plugged_at(k, now) - now
-            drains.append(Drain(float(held), *rates, begin, end))
+                held, begin, end = levels[i], 0.0, battery.plugged_at(k, now) - now
+            drains.append(Drain(held, *rates, begin, end))
         return drains
 
     def charge(self, s: States) -> np.ndarray | None:

@@ -94,6 +94,15 @@ class Sharing:
             return 0.0
         return self.cap[i] if self.capped[i] else self.level
 
+    def left_at(self, i: int, now: float) -> float:
+        """Transfer i's bytes to go at `now` (no later than `next_end`; 0 once it is through), read
+        without playing the link on: its own float path stays what it is without readers."""
+        if i not in self.cap:
+            return 0.0
+        if self.capped[i]:
+            return max((self.key[i] - now) * self.cap[i], 0.0)
+        return max(self.key[i] - (self.v + self.level * (now - self.now)), 0.0)
+
     def ended(self) -> list[int]:
         """The transfers through by now, removed: the capped ones, then the shared ones."""
         out = []
@@ -188,6 +197,17 @@ def finish_times(start: np.ndarray, nbytes: np.ndarray, caps: np.ndarray, capaci
 
 
 @dataclass(frozen=True)
+class Progress:
+    """A transfer under way on a SharedLink: `sent()` its bytes through so far, `rate()` its bytes/s
+    now (which changes when the link's `changed` succeeds), never more than `cap` (its own bandwidth
+    or the link's, whichever is less)."""
+
+    sent: Callable[[], float]
+    rate: Callable[[], float]
+    cap: float
+
+
+@dataclass(frozen=True)
 class Links:
     """The server's download and upload capacities, bytes/s (inf = unlimited)."""
 
@@ -233,16 +253,16 @@ class SharedLink:
 
     def transfer(self, env: simpy.Environment, nbytes: float, client_bps: float,
                  cut: Callable[[float], None] | None = None,
-                 started: Callable[[Callable[[], float]], None] | None = None
-                 ) -> Generator[simpy.Event, Any, None]:
+                 started: Callable[[Progress], None] | None = None) -> Generator[simpy.Event, Any, None]:
         """Send `nbytes` at most `client_bps` bytes/s, sharing the link with every transfer under way;
         a transfer interrupted first tells `cut` the share of its bytes that got through. `started`
-        is given the transfer's pace: a function giving its bytes/s now (it changes whenever the
-        link's `changed` succeeds)."""
+        is told how to follow the transfer (`Progress`)."""
         if math.isinf(self.capacity):
             begin = float(env.now)
             if started is not None:
-                started(lambda: client_bps)
+                done_s = begin + nbytes / client_bps
+                started(Progress(lambda: min(nbytes, (float(env.now) - begin) * client_bps),
+                                 lambda: client_bps if float(env.now) < done_s else 0.0, client_bps))
             try:
                 yield env.timeout(nbytes / client_bps)
             except simpy.Interrupt:
@@ -255,7 +275,8 @@ class SharedLink:
         self.sharing.advance(float(env.now))
         self.sharing.start(i, float(nbytes), float(client_bps))
         if started is not None:
-            started(lambda: self.sharing.rate(i))
+            started(Progress(lambda: nbytes - self.sharing.left_at(i, float(env.now)),
+                             lambda: self.sharing.rate(i), min(client_bps, self.capacity)))
         self._schedule()
         try:
             yield done
@@ -270,8 +291,9 @@ class SharedLink:
             raise
 
     def _schedule(self) -> None:
-        changed, self.changed = self.changed, self.env.event()
-        changed.succeed()
+        if self.changed.callbacks:  # someone follows the rates (edgefl.sim.living `_watch`)
+            changed, self.changed = self.changed, self.env.event()
+            changed.succeed()
         for i in self.sharing.ended():
             self.done.pop(i).succeed()
         at = self.sharing.next_end()

@@ -35,7 +35,7 @@ import simpy
 
 from edgefl.sim.availability import Availability
 from edgefl.sim.engine import Federation, busy_end
-from edgefl.sim.links import Links, SharedLink
+from edgefl.sim.links import Links, Progress, SharedLink
 
 STATUSES = ("completed", "dropped", "late", "offline")
 COMPLETED, DROPPED, LATE, OFFLINE = range(4)
@@ -91,12 +91,12 @@ def _send(env: simpy.Environment, net: Net, up: bool, out: Outcome,
     link = net.up if up else net.down
 
     def cut(share: float) -> None:
-        if share > 0:
+        if share > 0 and env.now > begin:  # one cut where it started keeps its time alone: no bytes sent
             setattr(out, name, (float(env.now) - begin) / share)
 
-    def started(pace: Callable[[], float]) -> None:
+    def started(progress: Progress) -> None:
         if meter is not None:
-            meter.on(link, pace)
+            meter.on(link, progress)
 
     nbytes, bps = (t.up_bytes, t.up_bps) if up else (t.down_bytes, t.down_bps)
     yield from link.transfer(env, nbytes, bps, cut, started)
@@ -146,76 +146,104 @@ class Drain:
 
 
 class Meter:
-    """The joules a client's work has spent so far (`spent`, settled at each change) and spends per
-    second now (`power`): `_work` tells it each phase (`enter`), `_send` each transfer's pace on its
-    link (`on`); `changed` succeeds at each and is then replaced."""
+    """The joules a client's work has spent (`spent()`) and spends per second now (`power()`, at
+    most `peak()`): `_work` tells it each phase (`enter`), `_send` each transfer on a shared link
+    (`on`), whose bytes it reads from the link; `changed` succeeds at each and is then replaced."""
 
     def __init__(self, env: simpy.Environment, drain: Drain) -> None:
         self.env, self.drain = env, drain
-        self.spent, self.since, self.power = 0.0, float(env.now), 0.0
-        self.phase, self.even = 0, 0.0  # the phase; its bytes' joules per second at an even pace
-        self.link: SharedLink | None = None  # the link of a transfer under way, and its pace
-        self.pace: Callable[[], float] = lambda: 0.0
+        self.base, self.since = 0.0, float(env.now)  # the joules spent when this stretch began, and when
+        self.phase, self.watts = 0, 0.0  # the phase, and its watts with its spread joules' pace
+        self.end = math.inf  # when the phase ends, where known
+        self.link: SharedLink | None = None  # a transfer under way on a shared link, and its progress
+        self.progress: Progress | None = None
         self.changed = env.event()
 
-    def settle(self) -> None:
-        """Add the joules spent since the last change and take the power now (a transfer's pace may
-        have changed meanwhile: its link says so with its `changed`)."""
+    def spent(self) -> float:
         now = float(self.env.now)
-        self.spent += self.power * (now - self.since)
-        self.since = now
-        self.power = self.drain.watts[self.phase] + self.even
-        if self.link is not None:
-            self.power += self.drain.per_byte[self.phase // 3] * self.pace()
+        joules = self.base + self.watts * (now - self.since)
+        if self.progress is not None:
+            joules += self._per_byte() * self.progress.sent()
+        return joules
+
+    def power(self) -> float:
+        return self.watts + (0.0 if self.progress is None else self._per_byte() * self.progress.rate())
+
+    def peak(self) -> float:
+        """The most `power` can be until the next change of phase (a transfer at its own bandwidth)."""
+        return self.watts + (0.0 if self.progress is None else self._per_byte() * self.progress.cap)
 
     def enter(self, phase: int, seconds: float) -> None:
         """The work enters `phase`, `seconds` long alone: its spread joules go at an even pace over
-        them (all at once when they are none), unless `on` gives a transfer's pace on a link."""
-        self.settle()
-        self.phase, self.link, self.even = phase, None, 0.0
+        them (all at once when they are none), unless `on` puts its bytes on a link."""
+        self._restart()
+        self.phase, self.watts, self.end = phase, self.drain.watts[phase], self.since + seconds
         if seconds > 0:
-            self.even = self.drain.spread[phase] / seconds
+            self.watts += self.drain.spread[phase] / seconds
         else:
-            self.spent += self.drain.spread[phase]
+            self.base += self.drain.spread[phase]
         self._changed()
 
-    def on(self, link: SharedLink | None, pace: Callable[[], float] = lambda: 0.0) -> None:
-        """The phase's bytes go on `link` at `pace()` bytes/s (None: they are through)."""
-        self.settle()
-        self.link, self.pace, self.even = link, pace, 0.0
+    def on(self, link: SharedLink | None, progress: Progress | None = None) -> None:
+        """The phase's bytes go on `link` as `progress` says (None: they are through)."""
+        self._restart()
+        self.link, self.progress = link, progress
+        self.watts, self.end = self.drain.watts[self.phase], math.inf
         self._changed()
+
+    def _restart(self) -> None:
+        self.base, self.since = self.spent(), float(self.env.now)
+        self.link, self.progress = None, None
+
+    def _per_byte(self) -> float:
+        return self.drain.per_byte[self.phase // 3]
 
     def _changed(self) -> None:
-        self.settle()
-        changed, self.changed = self.changed, self.env.event()
-        changed.succeed()
+        if self.changed.callbacks:  # the watcher waits on it
+            changed, self.changed = self.changed, self.env.event()
+            changed.succeed()
+
+
+BOUNDS = 8  # a shared transfer's lower bounds on the empty moment before following its every pace
 
 
 def _watch(env: simpy.Environment, proc: simpy.Process, meter: Meter) -> Generator[simpy.Event, Any, None]:
-    """Interrupt `proc` (status offline) when its work has spent what its battery holds: the
-    moment is worked out from the power now, and again at every change of phase or of pace."""
+    """Interrupt `proc` (status offline) when its work has spent what its battery holds. The moment
+    is worked out at every change of phase from the power then. On a shared link, whose pace changes
+    as other transfers come and go, it is first bounded from below, BOUNDS times, by the most the
+    transfer can spend (at its own bandwidth: the battery cannot run out sooner; each bound starts
+    from the joules really spent by then, so the gap shrinks by the ratio of the pace to the
+    bandwidth at least); from then on it follows the pace at every change of the link's rates.
+    Following every client's pace from the start would wake each at every other's transfer."""
     drain, start = meter.drain, float(env.now)
-    plugged = start + drain.until_s
+    plugged, bounds = start + drain.until_s, 0
     while proc.is_alive:
-        meter.settle()
-        now, left = float(env.now), drain.held_j - meter.spent
-        eta = 0.0 if left <= 0 else left / meter.power if meter.power > 0 else math.inf
-        at = max(now + eta, start + drain.from_s)
-        if at >= plugged:  # it cannot run out before then: let it run on until then
-            at = plugged
+        listening = bounds >= BOUNDS
+        now, left = float(env.now), drain.held_j - meter.spent()
+        exact = meter.link is None or listening
+        rate = meter.power() if exact else meter.peak()
+        eta = 0.0 if left <= 0 else left / rate if rate > 0 else math.inf
+        at = min(max(now + eta, start + drain.from_s), plugged)
         if at <= now:
             if at < plugged:
                 proc.interrupt(OFFLINE)
             return
         events: list[simpy.Event] = [proc, meter.changed]
-        if meter.link is not None:
+        if listening and meter.link is not None:
             events.append(meter.link.changed)
-        timer = env.timeout(at - now) if math.isfinite(at) else None
+        timer = env.timeout(at - now) if at < meter.end and math.isfinite(at) else None
+        phase = meter.changed
         yield simpy.AnyOf(env, events if timer is None else [timer, *events])
-        if timer is not None and timer.processed and proc.is_alive:
-            if at < plugged:
+        if phase.processed:  # another phase: worked out afresh
+            bounds = 0
+        elif timer is not None and timer.processed and proc.is_alive:
+            if not exact:  # a bound reached: the next one, from the joules spent by now
+                bounds += 1
+            elif at < plugged:
                 proc.interrupt(OFFLINE)
-            return
+                return
+            else:
+                return  # plugged in before it ran out
 
 
 def _unplug(env: simpy.Environment, proc: simpy.Process, at: float) -> Generator[simpy.Event, Any, None]:
