@@ -381,3 +381,19 @@ def test_plot_reads_whole_rows_of_an_interrupted_run(tmp_path: Path, capsys: Cap
         f.write(b"3,1,raspberry_pi_4,no")
     assert main(["plot", str(out)]) == 0
     assert len(load_run(out).clients) == whole_rows
+
+
+def test_overwrite_keeps_the_run_when_its_ray_cluster_does_not_answer(tmp_path: Path, capsys) -> None:
+    """The Ray address is asked before the run folder is replaced: nothing written is lost."""
+    import socket
+
+    out = tmp_path / "run"
+    assert main(run_args(out, "--set", "rounds=1")) == 0
+    before = snapshot(out)
+    with socket.socket() as s:  # a port nothing listens on once it is closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    assert main(run_args(out, "--set", "rounds=1", "--overwrite", "--executor", "ray", "--set",
+                         f'ray.address="127.0.0.1:{port}"')) == 2
+    assert "ray.address: no Ray cluster answers" in capsys.readouterr().err
+    assert snapshot(out) == before

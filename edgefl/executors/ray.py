@@ -42,7 +42,6 @@ class RayExecutor:
             raise EdgeflError(where, "executor", "ray is not installed; pip install ray, "
                               'or use executor = "local"') from None
         if not ray.is_initialized():
-            check_reachable(cfg.address, where)
             cpus = None if cfg.address else (cfg.workers or None)  # a cluster brings its own
             ray.init(address=cfg.address or None, num_cpus=cpus, include_dashboard=False,
                      log_to_driver=False, configure_logging=False)

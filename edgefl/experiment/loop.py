@@ -102,7 +102,6 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
     text = to_toml(s)
     selection = Selection(s.selection, exp.pool, exp.dry_run, exp.ctx.splits,
                           workload_need(exp.method, exp.pool))
-    executor = _executor(exp, text)  # a cluster that cannot be reached is said before anything is written
     fingerprint, saved = _start(exp, out, resume, text, selection)
     evaluator = None if exp.dry_run else Evaluator(exp)
     pricer = Pricer(exp.ctx.cost, exp.pool, lambda k, w: _counted(exp, k, w))
@@ -114,7 +113,7 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
         if energy.battery is not None:
             energy.battery.restore(saved.state.get("battery"), str(out / CHECKPOINT), fed.now)
     started = time.perf_counter()
-    play, ending = _player(exp, executor, fed, pricer, energy, selection)
+    play, ending = _player(exp, _executor(exp, text), fed, pricer, energy, selection)
     kept = saved.logs if saved else {}
     names = log_names(output_format(s))
     sample = TraceSample(s.fleet.clients, s.output.trace_clients, s.seed)

@@ -26,6 +26,7 @@ from edgefl.devices.pool import DevicePool, check_fleet_memory
 from edgefl.errors import EdgeflError
 from edgefl.execution.allocator import keep_freed_memory
 from edgefl.execution.local import resolve_device
+from edgefl.executors.ray import check_reachable
 from edgefl.methods import METHODS, Context, Method
 from edgefl.methods.base import method_class
 from edgefl.models import build_model
@@ -46,8 +47,11 @@ class Experiment:
 
 def prepare(scenario: Scenario, where: str, dry_run: bool = False) -> Experiment:
     """Load data (a dry run needs only its shapes), build model and fleet, and check every device
-    can run the workload at all."""
+    can run the workload at all, and that a Ray cluster named by its address answers (before any
+    run folder is touched)."""
     check_fleet_memory(scenario.fleet, where, living=scenario.round if scenario.living else None)
+    if scenario.executor == "ray" and not dry_run:
+        check_reachable(scenario.ray.address, where)
     ctx = method_context(scenario, where, dry_run)
     pool = DevicePool(catalog_for(where), scenario.fleet, scenario.seed)
     method = METHODS.get(scenario.method)(ctx)
