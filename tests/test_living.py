@@ -360,6 +360,23 @@ def test_a_sync_clients_battery_runs_out_on_a_slower_shared_upload() -> None:
     assert (per_byte.status, per_byte.stop_s, per_byte.upload_s) == (OFFLINE, 2.5, pytest.approx(10 / 3))
 
 
+@pytest.mark.parametrize(("link", "held", "stop", "status"), [
+    (math.inf, 100.0, 2.0, COMPLETED), (math.inf, 7.0, 2.0, OFFLINE), (4.0, 5.0, 2.0, OFFLINE),
+    (4.0, 7.0, 3.25, OFFLINE)])
+def test_a_transfer_of_no_seconds_alone_is_charged_once(link: float, held: float, stop: float,
+                                                       status: int) -> None:
+    """A client of unbounded own bandwidth: its transfers (4 B each way, 1 J a byte) take no time
+    alone, and 1 s each of data access and compute at 1 W. On unlimited links their 4 J go at once:
+    10 J in all, so 100 J completes at 2 s and 7 J runs out as the upload starts, at 2 s. On 4 B/s
+    links they take 1 s each at 4 J/s (not charged at once as well): 5 J is spent by 2 s (download
+    4 J, data access 1 J), and 7 J at 3.25 s (6 J by the upload's start, then 4 J/s)."""
+    t = Transfer(4.0, 4.0, math.inf, math.inf, 0.0)
+    drain = Drain(held, (0.0, 1.0, 1.0, 0.0), (4.0, 0.0, 0.0, 4.0), (1.0, 1.0))
+    jobs = [(0, (0.0, 1.0, 1.0, 0.0))]
+    r = play_round(Federation(), jobs, Always(), 1, math.inf, 0.0, (Links(link, link), [t]), [drain])
+    assert (r.outcomes[0].status, r.outcomes[0].stop_s) == (status, pytest.approx(stop))
+
+
 def test_watching_batteries_costs_a_few_events_a_client_not_one_per_other_transfer() -> None:
     """300 clients sharing 2 MB/s links, each with a battery far from empty: a watcher that woke at
     every start and end of another's transfer made a round quadratic (1000 clients: 20 s against

@@ -259,7 +259,7 @@ class SharedLink:
         is told how to follow the transfer (`Progress`)."""
         if math.isinf(self.capacity):
             begin = float(env.now)
-            if started is not None:
+            if started is not None and nbytes > 0 and math.isfinite(client_bps):  # else it takes no time
                 done_s = begin + nbytes / client_bps
                 started(Progress(lambda: min(nbytes, (float(env.now) - begin) * client_bps),
                                  lambda: client_bps if float(env.now) < done_s else 0.0, client_bps))

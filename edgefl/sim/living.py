@@ -154,6 +154,7 @@ class Meter:
         self.env, self.drain = env, drain
         self.base, self.since = 0.0, float(env.now)  # the joules spent when this stretch began, and when
         self.phase, self.watts = 0, 0.0  # the phase, and its watts with its spread joules' pace
+        self.lump = 0.0  # the spread joules of a phase of no seconds, spent at once
         self.end = math.inf  # when the phase ends, where known
         self.link: SharedLink | None = None  # a transfer under way on a shared link, and its progress
         self.progress: Progress | None = None
@@ -178,15 +179,18 @@ class Meter:
         them (all at once when they are none), unless `on` puts its bytes on a link."""
         self._restart()
         self.phase, self.watts, self.end = phase, self.drain.watts[phase], self.since + seconds
+        self.lump = 0.0 if seconds > 0 else self.drain.spread[phase]
         if seconds > 0:
             self.watts += self.drain.spread[phase] / seconds
-        else:
-            self.base += self.drain.spread[phase]
+        self.base += self.lump
         self._changed()
 
     def on(self, link: SharedLink | None, progress: Progress | None = None) -> None:
-        """The phase's bytes go on `link` as `progress` says (None: they are through)."""
+        """The phase's bytes go on `link` as `progress` says (None: they are through); those of a
+        phase of no seconds alone, spent at once on entering it, are spent at its pace instead."""
         self._restart()
+        if progress is not None:
+            self.base, self.lump = self.base - self.lump, 0.0
         self.link, self.progress = link, progress
         self.watts, self.end = self.drain.watts[self.phase], math.inf
         self._changed()
