@@ -148,7 +148,8 @@ class Drain:
 class Meter:
     """The joules a client's work has spent (`spent()`) and spends per second now (`power()`, at
     most `peak()`): `_work` tells it each phase (`enter`), `_send` each transfer on a shared link
-    (`on`), whose bytes it reads from the link; `changed` succeeds at each and is then replaced."""
+    (`on`), whose bytes it reads from the link; `changed` succeeds at each (when the watcher waits
+    on it: one that does not reads the state afresh when it resumes) and is then replaced."""
 
     def __init__(self, env: simpy.Environment, drain: Drain) -> None:
         self.env, self.drain = env, drain
@@ -171,7 +172,7 @@ class Meter:
         return self.watts + (0.0 if self.progress is None else self._per_byte() * self.progress.rate())
 
     def peak(self) -> float:
-        """The most `power` can be until the next change of phase (a transfer at its own bandwidth)."""
+        """The most `power` can be until the next change of phase (a transfer at `Progress.cap`)."""
         return self.watts + (0.0 if self.progress is None else self._per_byte() * self.progress.cap)
 
     def enter(self, phase: int, seconds: float) -> None:
@@ -215,7 +216,8 @@ def _watch(env: simpy.Environment, proc: simpy.Process, meter: Meter) -> Generat
     """Interrupt `proc` (status offline) when its work has spent what its battery holds. The moment
     is worked out at every change of phase from the power then. On a shared link, whose pace changes
     as other transfers come and go, it is first bounded from below, BOUNDS times, by the most the
-    transfer can spend (at its own bandwidth: the battery cannot run out sooner; each bound starts
+    transfer can spend (at the lesser of its own and the link's bandwidth: the battery cannot run out
+    sooner; each bound starts
     from the joules really spent by then, so the gap shrinks by the ratio of the pace to the
     bandwidth at least); from then on it follows the pace at every change of the link's rates.
     Following every client's pace from the start would wake each at every other's transfer."""
