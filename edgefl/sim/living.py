@@ -217,9 +217,9 @@ def _watch(env: simpy.Environment, proc: simpy.Process, meter: Meter) -> Generat
     is worked out at every change of phase from the power then. On a shared link, whose pace changes
     as other transfers come and go, it is first bounded from below, BOUNDS times, by the most the
     transfer can spend (at the lesser of its own and the link's bandwidth: the battery cannot run out
-    sooner; each bound starts
-    from the joules really spent by then, so the gap shrinks by the ratio of the pace to the
-    bandwidth at least); from then on it follows the pace at every change of the link's rates.
+    sooner; each bound starts from the joules really spent by then, so the gap shrinks by the ratio
+    of the pace to that bandwidth at least); from then on it follows the pace at every change of the
+    link's rates.
     Following every client's pace from the start would wake each at every other's transfer."""
     drain, start = meter.drain, float(env.now)
     plugged, bounds = start + drain.until_s, 0
