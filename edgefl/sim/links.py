@@ -241,7 +241,7 @@ class SharedLink:
     """A processor-sharing link for SimPy processes: `yield from link.transfer(env, nbytes, bps)`
     (the bytes only: a caller adds its latency); its transfers under way are a `Sharing`, and one
     SimPy timeout stands for the next end. `changed` succeeds whenever the rates change (a transfer
-    starts, stops or ends), and is then replaced."""
+    starts, stops or ends) while something waits on it, and is then replaced."""
 
     def __init__(self, env: simpy.Environment, capacity_bps: float) -> None:
         self.env, self.capacity = env, capacity_bps
