@@ -37,17 +37,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser().parse_args(argv)
         return int(args.func(args))
     except EdgeflError as exc:
-        print(f"edgefl: error: {_blamed(exc, args)}", file=sys.stderr)
+        _error(str(_blamed(exc, args)))
         return 2
     except BrokenPipeError:  # the reader went away (`edgefl devices list | head -1`): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush at exit
         return 141  # as a shell tool killed by SIGPIPE
     except OSError as exc:  # a storage failure no check foresaw: still one line, never a traceback
-        print(f"edgefl: error: {exc.filename or 'storage'}: {exc.strerror or exc}", file=sys.stderr)
+        _error(f"{exc.filename or 'storage'}: {exc.strerror or exc}")
         return 2
     except KeyboardInterrupt:
         print(f"edgefl: interrupted{_resume_hint(args)}", file=sys.stderr)
         return 130
+
+
+def _error(text: str) -> None:
+    """The error line on stderr: one line, even where a path holds a line break."""
+    print("edgefl: error: " + text.replace("\n", "\\n"), file=sys.stderr)
 
 
 def _resume_hint(args: argparse.Namespace | None) -> str:

@@ -563,3 +563,9 @@ def test_an_unreachable_ray_cluster_is_one_line_before_ray_starts() -> None:
         check_reachable(f"ray://127.0.0.1:{s.getsockname()[1]}", "s.toml")  # answers: Ray's to join
     for address in ("", "auto"):
         check_reachable(address, "s.toml")  # Ray's own to find
+
+
+def test_a_path_with_a_line_break_is_still_one_error_line(tmp_path, capsys) -> None:
+    assert main(["run", str(tmp_path / "no\nsuch.toml"), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no\\nsuch.toml" in err
