@@ -569,3 +569,11 @@ def test_a_path_with_a_line_break_is_still_one_error_line(tmp_path, capsys) -> N
     assert main(["run", str(tmp_path / "no\nsuch.toml"), "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no\\nsuch.toml" in err
+
+
+def test_a_warm_up_covering_every_round_is_said(tmp_path, capsys) -> None:
+    args = ["run", "quickstart", "--dry-run", "--quiet", "--set", "rounds=2"]
+    assert main([*args, "--set", "training.warmup_rounds=2", "--out", str(tmp_path / "a")]) == 0
+    assert "warning: training.warmup_rounds (2) covers all 2 rounds" in capsys.readouterr().err
+    assert main([*args, "--set", "training.warmup_rounds=1", "--out", str(tmp_path / "b")]) == 0
+    assert "warmup" not in capsys.readouterr().err

@@ -55,7 +55,7 @@ from edgefl.experiment.rows import (
 from edgefl.report.trace import TraceSample
 from edgefl.rundir import CHECKPOINT, WriteFailed, write_file
 from edgefl.runlog import Columns, CsvLog, Log, log_names
-from edgefl.scenario import to_toml
+from edgefl.scenario import Scenario, to_toml
 from edgefl.selection import Picked
 from edgefl.selection.server import Selection, workload_need
 from edgefl.sim.availability import trace_file
@@ -103,6 +103,8 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
     selection = Selection(s.selection, exp.pool, exp.dry_run, exp.ctx.splits,
                           workload_need(exp.method, exp.pool))
     fingerprint, saved = _start(exp, out, resume, text, selection)
+    if not saved:
+        _warn_clean(s)
     evaluator = None if exp.dry_run else Evaluator(exp)
     pricer = Pricer(exp.ctx.cost, exp.pool, lambda k, w: _counted(exp, k, w))
     fed, rows, first, before_s = Federation(), [], 0, 0.0
@@ -161,6 +163,16 @@ def resumable(exp: Experiment) -> bool:
     clients are mid-flight in the simulation at every aggregation (it cannot be resumed)."""
     s = exp.scenario
     return not exp.dry_run and s.checkpoint_every > 0 and s.round.mode != "async"
+
+
+def _warn_clean(s: Scenario) -> None:
+    """Say on stderr that a run with an attack never trains against it: its clean warm-up
+    (`training.warmup_rounds`) covers every round."""
+    w = s.training.warmup_rounds
+    if s.attack.name != "none" and w >= s.rounds:
+        tqdm.write(f"edgefl: warning: training.warmup_rounds ({w}) covers all {s.rounds} rounds: no round "
+                   'trains against the attack (lower it, or set attack.name = "none" for a clean run)',
+                   file=sys.stderr)
 
 
 def _warn_diverged(t: int, loss: float | str) -> bool:
