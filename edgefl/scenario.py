@@ -130,6 +130,9 @@ def apply_override(raw: dict[str, Any], item: str) -> None:
     except (ValueError, RecursionError):  # TOMLDecodeError, an int over 4300 digits, deep nesting
         value = text
     *parents, leaf = key.strip().split(".")
+    if not all(part.strip() for part in [*parents, leaf]):
+        raise EdgeflError("--set", printable(item), "a dotted key has an empty part; write it as "
+                          "SECTION.KEY=VALUE, e.g. fleet.clients=10")
     node = raw
     for i, part in enumerate(parents):
         node = node.setdefault(part, {})

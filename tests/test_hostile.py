@@ -577,3 +577,10 @@ def test_a_warm_up_covering_every_round_is_said(tmp_path, capsys) -> None:
     assert "warning: training.warmup_rounds (2) covers all 2 rounds" in capsys.readouterr().err
     assert main([*args, "--set", "training.warmup_rounds=1", "--out", str(tmp_path / "b")]) == 0
     assert "warmup" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("item", [".rounds=3", "rounds.=3", "fleet..clients=3"])
+def test_a_dotted_set_key_with_an_empty_part_is_named(item: str, capsys) -> None:
+    assert main(["run", "quickstart", "--dry-run", "--set", item]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--set: {item}: a dotted key has an empty part" in err
