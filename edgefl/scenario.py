@@ -49,10 +49,12 @@ MAX_SCENARIO_BYTES = 1 << 20  # a scenario is a few kB
 def _check_file(path: Path, where: str) -> None:
     """Refuse, before reading it, a scenario path that is a device or pipe (/dev/zero never ends) or
     a file too large to be a scenario (a folder or a missing file: the reader's own error)."""
-    if path.exists() and not path.is_dir() and not path.is_file():
+    if not path.exists() or path.is_dir():
+        return
+    if not path.is_file():
         raise EdgeflError(where, "file", "is not a regular file (a device or a pipe); give a scenario "
                           ".toml file")
-    size = path.stat().st_size if path.is_file() else 0
+    size = path.stat().st_size
     if size > MAX_SCENARIO_BYTES:
         raise EdgeflError(where, "file", f"is {size:,} bytes, too large for a scenario (at most "
                           f"{MAX_SCENARIO_BYTES:,}); give a scenario .toml file")

@@ -8,8 +8,9 @@ import pytest
 
 from edgefl.devices.catalog import load_catalog
 from edgefl.errors import EdgeflError
+from edgefl.sim.paging import Plan, whole_atoms
 from edgefl.sim.records import AtomProfile
-from edgefl.sim.swap import ImpossibleBudget, SwapWalk, Traffic, iteration_steps, min_budget
+from edgefl.sim.swap import ImpossibleBudget, Step, SwapWalk, Traffic, micro_batch_steps, min_budget
 from edgefl.sim.workload import Workload
 
 # Two equal atoms, batch 1: params 10 (40 B), saved activations 8 B, 1 element in and out, so a
@@ -44,6 +45,13 @@ def total(t: Traffic) -> float:
 # One training step needs param 40 + saved activations 8 + gradient 40 = 88 B (slots 0), plus the
 # pinned batch 4 B and the workspace 8 B: a budget of 100 B holds exactly one atom's step.
 ONE_STEP = 4 + 8 + 40 + 8 + 40
+
+
+def iteration_steps(w: Workload, plan: Plan | None = None) -> list[Step]:
+    """One iteration's steps in order: the accumulating micro-batches, then the last."""
+    plan = plan or whole_atoms(w)
+    accumulating, last = micro_batch_steps(w, plan)
+    return accumulating * (plan.micro - 1) + last
 
 
 def test_iteration_steps_order():

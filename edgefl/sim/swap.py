@@ -70,17 +70,10 @@ class ImpossibleBudget(EdgeflError):
             "available; raise fleet.reserved_memory_mb or drop the device from the fleet")
 
 
-def iteration_steps(w: Workload, plan: Plan | None = None) -> list[Step]:
-    """The steps of one iteration, per micro-batch: T attack pairs, forward-only passes, then the
-    training pairs; the training backward updates on the last micro-batch and accumulates the
-    gradient on the others."""
-    plan = plan or whole_atoms(w)
-    accumulating, last = micro_batch_steps(w, plan)
-    return accumulating * (plan.micro - 1) + last
-
-
 def micro_batch_steps(w: Workload, plan: Plan) -> tuple[list[Step], list[Step]]:
-    """The steps of a micro-batch that accumulates the gradient, and of the last one, which updates."""
+    """The steps of an iteration's micro-batches: T attack pairs, forward-only passes, then the
+    training pairs; the training backward accumulates the gradient on every micro-batch but the
+    last (the first list), and updates on the last (the second)."""
     n = len(plan.parts)
     fwd = [Step(i, (("param", i), ("act", i))) for i in range(n)]
     fwd_only = [Step(i, (("param", i),)) for i in range(n)]
