@@ -12,9 +12,11 @@ statistic would show as 1e-2 or more); losses are summed in float32 by both, so 
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
@@ -435,24 +437,25 @@ def test_a_cpu_group_splits_into_one_part_per_torch_thread(threads: int, jobs: i
 
 
 def test_grouped_training_in_parts_on_two_threads_repeats_one_by_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two torch threads: the 3 clients train in two parts (1 and 2 clients) at once, each on one
-    thread, and still end where one-by-one training ends them; torch is left on two threads."""
+    """Two torch threads: the 3 clients train in two parts (1 and 2 clients) at once, the second
+    in a worker process (edgefl.execution.workers), and still end where one-by-one training ends
+    them; torch is left on two threads."""
     cfg, atk, obj = TrainingConfig(momentum=0.9), make_attack("pgd", 0.1, 0.03, 3), OBJECTIVES.get("pgd_at")()
     data = clients(3)
     want = one_by_one(data, cfg, atk, obj)
     jobs = [ClientJob(s, x, y, client_seed(0, 7, k)) for k, (s, x, y) in enumerate(data)]
-    parts: list[tuple[int, int]] = []  # (clients, torch threads) of each part as it trains
-    train_part = grouped.train_part
+    sizes: list[int] = []  # clients of each part
+    run_parts = grouped.run_parts
 
-    def spy(template: nn.Module, part: list[ClientJob], *args: object) -> tuple[list[State], list[float]]:
-        parts.append((len(part), torch.get_num_threads()))
-        return train_part(template, part, *args)  # type: ignore[arg-type]
+    def spy(fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]]) -> list[Any]:
+        sizes.extend(len(args[1]) for args in calls)
+        return run_parts(fn, calls)
 
-    monkeypatch.setattr(grouped, "train_part", spy)
+    monkeypatch.setattr(grouped, "run_parts", spy)
     torch.set_num_threads(2)
     got = train_group(new_model(), jobs, cfg, 0.1, ITERS, BATCH, atk, obj)
     assert torch.get_num_threads() == 2
-    assert sorted(parts) == [(1, 1), (2, 1)]
+    assert sizes == [1, 2]
     assert_as_one_by_one(got, want, data)
 
 

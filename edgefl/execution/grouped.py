@@ -16,11 +16,11 @@ edgefl.attacks.base.client_streams) come from each client's own generator, seede
 training seeds it, so grouped training repeats one-by-one training (Madry et al.'s PGD-AT loop in
 edgefl.execution.local) up to floating-point summation order.
 
-On the CPU a group trains in as many parts as torch has threads, at once, each part in its own
-Python thread on one torch thread (`train_group`); a first convolution with one input channel per
-client (grey images) takes its input gradient, which attacks need, as a depthwise convolution
-(`OneChannelConv`); and flattening hands its gradient back channels_last (`GroupedFlatten`), as
-the grouped network keeps its tensors.
+On the CPU a group trains in as many parts as torch has threads, at once, each part on one torch
+thread, all but the first in worker processes (`train_group`, edgefl.execution.workers); a first
+convolution with one input channel per client (grey images) takes its input gradient, which
+attacks need, as a depthwise convolution (`OneChannelConv`); and flattening hands its gradient
+back channels_last (`GroupedFlatten`), as the grouped network keeps its tensors.
 
 Grouping covers models built from Sequential containers of Conv2d, BatchNorm2d (with a momentum:
 a cumulative average would step by each client's own batch counter), Linear, ReLU, pooling,
@@ -32,7 +32,6 @@ from __future__ import annotations
 import copy
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -46,6 +45,7 @@ from edgefl.config import TrainingConfig
 from edgefl.data.datasets import to_float
 from edgefl.execution.local import FP32, TrainSettings, batch_indices, make_optimizer, tail_mean
 from edgefl.execution.objectives import Objective
+from edgefl.execution.workers import run_parts
 from edgefl.models.base import Normalize
 
 State = dict[str, torch.Tensor]
@@ -403,19 +403,19 @@ def train_group(
     use `min(batch, len(x))` samples per step, which must be the same for every client.
 
     On the CPU with n > 1 torch threads the clients are split into up to n parts (`cpu_parts`)
-    that train at once, each in its own Python thread on one torch thread: the small operators
-    of an edge model then run without an OpenMP team to wake and join around each one, on half
-    the data per core. A client's result depends only on its own work, so the parts give what one
-    group gives, up to floating-point summation order (a part's kernels may sum in another order
-    than a larger group's: 3e-7 apart after a quickstart round, float32)."""
+    that train at once, each on one torch thread, the first in this process and each other in a
+    worker process of its own (edgefl.execution.workers): the small operators of an edge model
+    then run without an OpenMP team to wake and join around each one, on half the data per core.
+    A client's result depends only on its own work, so the parts give what one group gives, up to
+    floating-point summation order (a part's kernels may sum in another order than a larger
+    group's: 3e-7 apart after a quickstart round, float32)."""
     if len({min(batch, len(j.x)) for j in jobs}) != 1:
         raise ValueError("clients of one group must share their batch size")
     parts = cpu_parts(jobs)
     if len(parts) == 1:
         return train_part(template, jobs, cfg, lr, iters, batch, attack, objective, settings)
-    with one_torch_thread(), ThreadPoolExecutor(len(parts)) as pool:
-        done = list(pool.map(lambda part: train_part(template, part, cfg, lr, iters, batch, attack, objective,
-                                                     settings), parts))
+    done = run_parts(train_part, [(template, part, cfg, lr, iters, batch, attack, objective, settings)
+                                  for part in parts])
     return [s for states, _ in done for s in states], [loss for _, losses in done for loss in losses]
 
 
@@ -424,17 +424,6 @@ def cpu_parts(jobs: Sequence[ClientJob]) -> list[Sequence[ClientJob]]:
     on the CPU; one part on an accelerator."""
     n = min(torch.get_num_threads(), len(jobs)) if jobs[0].x.device.type == "cpu" else 1
     return [jobs[i * len(jobs) // n:(i + 1) * len(jobs) // n] for i in range(n)]
-
-
-@contextmanager
-def one_torch_thread() -> Iterator[None]:
-    """torch on one intra-op thread within (threads started meanwhile take that count too)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(n)
 
 
 def train_part(

@@ -1,0 +1,102 @@
+"""Worker processes for a grouped round's CPU parts (edgefl.execution.workers): what crosses the
+pipe comes back as it went, results come back in order, and a worker's failure is this process's
+error, after which the next call gets a fresh worker."""
+
+from __future__ import annotations
+
+import math
+import operator
+import os
+import pickle
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from edgefl.execution import workers
+from edgefl.execution.workers import PartWorker, dumps, run_parts
+
+
+def test_tensors_cross_with_their_values_dtype_layout_and_kind() -> None:
+    weight = nn.Parameter(torch.randn(8, 3, 3, 3).to(memory_format=torch.channels_last))
+    frozen = nn.Parameter(torch.ones(2), requires_grad=False)
+    ints, flags, scalar = torch.arange(6).view(2, 3), torch.tensor([True, False]), torch.tensor(7)
+    got = pickle.loads(dumps({"w": weight, "f": frozen, "i": ints, "b": flags, "s": scalar}))
+    assert type(got["w"]) is nn.Parameter and got["w"].requires_grad
+    assert got["w"].stride() == weight.stride() and torch.equal(got["w"], weight)
+    assert type(got["f"]) is nn.Parameter and not got["f"].requires_grad
+    for key, want in (("i", ints), ("b", flags), ("s", scalar)):
+        assert type(got[key]) is torch.Tensor and got[key].dtype == want.dtype
+        assert got[key].shape == want.shape and torch.equal(got[key], want)
+
+
+def test_a_view_sends_only_its_own_elements() -> None:
+    big = torch.zeros(1_000_000)
+    view = big[10:20]
+    assert len(dumps(view)) < 1000  # not the 4 MB storage under it
+    assert torch.equal(pickle.loads(dumps(view)), view)
+
+
+def test_a_module_crosses_whole() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(1, 2, 3), nn.BatchNorm2d(2))
+    back = pickle.loads(dumps(model))
+    assert [type(p) for p in back.parameters()] == [nn.Parameter] * 4
+    for (k, a), (_, b) in zip(model.state_dict().items(), back.state_dict().items(), strict=True):
+        assert torch.equal(a, b), k
+
+
+def test_parts_run_at_once_in_order_each_on_one_torch_thread() -> None:
+    torch.set_num_threads(2)
+    assert run_parts(operator.add, [(1, 2), (3, 4), (5, 6)]) == [3, 7, 11]
+    assert run_parts(torch.get_num_threads, [(), ()]) == [1, 1]
+    assert torch.get_num_threads() == 2
+    pids = run_parts(os.getpid, [(), ()])
+    assert pids[0] == os.getpid() != pids[1]
+
+
+def meet(folder: Path, me: str, other: str) -> bool:
+    """Leave a mark and wait (up to 60 s) for the other's: True only if both ran at once."""
+    (folder / me).touch()
+    deadline = time.monotonic() + 60
+    while not (folder / other).exists():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_parts_run_at_the_same_time(tmp_path: Path) -> None:
+    assert run_parts(meet, [(tmp_path, "a", "b"), (tmp_path, "b", "a")]) == [True, True]
+
+
+def test_an_exception_in_a_worker_is_raised_here_and_the_worker_stays() -> None:
+    run_parts(operator.add, [(1, 2), (3, 4)])
+    worker = workers._WORKERS[0]
+    with pytest.raises(ValueError, match="math domain error"):
+        run_parts(math.sqrt, [(4.0,), (-1.0,)])
+    assert run_parts(operator.add, [(1, 2), (3, 4)]) == [3, 7]
+    assert workers._WORKERS[0] is worker
+
+
+def test_an_abandoned_call_does_not_answer_the_next_one() -> None:
+    """The first part fails here while the worker still trains: its late reply (2.0) must not be
+    taken for the next call's; the busy worker is replaced."""
+    with pytest.raises(ValueError):
+        run_parts(math.sqrt, [(-1.0,), (4.0,)])
+    assert run_parts(operator.add, [(1, 2), (3, 4)]) == [3, 7]
+
+
+def test_a_dead_worker_is_an_error_naming_it_and_is_replaced() -> None:
+    worker = PartWorker()
+    worker.send(time.sleep, (30,))
+    worker.process.kill()
+    with pytest.raises(RuntimeError, match=f"worker process \\(pid {worker.process.pid}\\) died"):
+        worker.receive()
+    worker.stop()
+    run_parts(operator.add, [(1, 2), (3, 4)])
+    workers._WORKERS[0].process.kill()
+    workers._WORKERS[0].process.wait()
+    assert run_parts(operator.add, [(1, 2), (3, 4)]) == [3, 7]
