@@ -50,10 +50,12 @@ import os
 import platform
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -61,8 +63,10 @@ from torch import nn
 
 from edgefl.attacks import make_attack
 from edgefl.config import TrainingConfig
+from edgefl.execution import grouped, workers
 from edgefl.execution.local import TrainSettings, make_optimizer, resolve_device, synchronize, train_local
 from edgefl.execution.objectives import PGDAT
+from edgefl.execution.workers import one_torch_thread
 from edgefl.experiment import prepare
 from edgefl.methods import ClientPlan
 from edgefl.methods.fedavg import FedAvgAT
@@ -194,6 +198,28 @@ def round_sides(clients: int) -> tuple[dict[str, Callable[[], object]], str]:
             "grouped": lambda: method.train_group(0, plans)}, what
 
 
+def alternate(runs: dict[str, Callable[[], object]], repeats: int) -> dict[str, list[float]]:
+    """Each side warmed up, then `repeats` timed rounds of each, the sides alternating."""
+    for run in runs.values():
+        run()
+    secs: dict[str, list[float]] = {side: [] for side in runs}
+    for _ in range(repeats):
+        for side, run in runs.items():
+            wait_quiet()
+            start = time.perf_counter()
+            run()
+            secs[side].append(time.perf_counter() - start)
+    return secs
+
+
+def compared(slow: list[float], fast: list[float]) -> str:
+    """The medians, the median and range of the paired ratios slow / fast, the ratio of the bests."""
+    ratios = [a / b for a, b in zip(slow, fast, strict=True)]
+    median = statistics.median
+    return (f"{median(slow):>12.3f} {median(fast):>10.3f} {median(ratios):>7.2f}x "
+            f"{min(ratios):>5.2f}x-{max(ratios):.2f}x {min(slow) / min(fast):>5.2f}x")
+
+
 def bench_grouped(threads: list[int], repeats: int, clients: int) -> None:
     runs, what = round_sides(clients)
     print(f"grouped vs one-by-one, one quickstart round ({what}); median of {repeats}; "
@@ -201,20 +227,34 @@ def bench_grouped(threads: list[int], repeats: int, clients: int) -> None:
     print(f"{'threads':>7} {'one-by-one s':>12} {'grouped s':>10} {'speed-up':>8} {'range':>13} {'best':>6}")
     for n in threads:
         torch.set_num_threads(n)
-        for run in runs.values():
-            run()  # warm-up
-        secs: dict[str, list[float]] = {side: [] for side in runs}
-        for _ in range(repeats):
-            for side, run in runs.items():
-                wait_quiet()
-                start = time.perf_counter()
-                run()
-                secs[side].append(time.perf_counter() - start)
-        ratios = [a / b for a, b in zip(secs["one-by-one"], secs["grouped"], strict=True)]
-        one, grouped = (statistics.median(secs[side]) for side in ("one-by-one", "grouped"))
-        best = min(secs["one-by-one"]) / min(secs["grouped"])
-        print(f"{n:>7} {one:>12.3f} {grouped:>10.3f} {statistics.median(ratios):>7.2f}x "
-              f"{min(ratios):>5.2f}x-{max(ratios):.2f}x {best:>5.2f}x")
+        secs = alternate(runs, repeats)
+        print(f"{n:>7} {compared(secs['one-by-one'], secs['grouped'])}")
+
+
+def thread_parts(fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]]) -> list[Any]:
+    """`workers.run_parts` as edgefl had it before its worker processes: every part a Python
+    thread of this process, on one torch thread."""
+    with one_torch_thread(), ThreadPoolExecutor(len(calls)) as pool:
+        return list(pool.map(lambda args: fn(*args), calls))
+
+
+def bench_processes(repeats: int, clients: int) -> None:
+    """The grouped round on two torch threads, its two parts as worker processes (edgefl's
+    `run_parts`) against Python threads (`thread_parts`): the same work and the same bits."""
+    runs, what = round_sides(clients)
+
+    def parts_as(run_parts: Callable[..., list[Any]]) -> Callable[[], object]:
+        def run() -> object:
+            grouped.run_parts = run_parts
+            return runs["grouped"]()
+        return run
+
+    torch.set_num_threads(2)
+    secs = alternate({"threads": parts_as(thread_parts), "processes": parts_as(workers.run_parts)}, repeats)
+    grouped.run_parts = workers.run_parts
+    print(f"grouped round, parts as threads vs processes ({what}, 2 torch threads); median of {repeats}")
+    print(f"{'':>7} {'threads s':>12} {'processes s':>10} {'speed-up':>8} {'range':>13} {'best':>6}")
+    print(f"{'':>7} {compared(secs['threads'], secs['processes'])}")
 
 
 def main() -> None:
@@ -227,8 +267,9 @@ def main() -> None:
     ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     ap.add_argument("--channels-last", action="store_true")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (0 = torch's default)")
-    ap.add_argument("--part", choices=["bare", "grouped", "both"], default="both",
-                    help="edgefl vs the bare loop, grouped vs one-by-one, or both")
+    ap.add_argument("--part", choices=["bare", "grouped", "both", "processes"], default="both",
+                    help="edgefl vs the bare loop, grouped vs one-by-one, or both; or the grouped round's "
+                         "parts as processes vs threads")
     ap.add_argument("--group-threads", type=int, nargs="+", default=[1, 2],
                     help="torch CPU threads for grouped vs one-by-one")
     ap.add_argument("--group-repeats", type=int, default=7)
@@ -236,6 +277,10 @@ def main() -> None:
     ap.add_argument("--hold-quiet", action="store_true",
                     help="hold /tmp/edgefl-quiet during grouped vs one-by-one (see the docstring)")
     args = ap.parse_args()
+    if args.part == "processes":
+        with quiet(args.hold_quiet):
+            bench_processes(args.group_repeats, args.clients)
+        return
     if args.part != "bare":
         with quiet(args.hold_quiet):
             bench_grouped(args.group_threads, args.group_repeats, args.clients)

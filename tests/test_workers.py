@@ -23,11 +23,13 @@ def test_tensors_cross_with_their_values_dtype_layout_and_kind() -> None:
     weight = nn.Parameter(torch.randn(8, 3, 3, 3).to(memory_format=torch.channels_last))
     frozen = nn.Parameter(torch.ones(2), requires_grad=False)
     ints, flags, scalar = torch.arange(6).view(2, 3), torch.tensor([True, False]), torch.tensor(7)
-    got = pickle.loads(dumps({"w": weight, "f": frozen, "i": ints, "b": flags, "s": scalar}))
+    half, empty = torch.randn(3, 2).to(torch.bfloat16), torch.zeros(0, 4)
+    sent = {"w": weight, "f": frozen, "i": ints, "b": flags, "s": scalar, "h": half, "e": empty}
+    got = pickle.loads(dumps(sent))
     assert type(got["w"]) is nn.Parameter and got["w"].requires_grad
     assert got["w"].stride() == weight.stride() and torch.equal(got["w"], weight)
     assert type(got["f"]) is nn.Parameter and not got["f"].requires_grad
-    for key, want in (("i", ints), ("b", flags), ("s", scalar)):
+    for key, want in (("i", ints), ("b", flags), ("s", scalar), ("h", half), ("e", empty)):
         assert type(got[key]) is torch.Tensor and got[key].dtype == want.dtype
         assert got[key].shape == want.shape and torch.equal(got[key], want)
 
@@ -37,6 +39,11 @@ def test_a_view_sends_only_its_own_elements() -> None:
     view = big[10:20]
     assert len(dumps(view)) < 1000  # not the 4 MB storage under it
     assert torch.equal(pickle.loads(dumps(view)), view)
+
+
+def test_a_sparse_tensor_goes_through_torchs_own_pickling() -> None:
+    sparse = torch.eye(3).to_sparse()
+    assert torch.equal(pickle.loads(dumps(sparse)).to_dense(), torch.eye(3))
 
 
 def test_a_module_crosses_whole() -> None:

@@ -1,23 +1,22 @@
 """Worker processes for the CPU parts of a grouped round (issue 16; edgefl.execution.grouped).
 
-A grouped round on the CPU trains in one part per torch thread, all at once. The first part runs
-in this process and every other part in a worker process of its own, each on one torch thread.
-Parts used to run as Python threads of this process; processes keep the parts' Python work from
-contending for the GIL. A thread that wants the GIL back from the other part's thread sleeps
-until it is handed over and is then woken on its own core, about a thousand times a
-quickstart round on this 2-core VM. The quickstart's two parts took 0.553 s a round in two
-processes against 0.594-0.610 s in two threads (the same bits; median of 9, alternating in one
-run, the parts' data already in the processes); with the arguments and results sent as below, a
-round costs about 8 ms more than that.
+A grouped round on the CPU trains in one part per torch thread, all at once: the first part in
+this process and every other part in a worker process of its own, each on one torch thread. The
+parts used to be Python threads of this process, and a thread that found the other holding the
+GIL slept until it was handed over and then waited to be woken on its core: about 1,200
+voluntary context switches a quickstart round, against about 20 in each process now. In
+processes the quickstart round (two parts of five clients) is 1.03x-1.08x faster, the same bits
+(`bench/throughput.py --part processes`, median of 9 alternating rounds, six runs).
 
-Workers are spawned (a fresh interpreter: nothing of this process's threads or locks is
-inherited) the first time a round needs them, which takes the time of importing torch (about
-1.7 s here) once per process, and live until it exits. A call and its result cross the pipe as
-pickles whose tensors travel as their raw storage bytes (`dumps`), not as torch's own pickling,
-which writes every storage through `torch.save` (7 ms against 2.6 ms for the quickstart part's
-arguments). Only this process and its own workers read these pickles. An exception in a worker
-is raised here; a worker that dies, or whose call was abandoned (an interrupt while it
-trained), is stopped and replaced by the next call.
+A worker is a fresh interpreter (`python -m edgefl.execution.workers`, started in its own session,
+so a terminal's Ctrl-C reaches only this process); nothing of this process's threads or locks is
+inherited. It is started the first time a round needs it (importing torch: about 2 s here) and
+lives until this process exits or closes its pipe; it holds about 0.4 GB of its own. A call and
+its result cross the worker's stdin and stdout as pickles whose tensors travel as their raw
+storage bytes (`dumps`) rather than through torch's own pickling, which writes each storage with
+`torch.save` (2.6 against 7 ms for a quickstart part's arguments). Only this process and its own
+workers read these pickles. An exception in a worker is raised here; a worker that dies, or whose
+call was abandoned (an interrupt while it trained), is stopped and replaced by the next call.
 """
 
 from __future__ import annotations
@@ -28,6 +27,7 @@ import os
 import pickle
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import IO, Any
@@ -48,8 +48,9 @@ def dumps(obj: object) -> bytes:
 
 class _TensorPickler(pickle.Pickler):
     def reducer_override(self, obj: Any) -> Any:
-        if type(obj) not in (torch.Tensor, nn.Parameter) or obj.device.type != "cpu":
-            return NotImplemented
+        plain = type(obj) in (torch.Tensor, nn.Parameter)
+        if not plain or obj.device.type != "cpu" or obj.layout != torch.strided:
+            return NotImplemented  # torch's own pickling
         t = obj.detach()
         if t.storage_offset() or t.untyped_storage().nbytes() != t.numel() * t.element_size():
             t = t.clone()  # a view: only its own elements travel
@@ -69,12 +70,12 @@ class PartWorker:
     thread, one at a time; pickles cross its stdin and stdout, each after its length."""
 
     def __init__(self) -> None:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}  # it finds what this process finds
         self.process = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, start_new_session=True)
+                                        stdout=subprocess.PIPE, env=env, start_new_session=True)
         assert self.process.stdin is not None and self.process.stdout is not None
         self.requests, self.replies = self.process.stdin, self.process.stdout
         self.busy = False  # a call sent whose reply is not read yet
-        _write(self.requests, dumps(sys.path))  # where this process finds its modules
 
     def send(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
         _write(self.requests, dumps((fn, args)))
@@ -86,7 +87,7 @@ class PartWorker:
             reply = _read(self.replies)
         except EOFError:
             raise RuntimeError(f"a training worker process (pid {self.process.pid}) died (exit code "
-                               f"{self.process.poll()}); was it out of memory?") from None
+                               f"{self.process.wait()}; its error, if it printed one, is above)") from None
         self.busy = False
         ok, value = pickle.loads(reply)
         if not ok:
@@ -117,7 +118,6 @@ def _read(pipe: IO[bytes]) -> bytes:
 def _serve(requests: IO[bytes], replies: IO[bytes]) -> None:
     """A worker's loop: (fn, args) in, (True, fn(*args)) or (False, its exception) out, until
     its parent closes the pipe."""
-    sys.path[:] = pickle.loads(_read(requests))
     torch.set_num_threads(1)
     keep_freed_memory()
     while True:
@@ -133,6 +133,7 @@ def _serve(requests: IO[bytes], replies: IO[bytes]) -> None:
 
 
 _WORKERS: list[PartWorker] = []
+_LOCK = threading.Lock()  # one caller at a time: a worker answers one call at a time
 
 
 def _workers(n: int) -> list[PartWorker]:
@@ -165,12 +166,13 @@ def one_torch_thread() -> Iterator[None]:
 def run_parts(fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]]) -> list[Any]:
     """[fn(*args) for args in calls], all at once: the first in this process on one torch thread,
     each other in a worker process of its own."""
-    workers = _workers(len(calls) - 1)
-    for w, args in zip(workers, calls[1:], strict=True):
-        w.send(fn, args)
-    with one_torch_thread():
-        first = fn(*calls[0])
-    return [first, *(w.receive() for w in workers)]
+    with _LOCK:
+        workers = _workers(len(calls) - 1)
+        for w, args in zip(workers, calls[1:], strict=True):
+            w.send(fn, args)
+        with one_torch_thread():
+            first = fn(*calls[0])
+        return [first, *(w.receive() for w in workers)]
 
 
 if __name__ == "__main__":
