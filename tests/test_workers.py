@@ -4,12 +4,15 @@ error, after which the next call gets a fresh worker."""
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 import os
 import pickle
+import threading
 import time
 from pathlib import Path
+from typing import IO
 
 import pytest
 import torch
@@ -94,6 +97,69 @@ def test_an_abandoned_call_does_not_answer_the_next_one() -> None:
     with pytest.raises(ValueError):
         run_parts(math.sqrt, [(-1.0,), (4.0,)])
     assert run_parts(operator.add, [(1, 2), (3, 4)]) == [3, 7]
+
+
+class Locked(Exception):
+    """An exception that cannot be pickled (it holds a lock)."""
+
+    def __init__(self) -> None:
+        super().__init__("locked out")
+        self.lock = threading.Lock()
+
+
+def raise_locked_in_a_worker(parent: int) -> None:
+    if os.getpid() != parent:
+        raise Locked()
+
+
+class Unreadable:
+    """An argument whose unpickling fails in the worker (1 / 0)."""
+
+    def __reduce__(self) -> tuple[object, tuple[int, int]]:
+        return operator.truediv, (1, 0)
+
+
+def test_what_a_worker_cannot_send_back_or_read_is_an_error_here_and_the_worker_stays() -> None:
+    run_parts(operator.add, [(1, 2), (3, 4)])
+    worker = workers._WORKERS[0]
+    with pytest.raises(RuntimeError, match="Locked: locked out"):
+        run_parts(raise_locked_in_a_worker, [(os.getpid(),), (os.getpid(),)])
+    with pytest.raises(ZeroDivisionError) as caught:
+        run_parts(id, [(0,), (Unreadable(),)])
+    assert "in the training worker process" in "".join(caught.value.__notes__)
+    assert run_parts(operator.add, [(1, 2), (3, 4)]) == [3, 7]
+    assert workers._WORKERS[0] is worker
+
+
+def test_a_call_cut_short_while_sent_does_not_stall_the_next(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An interrupt after the length went but before the pickle did: the worker, which would read
+    the next call as the rest of this one, is replaced."""
+    run_parts(operator.add, [(1, 2), (3, 4)])
+    write = workers._write
+
+    def cut(pipe: IO[bytes], data: bytes) -> None:
+        pipe.write(len(data).to_bytes(8, "little"))
+        pipe.flush()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(workers, "_write", cut)
+    with pytest.raises(KeyboardInterrupt):
+        run_parts(operator.add, [(1, 2), (3, 4)])
+    monkeypatch.setattr(workers, "_write", write)
+    assert run_parts(operator.add, [(5, 6), (7, 8)]) == [11, 15]
+
+
+def test_what_a_worker_prints_is_printed_not_read_as_a_reply(capfd: pytest.CaptureFixture[str]) -> None:
+    workers._stop_all()  # a worker started now writes where this test captures
+    say = functools.partial(print, flush=True)
+    assert run_parts(say, [("here",), ("from the worker",)]) == [None, None]
+    assert "from the worker" in capfd.readouterr().out
+
+
+def test_ready_waits_for_the_workers_to_answer() -> None:
+    workers._stop_all()
+    workers.ready(1)
+    assert [w.answered for w in workers._WORKERS] == [True]
 
 
 def test_a_dead_worker_is_an_error_naming_it_and_is_replaced() -> None:

@@ -45,7 +45,7 @@ from edgefl.config import TrainingConfig
 from edgefl.data.datasets import to_float
 from edgefl.execution.local import FP32, TrainSettings, batch_indices, make_optimizer, tail_mean
 from edgefl.execution.objectives import Objective
-from edgefl.execution.workers import run_parts
+from edgefl.execution.workers import ready, run_parts
 from edgefl.models.base import Normalize
 
 State = dict[str, torch.Tensor]
@@ -420,10 +420,20 @@ def train_group(
 
 
 def cpu_parts(jobs: Sequence[ClientJob]) -> list[Sequence[ClientJob]]:
-    """`jobs` in min(torch threads, len(jobs)) consecutive parts of sizes differing by at most one
-    on the CPU; one part on an accelerator."""
-    n = min(torch.get_num_threads(), len(jobs)) if jobs[0].x.device.type == "cpu" else 1
+    """`jobs` in `part_count` consecutive parts of sizes differing by at most one."""
+    n = part_count(len(jobs), jobs[0].x.device)
     return [jobs[i * len(jobs) // n:(i + 1) * len(jobs) // n] for i in range(n)]
+
+
+def part_count(clients: int, device: torch.device) -> int:
+    """min(torch threads, clients) on the CPU; one part on an accelerator."""
+    return min(torch.get_num_threads(), clients) if device.type == "cpu" else 1
+
+
+def start_parts(clients: int, device: torch.device) -> None:
+    """The worker processes `train_group` uses for a group of `clients` on `device`, up and
+    answering, so that their start-up (a fresh Python importing torch) is not timed as training."""
+    ready(part_count(clients, device) - 1)
 
 
 def train_part(

@@ -28,8 +28,9 @@ import pickle
 import subprocess
 import sys
 import threading
+import traceback
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import IO, Any
 
 import torch
@@ -47,10 +48,14 @@ def dumps(obj: object) -> bytes:
 
 
 class _TensorPickler(pickle.Pickler):
+    """Plain CPU tensors and parameters by their bytes; anything else (CUDA, sparse, quantized,
+    conjugate or negative views) as torch pickles it."""
+
     def reducer_override(self, obj: Any) -> Any:
         plain = type(obj) in (torch.Tensor, nn.Parameter)
-        if not plain or obj.device.type != "cpu" or obj.layout != torch.strided:
-            return NotImplemented  # torch's own pickling
+        if (not plain or obj.device.type != "cpu" or obj.layout != torch.strided or obj.is_quantized
+                or obj.is_conj() or obj.is_neg()):
+            return NotImplemented
         t = obj.detach()
         if t.storage_offset() or t.untyped_storage().nbytes() != t.numel() * t.element_size():
             t = t.clone()  # a view: only its own elements travel
@@ -61,25 +66,33 @@ class _TensorPickler(pickle.Pickler):
 
 def _tensor(raw: Any, dtype: torch.dtype, shape: tuple[int, ...], stride: tuple[int, ...], parameter: bool,
             requires_grad: bool) -> torch.Tensor:
+    """A tensor from `_TensorPickler`'s parts."""
     t = torch.from_numpy(raw).view(dtype).as_strided(shape, stride)
     return nn.Parameter(t, requires_grad=requires_grad) if parameter else t.requires_grad_(requires_grad)
 
 
 class PartWorker:
-    """One worker process (`python -m edgefl.execution.workers`) that runs calls on one torch
-    thread, one at a time; pickles cross its stdin and stdout, each after its length."""
+    """One worker process (`python -m edgefl.execution.workers FD`) that runs calls on one torch
+    thread, one at a time: each call a pickle on its stdin, each reply one on the pipe FD (not its
+    stdout, where whatever it prints goes as this process's would), each after its length."""
 
     def __init__(self) -> None:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}  # it finds what this process finds
-        self.process = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, env=env, start_new_session=True)
-        assert self.process.stdin is not None and self.process.stdout is not None
-        self.requests, self.replies = self.process.stdin, self.process.stdout
+        replies, theirs = os.pipe()
+        try:
+            self.process = subprocess.Popen([sys.executable, "-m", __name__, str(theirs)], pass_fds=(theirs,),
+                                            stdin=subprocess.PIPE, env=env, start_new_session=True)
+        finally:
+            os.close(theirs)
+        assert self.process.stdin is not None
+        self.requests, self.replies = self.process.stdin, os.fdopen(replies, "rb")
         self.busy = False  # a call sent whose reply is not read yet
+        self.answered = False  # it has replied once: it is up
 
     def send(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
-        _write(self.requests, dumps((fn, args)))
-        self.busy = True
+        request = dumps((fn, args))  # a call that cannot be pickled leaves the worker idle
+        self.busy = True  # from the first byte written: a call cut short leaves it unusable
+        _write(self.requests, request)
 
     def receive(self) -> Any:
         """The result of the call sent last; its exception raised here."""
@@ -88,7 +101,7 @@ class PartWorker:
         except EOFError:
             raise RuntimeError(f"a training worker process (pid {self.process.pid}) died (exit code "
                                f"{self.process.wait()}; its error, if it printed one, is above)") from None
-        self.busy = False
+        self.busy, self.answered = False, True
         ok, value = pickle.loads(reply)
         if not ok:
             raise value
@@ -97,8 +110,9 @@ class PartWorker:
     def stop(self) -> None:
         self.process.kill()
         self.process.wait()
-        self.requests.close()
-        self.replies.close()
+        for pipe in (self.requests, self.replies):
+            with suppress(OSError):  # a broken pipe's unsent bytes
+                pipe.close()
 
 
 def _write(pipe: IO[bytes], data: bytes) -> None:
@@ -109,27 +123,40 @@ def _write(pipe: IO[bytes], data: bytes) -> None:
 
 def _read(pipe: IO[bytes]) -> bytes:
     header = pipe.read(8)
-    data = pipe.read(int.from_bytes(header, "little")) if len(header) == 8 else b""
-    if len(header) < 8 or len(data) < int.from_bytes(header, "little"):
+    size = int.from_bytes(header, "little")
+    data = pipe.read(size) if len(header) == 8 else b""
+    if len(header) < 8 or len(data) < size:
         raise EOFError
     return data
 
 
 def _serve(requests: IO[bytes], replies: IO[bytes]) -> None:
-    """A worker's loop: (fn, args) in, (True, fn(*args)) or (False, its exception) out, until
-    its parent closes the pipe."""
+    """A worker's loop: a call in, its reply out, until its parent closes the pipe."""
     torch.set_num_threads(1)
     keep_freed_memory()
     while True:
         try:
-            fn, args = pickle.loads(_read(requests))
+            request = _read(requests)
         except EOFError:
             return
+        _write(replies, _answer(request))
+
+
+def _answer(request: bytes) -> bytes:
+    """(True, fn(*args)) pickled; or (False, the exception, the worker's traceback as a note), or,
+    for an exception that does not survive pickling, a RuntimeError with its traceback."""
+    try:
+        fn, args = pickle.loads(request)
+        return dumps((True, fn(*args)))
+    except Exception as e:
+        where = f"in the training worker process {os.getpid()}:\n{traceback.format_exc()}"
+        e.add_note(where)
         try:
-            reply = dumps((True, fn(*args)))
-        except Exception as e:
             reply = dumps((False, e))
-        _write(replies, reply)
+            pickle.loads(reply)
+        except Exception:
+            reply = dumps((False, RuntimeError(where)))
+        return reply
 
 
 _WORKERS: list[PartWorker] = []
@@ -137,8 +164,8 @@ _LOCK = threading.Lock()  # one caller at a time: a worker answers one call at a
 
 
 def _workers(n: int) -> list[PartWorker]:
-    """n live, idle workers, started as needed; a dead or busy one (its call abandoned) is stopped."""
-    for w in [w for w in _WORKERS if w.busy or w.process.poll() is not None]:
+    """n live workers, started as needed (a dead one replaced)."""
+    for w in [w for w in _WORKERS if w.process.poll() is not None]:
         _WORKERS.remove(w)
         w.stop()
     while len(_WORKERS) < n:
@@ -146,10 +173,26 @@ def _workers(n: int) -> list[PartWorker]:
     return _WORKERS[:n]
 
 
+def _stop_busy() -> None:
+    """Stop the workers whose call was abandoned (their reply would answer the next call)."""
+    for w in [w for w in _WORKERS if w.busy]:
+        _WORKERS.remove(w)
+        w.stop()
+
+
 @atexit.register
 def _stop_all() -> None:
     while _WORKERS:
         _WORKERS.pop().stop()
+
+
+def ready(n: int) -> None:
+    """n workers started and answering: a round can wait for their start-up before it is timed."""
+    with _LOCK:
+        for w in _workers(n):
+            if not w.answered:
+                w.send(int, ())
+                w.receive()
 
 
 @contextmanager
@@ -165,19 +208,21 @@ def one_torch_thread() -> Iterator[None]:
 
 def run_parts(fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]]) -> list[Any]:
     """[fn(*args) for args in calls], all at once: the first in this process on one torch thread,
-    each other in a worker process of its own."""
+    each other in a worker process of its own. Should one fail or be interrupted, the workers
+    still at theirs are stopped."""
     with _LOCK:
         workers = _workers(len(calls) - 1)
-        for w, args in zip(workers, calls[1:], strict=True):
-            w.send(fn, args)
-        with one_torch_thread():
-            first = fn(*calls[0])
-        return [first, *(w.receive() for w in workers)]
+        try:
+            for w, args in zip(workers, calls[1:], strict=True):
+                w.send(fn, args)
+            with one_torch_thread():
+                first = fn(*calls[0])
+            return [first, *(w.receive() for w in workers)]
+        finally:
+            _stop_busy()
 
 
 if __name__ == "__main__":
-    replies = os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)  # what a call prints goes to stderr, not into the replies
     from edgefl.execution import workers  # this module by its name, for what its replies pickle
 
-    workers._serve(sys.stdin.buffer, replies)
+    workers._serve(sys.stdin.buffer, os.fdopen(int(sys.argv[1]), "wb"))

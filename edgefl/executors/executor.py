@@ -19,6 +19,7 @@ from typing import Protocol
 
 import torch
 
+from edgefl.execution.grouped import start_parts
 from edgefl.execution.local import timed
 from edgefl.methods import ClientPlan, ClientUpdate, Method
 
@@ -66,6 +67,7 @@ def train_timed_group(method: Method, round_: int, plans: dict[int, ClientPlan],
         (k, p), = plans.items()
         return [train_timed(method, round_, k, p, clock)]
     device: torch.device = method.ctx.device
+    start_parts(len(plans), device)
     updates, seconds = timed(device, lambda: method.train_group(round_, plans), clock)
     flops = [p.workload.flops() for p in plans.values()]
     return [replace(u, real_compute_s=seconds * f / sum(flops)) for u, f in zip(updates, flops, strict=True)]
