@@ -162,6 +162,23 @@ def test_ready_waits_for_the_workers_to_answer() -> None:
     assert [w.answered for w in workers._WORKERS] == [True]
 
 
+def test_a_start_up_wait_cut_short_does_not_answer_the_next_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C while `ready` waits for a new worker: its reply to `ready`'s call (0) is never read,
+    so the worker is replaced rather than asked again."""
+    workers._stop_all()
+    read = workers._read
+
+    def cut(pipe: IO[bytes]) -> bytes:
+        monkeypatch.setattr(workers, "_read", read)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(workers, "_read", cut)
+    with pytest.raises(KeyboardInterrupt):
+        workers.ready(1)
+    assert run_parts(operator.add, [(1, 2), (3, 4)]) == [3, 7]
+    assert run_parts(operator.add, [(5, 6), (7, 8)]) == [11, 15]
+
+
 def test_a_dead_worker_is_an_error_naming_it_and_is_replaced() -> None:
     worker = PartWorker()
     worker.send(time.sleep, (30,))

@@ -10,8 +10,8 @@ the same bits (`bench/throughput.py --part processes`, median of 9 alternating r
 
 A worker is a fresh interpreter (`python -m edgefl.execution.workers`, started in its own session,
 so a terminal's Ctrl-C reaches only this process); nothing of this process's threads or locks is
-inherited. It is started the first time a round needs it (importing torch: about 2.3 s here) and
-lives until this process exits or closes its pipe; it holds about 0.4 GB of its own. A call
+inherited. It is started before the first group that may need it (importing torch: about 2.3 s
+here) and lives until this process exits or closes its pipe; it holds about 0.4 GB of its own. A call
 crosses the worker's stdin, its result a pipe of its own (what the worker prints goes where this
 process's output goes), as pickles whose tensors travel as their raw storage bytes (`dumps`)
 rather than through torch's own pickling, which writes each storage with `torch.save` (2.6
@@ -79,11 +79,20 @@ class PartWorker:
     stdout, where whatever it prints goes as this process's would), each after its length."""
 
     def __init__(self) -> None:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}  # it finds what this process finds
+        if not sys.executable:
+            raise RuntimeError("no Python executable to start a training worker process with (sys.executable "
+                               "is empty): set threads = 1 or training.group_clients = false")
+        # It finds what this process finds (-P: not a module of the working directory first), and
+        # what it prints is not held back in a buffer when it is stopped.
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "PYTHONUNBUFFERED": "1"}
         replies, theirs = os.pipe()
         try:
-            self.process = subprocess.Popen([sys.executable, "-m", __name__, str(theirs)], pass_fds=(theirs,),
-                                            stdin=subprocess.PIPE, env=env, start_new_session=True)
+            self.process = subprocess.Popen([sys.executable, "-P", "-m", __name__, str(theirs)],
+                                            pass_fds=(theirs,), stdin=subprocess.PIPE, env=env,
+                                            start_new_session=True)
+        except BaseException:
+            os.close(replies)
+            raise
         finally:
             os.close(theirs)
         assert self.process.stdin is not None
@@ -166,7 +175,9 @@ _LOCK = threading.Lock()  # one caller at a time: a worker answers one call at a
 
 
 def _workers(n: int) -> list[PartWorker]:
-    """n live workers, started as needed (a dead one replaced)."""
+    """n live, idle workers, started as needed (a dead one replaced, and a busy one: its call was
+    abandoned, and its reply would answer the next)."""
+    _stop_busy()
     for w in [w for w in _WORKERS if w.process.poll() is not None]:
         _WORKERS.remove(w)
         w.stop()
