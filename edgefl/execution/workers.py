@@ -8,17 +8,17 @@ voluntary context switches a quickstart round, against about 20 in each process 
 processes the quickstart round (two parts of five clients) is 1.03x-1.09x faster, median 1.07x,
 the same bits (`bench/throughput.py --part processes`, median of 9 alternating rounds, ten runs).
 
-A worker is a fresh interpreter (`python -m edgefl.execution.workers`, started in its own session,
-so a terminal's Ctrl-C reaches only this process); nothing of this process's threads or locks is
-inherited. It is started before the first group that may need it (importing torch: about 2.3 s
-here) and lives until this process exits or closes its pipe; it holds about 0.4 GB of its own. A call
-crosses the worker's stdin, its result a pipe of its own (what the worker prints goes where this
-process's output goes), as pickles whose tensors travel as their raw storage bytes (`dumps`)
-rather than through torch's own pickling, which writes each storage with `torch.save` (2.6
-against 7 ms for a quickstart part's arguments). Only this process and its own workers read these
-pickles. An exception in a worker is raised here, with the worker's traceback as a note; a worker
-that dies is replaced by the next call, and one whose call was abandoned (a part failed or was
-interrupted meanwhile) is stopped at once.
+A worker is a fresh interpreter (`python -P -m edgefl.execution.workers FD`, started in its own
+session, so a terminal's Ctrl-C reaches only this process); nothing of this process's threads or
+locks is inherited. It is started before the first group that may need it (importing torch: about
+2.3 s here) and lives until this process exits or closes its pipe; it holds about 0.4 GB of its
+own. A call crosses the worker's stdin, its result a pipe of its own (what the worker prints goes
+where this process's output goes), as pickles whose tensors travel as their raw storage bytes
+(`dumps`) rather than through torch's own pickling, which writes each storage with `torch.save`
+(2.6 against 7 ms for a quickstart part's arguments). Only this process and its own workers read
+these pickles. An exception in a worker is raised here, with the worker's traceback as a note; a
+worker that dies is replaced by the next call, and one whose call was abandoned (a part failed or
+was interrupted meanwhile) is stopped at once.
 """
 
 from __future__ import annotations
