@@ -579,6 +579,15 @@ def test_a_warm_up_covering_every_round_is_said(tmp_path, capsys) -> None:
     assert "warmup" not in capsys.readouterr().err
 
 
+def test_async_concurrency_above_the_fleet_is_said(tmp_path, capsys) -> None:
+    args = ["run", "async-digits", "--dry-run", "--quiet", "--set", "fleet.clients=5"]
+    assert main([*args, "--set", "round.concurrency=6", "--out", str(tmp_path / "a")]) == 0
+    err = capsys.readouterr().err
+    assert "warning: round.concurrency (6) is above fleet.clients (5): at most 5 clients" in err
+    assert main([*args, "--set", "round.concurrency=5", "--out", str(tmp_path / "b")]) == 0
+    assert "concurrency" not in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("item", [".rounds=3", "rounds.=3", "fleet..clients=3"])
 def test_a_dotted_set_key_with_an_empty_part_is_named(item: str, capsys) -> None:
     assert main(["run", "quickstart", "--dry-run", "--set", item]) == 2

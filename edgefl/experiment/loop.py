@@ -104,7 +104,7 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
                           workload_need(exp.method, exp.pool))
     fingerprint, saved = _start(exp, out, resume, text, selection)
     if not saved:
-        _warn_clean(s)
+        _warn_idle(s)
     evaluator = None if exp.dry_run else Evaluator(exp)
     pricer = Pricer(exp.ctx.cost, exp.pool, lambda k, w: _counted(exp, k, w))
     fed, rows, first, before_s = Federation(), [], 0, 0.0
@@ -165,14 +165,24 @@ def resumable(exp: Experiment) -> bool:
     return not exp.dry_run and s.checkpoint_every > 0 and s.round.mode != "async"
 
 
-def _warn_clean(s: Scenario) -> None:
-    """Say on stderr that a run with an attack never trains against it: its clean warm-up
-    (`training.warmup_rounds`) covers every round."""
-    w = s.training.warmup_rounds
+def _warn_idle(s: Scenario) -> None:
+    """Say on stderr what a setting cannot do in this run (`_idle_settings`)."""
+    for message in _idle_settings(s):
+        tqdm.write(f"edgefl: warning: {message}", file=sys.stderr)
+
+
+def _idle_settings(s: Scenario) -> list[str]:
+    """Settings that do less than they say: a clean warm-up (`training.warmup_rounds`) covering
+    every round of a run with an attack, which never trains against it; an async run's
+    `round.concurrency` above its fleet, of which at most all train at once."""
+    out = []
+    w, c, n = s.training.warmup_rounds, s.round.concurrency, s.fleet.clients
     if s.attack.name != "none" and w >= s.rounds:
-        tqdm.write(f"edgefl: warning: training.warmup_rounds ({w}) covers all {s.rounds} rounds: no round "
-                   'trains against the attack (lower it, or set attack.name = "none" for a clean run)',
-                   file=sys.stderr)
+        out.append(f"training.warmup_rounds ({w}) covers all {s.rounds} rounds: no round trains against "
+                   'the attack (lower it, or set attack.name = "none" for a clean run)')
+    if s.round.mode == "async" and c > n:
+        out.append(f"round.concurrency ({c}) is above fleet.clients ({n}): at most {n} clients train at once")
+    return out
 
 
 def _warn_diverged(t: int, loss: float | str) -> bool:
