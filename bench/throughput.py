@@ -26,10 +26,13 @@ by `FedAvgAT.train_group` (edgefl.execution.grouped). The two alternate in one p
 `--group-repeats` times per thread count (1 and 2 by default, `--group-threads`); the quickstart
 itself runs on 2 (`threads`). Printed per thread count: the median seconds per round of each and
 the median of the per-repeat ratios one-by-one / grouped, and their range, and the ratio of the two
-sides' best rounds (as the bare loop's timing counts: other work only slows a round down). While
-/tmp/edgefl-quiet exists (another timing on this machine) the bench waits before each timing;
-`--hold-quiet` makes the bench hold that file itself for its grouped timings (it then holds it with
-its process id, waits for no one else's, and removes it at the end).
+sides' best rounds (as the bare loop's timing counts: other work only slows a round down).
+`--part processes` times the grouped round on two threads with its two parts in worker processes
+(edgefl.execution.workers) against the same parts as Python threads of this process (edgefl before
+stop 34), alternating, printed the same way. While /tmp/edgefl-quiet exists (another timing on
+this machine) the bench waits before each timing; `--hold-quiet` makes the bench hold that file
+itself for its grouped timings (it then holds it with its process id, waits for no one else's,
+and removes it at the end).
 
 Run:
     .venv/bin/python bench/throughput.py                        # both cases, auto device
