@@ -177,18 +177,15 @@ _LOCK = threading.Lock()  # one caller at a time: a worker answers one call at a
 def _workers(n: int) -> list[PartWorker]:
     """n live, idle workers, started as needed (a dead one replaced, and a busy one: its call was
     abandoned, and its reply would answer the next)."""
-    _stop_busy()
-    for w in [w for w in _WORKERS if w.process.poll() is not None]:
-        _WORKERS.remove(w)
-        w.stop()
+    _stop_where(lambda w: w.busy or w.process.poll() is not None)
     while len(_WORKERS) < n:
         _WORKERS.append(PartWorker())
     return _WORKERS[:n]
 
 
-def _stop_busy() -> None:
-    """Stop the workers whose call was abandoned (their reply would answer the next call)."""
-    for w in [w for w in _WORKERS if w.busy]:
+def _stop_where(stale: Callable[[PartWorker], bool]) -> None:
+    """Stop and forget the workers that are `stale`."""
+    for w in [w for w in _WORKERS if stale(w)]:
         _WORKERS.remove(w)
         w.stop()
 
@@ -232,7 +229,7 @@ def run_parts(fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]]) -> list[
                 first = fn(*calls[0])
             return [first, *(w.receive() for w in workers)]
         finally:
-            _stop_busy()
+            _stop_where(lambda w: w.busy)  # still at an abandoned call: its reply would answer the next
 
 
 if __name__ == "__main__":
