@@ -6,7 +6,7 @@ parts used to be Python threads of this process, and a thread that found the oth
 GIL slept until it was handed over and then waited to be woken on its core: about 1,200
 voluntary context switches a quickstart round, against about 20 in each process now. In
 processes the quickstart round (two parts of five clients) is 1.03x-1.09x faster, median 1.07x,
-the same bits (`bench/throughput.py --part processes`, median of 9 alternating rounds, ten runs).
+the same bits (`bench/throughput.py --part processes`, median of 9 alternating rounds, eleven runs).
 
 A worker is a fresh interpreter (`python -P -m edgefl.execution.workers FD`, started in its own
 session, so a terminal's Ctrl-C reaches only this process); nothing of this process's threads or
