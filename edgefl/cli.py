@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edgefl.config import MAX_THREADS
+from edgefl.config import MAX_SEEDS, MAX_THREADS
 from edgefl.errors import EdgeflError, NotARunError
 from edgefl.rundir import CHECKPOINT
 
@@ -59,7 +59,7 @@ def _resume_hint(args: argparse.Namespace | None) -> str:
     """How to go on after Ctrl-C: a run with a checkpoint resumes, a comparison is run again."""
     func = getattr(args, "func", None)
     if func is cmd_compare:
-        return "; run the same edgefl compare again: finished methods are kept, the others resumed"
+        return "; run the same edgefl compare again: finished runs are kept, the others resumed"
     if func is not cmd_run or args is None or (args.scenario is None and args.resume is None):
         return ""
     out = args.resume or args.out or default_out(args.scenario, args.dry_run)
@@ -164,6 +164,13 @@ def _compare_parser(sub: Subparsers, *parents: argparse.ArgumentParser) -> None:
     comp.add_argument("--out", type=out_dir, help="folder (default runs/compare-<scenario name>), one run "
                       "directory per method; finished runs are kept, interrupted ones resumed")
     comp.add_argument("--target", type=float, metavar="ACC", help="adversarial accuracy to reach (0-1)")
+    comp.add_argument("--seeds", metavar="SEEDS", help="run every method once per seed, each in "
+                      "<out>/<method>/seed-<s>/: a list (0,1,2) or a count (5: seeds 0-4); default the "
+                      "scenario's [compare] seeds, else its seed alone")
+    comp.add_argument("--reference", metavar="METHOD", help="the method the others are paired against "
+                      "over seeds (default jfat, when compared)")
+    comp.add_argument("--interval", choices=["t", "bootstrap"], default="t", help="95 %% interval of a "
+                      "paired difference: Student t over the seeds (default) or a percentile bootstrap")
     comp.set_defaults(func=cmd_compare)
 
 
@@ -284,10 +291,11 @@ def _run_line(summary: dict[str, Any], out: Path) -> str:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    """One run per method, each skipped when finished and resumed when interrupted (an async one, which
-    cannot be resumed, started again); a method listed in the scenario's `[compare] rounds` table runs
-    that many rounds, the others the scenario's `rounds` (`--set rounds=N` overrides the scenario
-    file's table: every method N; a table given by --set too is kept)."""
+    """One run per method and seed, each skipped when finished and resumed when interrupted (an async
+    one, which cannot be resumed, started again); a method listed in the scenario's `[compare] rounds`
+    table runs that many rounds, the others the scenario's `rounds` (`--set rounds=N` overrides the
+    scenario file's table: every method N; a table given by --set too is kept). One seed: a run folder
+    per method, `<out>/<method>/`; several: `<out>/<method>/seed-<s>/`, and the spread over seeds."""
     from edgefl.report.compare import check_target, compare_table, write_comparison
     from edgefl.report.figures import make_figures
     from edgefl.rundir import claim, probe
@@ -298,26 +306,95 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise EdgeflError("--target", str(args.target), "a dry run has no accuracies to reach; drop "
                           "--target, or compare without --dry-run")
     methods = _compared_methods(args.methods)
+    reference = _reference(args.reference, methods)
     if any(o.partition("=")[0].strip() == "method" for o in args.overrides):
         raise EdgeflError("--set", "method", "edgefl compare takes its methods from --methods; drop "
                           "--set method")
+    seeds = _compared_seeds(args)
+    several = len(seeds) > 1
     out = args.out or default_out(args.scenario, args.dry_run, "compare-")
-    scenarios = {m: compare_scenario(args.scenario, _overrides(args), m)
-                 for m in methods}  # every method validated before any run starts
+    each: list[int | None] = [*seeds] or [None]  # None: the scenario's own seed
+    scenarios = {(m, s): compare_scenario(args.scenario, _overrides(args), m, s)
+                 for m in methods for s in each}  # every run validated before any starts
     if probe(out, "--out") != "missing":  # checked now; a new folder is made by the first run
         claim(out, "compare")
-    for method, scenario in scenarios.items():
-        _compare_run(method, scenario, out, args)
-    runs = [out / m for m in methods]
+    for (method, seed), scenario in scenarios.items():
+        where = [out, out / method] if several else [out]
+        _compare_run(f"{method} seed {seed}" if several else method, scenario, where, args)
     try:
-        paths = [*write_comparison(compare_table(runs, args.target), out, args.target),
-                 *make_figures(runs, out / "figures", args.target)]
+        if several:
+            paths = _seed_outputs(out, methods, seeds, reference, args)
+        else:
+            runs = [out / m for m in methods]
+            paths = [*write_comparison(compare_table(runs, args.target), out, args.target),
+                     *make_figures(runs, out / "figures", args.target)]
     except NotARunError as err:  # a kept run damaged since: redoing it is the fix, not another folder
-        raise err.with_fix(f"delete that method's folder in {out} and run edgefl compare again to "
+        raise err.with_fix(f"delete that run's folder in {out} and run edgefl compare again to "
                            "redo it") from None
     print((out / "comparison.md").read_text(), end="")
+    if not several:
+        print(f"One seed ({seeds[0] if seeds else 'the scenario' + chr(39) + 's'}): no spread and no "
+              "intervals; --seeds 0,1,2 runs every method on three seeds and pairs them.")
     print("\n".join(str(p) for p in paths))
     return 0
+
+
+def _seed_outputs(out: Path, methods: list[str], seeds: list[int], reference: str | None,
+                  args: argparse.Namespace) -> list[Path]:
+    """A comparison over seeds: its tables (edgefl.report.seeds) and figures with spread."""
+    from edgefl.report.compare import load_run
+    from edgefl.report.figures import make_seed_figures
+    from edgefl.report.seeds import attack_label, seed_rows, write_seed_comparison
+
+    runs = {m: [load_run(out / m / f"seed-{s}") for s in seeds] for m in methods}
+    rows = seed_rows({s: [runs[m][i] for m in methods] for i, s in enumerate(seeds)}, args.target)
+    stale = out / "differences.csv"  # an earlier comparison's, with a reference this one lacks
+    if reference is None and stale.is_file() and not stale.is_symlink():
+        stale.unlink()
+    files = write_seed_comparison(rows, out, args.target, reference, args.interval,
+                                  attack_label(runs[methods[0]][0].scenario))
+    return [*files, *make_seed_figures(runs, rows, out / "figures", args.target)]
+
+
+def _compared_seeds(args: argparse.Namespace) -> list[int]:
+    """`--seeds` (a list, or a count from 0), else the scenario's `[compare] seeds`; empty: the
+    scenario's own seed, one run per method as without seeds."""
+    from edgefl.scenario import load_scenario
+
+    if args.seeds is None:
+        seeds = load_scenario(args.scenario, _overrides(args)).compare.seeds
+        source = "[compare] seeds"
+    else:
+        seeds, source = _parse_seeds(args.seeds), "--seeds"
+    if seeds and any(o.partition("=")[0].strip() == "seed" for o in args.overrides):
+        raise EdgeflError("--set", "seed", f"the comparison's seeds come from {source}; drop --set seed")
+    return seeds
+
+
+def _parse_seeds(text: str) -> list[int]:
+    """`--seeds`: comma-separated seeds, or one count N for seeds 0 to N-1."""
+    fix = "give seeds as 0,1,2 or a count such as 5 (seeds 0-4)"
+    try:
+        items = [int(t) for t in text.split(",")]
+    except ValueError:
+        raise EdgeflError("edgefl compare", "--seeds", f"{text!r} is not a list of seeds; {fix}") from None
+    seeds = list(range(items[0])) if len(items) == 1 else items
+    if not seeds or min(seeds) < 0 or len(set(seeds)) != len(seeds) or len(seeds) > MAX_SEEDS:
+        raise EdgeflError("edgefl compare", "--seeds", f"{text!r}: {fix}, each seed once, non-negative, "
+                          f"at most {MAX_SEEDS}")
+    return seeds
+
+
+def _reference(name: str | None, methods: list[str]) -> str | None:
+    """`--reference`, one of the compared methods; by default jFAT when it is compared."""
+    from edgefl.report.compare import BASELINE
+
+    if name is None:
+        return BASELINE if BASELINE in methods else None
+    if name not in methods:
+        raise EdgeflError("edgefl compare", "--reference", f"{name!r} is not among --methods "
+                          f"({', '.join(methods)}); add it there or name one of them")
+    return name
 
 
 def _compared_methods(text: str) -> list[str]:
@@ -335,21 +412,23 @@ def _compared_methods(text: str) -> list[str]:
     return methods
 
 
-def _compare_run(method: str, scenario: Scenario, out: Path, args: argparse.Namespace) -> None:
-    """One method's run of comparison `out`: kept when finished, resumed when interrupted, else
-    run. The comparison's folder is claimed once the method is prepared (its data loaded): a
-    comparison refused before then leaves no folder behind."""
+def _compare_run(name: str, scenario: Scenario, where: list[Path], args: argparse.Namespace) -> None:
+    """One run of a comparison, `name` (its method, and seed) in the last folder of `where`: kept
+    when finished, resumed when interrupted, else run. The comparison's folders (`where`, outermost
+    first) are claimed once the run is prepared (its data loaded): a comparison refused before then
+    leaves no folder behind."""
     from edgefl.experiment import prepare, prepare_out, run
     from edgefl.rundir import claim
     from edgefl.scenario import to_toml
 
-    run_dir = out / method
+    run_dir = where[-1] / (f"seed-{scenario.seed}" if len(where) > 1 else scenario.method)
     _check_kept(run_dir, to_toml(scenario), args.dry_run)
     if (run_dir / "summary.json").exists():
-        print(f"{method}: finished, kept ({run_dir})")
+        print(f"{name}: finished, kept ({run_dir})")
         return
     exp = prepare(scenario, str(args.scenario), dry_run=args.dry_run)
-    claim(out, "compare")
+    for folder in where:
+        claim(folder, "compare")
     resume = (run_dir / CHECKPOINT).exists() and scenario.round.mode != "async"
     if not resume:  # dry, async or killed before its first checkpoint: replaced if edgefl's alone
         prepare_out(run_dir, True)

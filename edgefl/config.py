@@ -21,6 +21,7 @@ MAX_SECONDS = 1e9  # a deadline or a server's seconds per round: about 32 years
 MAX_BUFFER, MAX_OVER_SELECTION, MAX_BALANCE_S = 10_000, 10.0, 4.0
 MAX_CHANNELS, MAX_SIDE, MAX_CLASSES = 64, 4096, 100_000  # synthetic images: ImageNet-21k has 21,841 classes
 MAX_THREADS = 1024  # far more than any CPU has; torch aborts natively on absurd counts
+MAX_SEEDS = 1_000  # seeds of one comparison: each is a run per method
 
 
 @dataclass
@@ -160,9 +161,10 @@ class ServerConfig:
 @dataclass
 class CompareConfig:
     """`edgefl compare`: per-method round counts, as the paper trains them (FedProphet §7.1: jFAT 500,
-    baselines 1000, FedProphet 7 modules x 500 at most)."""
+    baselines 1000, FedProphet 7 modules x 500 at most), and the seeds each method runs on."""
 
     rounds: dict[str, int] = field(default_factory=dict)  # method -> rounds (unlisted: `rounds`)
+    seeds: list[int] = field(default_factory=list)  # every method once per seed (empty: `seed` alone)
 
 
 @dataclass

@@ -26,6 +26,7 @@ from edgefl.config import (
     MAX_ITERS,
     MAX_OVER_SELECTION,
     MAX_SECONDS,
+    MAX_SEEDS,
     MAX_SIDE,
     MAX_STEPS,
     MAX_THREADS,
@@ -173,14 +174,17 @@ def scenario_from_toml(raw: dict[str, Any], where: str) -> Scenario:
     return Scenario(**values, sections={**KNOBS.defaults(), **knobs})
 
 
-def compare_scenario(path: str | Path, overrides: list[str], method: str) -> Scenario:
-    """One method's scenario in a comparison (`edgefl compare`, bench/seed_table.py): its count of the
-    `[compare] rounds` table, unless `--set rounds=N` gives one and no table of its own."""
+def compare_scenario(path: str | Path, overrides: list[str], method: str,
+                     seed: int | None = None) -> Scenario:
+    """One method's scenario in a comparison (`edgefl compare`): its count of the `[compare] rounds`
+    table, unless `--set rounds=N` gives one and no table of its own; on `seed` when given, with no
+    list of seeds of its own (a run is one seed, whichever others its comparison has)."""
     keys = {item.partition("=")[0].strip() for item in overrides}
     own_rounds = "rounds" in keys and not any(k.startswith("compare.rounds") for k in keys)
     table = {} if own_rounds else load_scenario(path, overrides).compare.rounds
     return load_scenario(path, [*overrides, f"method={json.dumps(method)}",
-                                *([f"rounds={table[method]}"] if method in table else [])])
+                                *([f"rounds={table[method]}"] if method in table else []),
+                                *([f"seed={seed}", "compare.seeds=[]"] if seed is not None else [])])
 
 
 def schema() -> dict[str, Any]:
@@ -221,6 +225,9 @@ def _run_checks(s: Scenario) -> list[Check]:
         ("ray.max_retries", s.ray.max_retries >= 0, "must be non-negative"),
         *((f"compare.rounds.{printable(m)}", 1 <= n <= MAX_ITERS, f"must be 1 to {MAX_ITERS:,}")
           for m, n in s.compare.rounds.items()),
+        ("compare.seeds", all(n >= 0 for n in s.compare.seeds), "must be non-negative integers"),
+        ("compare.seeds", len(set(s.compare.seeds)) == len(s.compare.seeds), "must name each seed once"),
+        ("compare.seeds", len(s.compare.seeds) <= MAX_SEEDS, f"must be at most {MAX_SEEDS} seeds"),
         ("ray.address", s.ray.trust_address or is_local_address(s.ray.address),
          "joins a Ray cluster that is not on this machine; Ray runs code it receives pickled, so set "
          "ray.trust_address = true only for a cluster you trust, or leave the address empty"),

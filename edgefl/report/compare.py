@@ -350,12 +350,17 @@ def write_comparison(rows: list[Row], out_dir: Path, target: float | None) -> li
     header = f"| {' | '.join(COLUMNS)} |\n|{'---|' * len(COLUMNS)}\n"
     body = "".join(f"| {' | '.join(_cell(r[c], FORMATS.get(c, '')) for c in COLUMNS)} |\n" for r in rows)
     write_file(md, f"{header}{body}\n{target_line(rows, target)}\n")
-    text = io.StringIO(newline="")
-    writer = csv.DictWriter(text, COLUMNS)
-    writer.writeheader()
-    writer.writerows({c: "" if r[c] is None else r[c] for c in COLUMNS} for r in rows)
-    write_file(csv_path, text.getvalue())
+    write_file(csv_path, csv_text(COLUMNS, rows))
     return [md, csv_path]
+
+
+def csv_text(columns: list[str], rows: list[Row]) -> str:
+    """`rows` as CSV with a header of `columns`; None is written as an empty field."""
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, columns)
+    writer.writeheader()
+    writer.writerows({c: "" if r[c] is None else r[c] for c in columns} for r in rows)
+    return text.getvalue()
 
 
 def _cell(value: Any, fmt: str) -> str:

@@ -13,6 +13,7 @@ import io
 import math
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -34,6 +35,8 @@ from edgefl.report.compare import (
     memory,
     table,
 )
+from edgefl.report.seeds import summary_rows
+from edgefl.report.stats import band, mean_std
 from edgefl.report.timeline import timeline_figure, timeline_names
 from edgefl.rundir import claim, run_timeline, write_file
 
@@ -61,12 +64,47 @@ def make_figures(runs: list[Path], out_dir: Path, target: float | None = None,
     rows = table(loaded, target)
     figures = {"accuracy": accuracy_figure(loaded, labels, target),
                "speedup": speedup_figure(rows, labels, target),
-               "breakdown": breakdown_figure(loaded, labels),
+               "breakdown": breakdown_figure([breakdown(r) for r in loaded],
+                                             [energy_per_device(r, None)[0] for r in loaded], labels),
                "memory": memory_figure(loaded),
                "epsilon": epsilon_figure(loaded, labels)}
     if timeline_clients:
         figures.update({name: timeline_figure(p, timeline_clients)
                         for name, p in zip(timeline_names(runs), runs, strict=True)})
+    return save_figures(figures, out_dir)
+
+
+def make_seed_figures(runs: dict[str, list[Run]], rows: list[Row], out_dir: Path,
+                      target: float | None) -> list[Path]:
+    """The figures of a comparison over seeds (`runs`: each method's runs, one per seed; `rows`:
+    edgefl.report.seeds `seed_rows`): accuracy as each method's mean curve with its min-max band,
+    speed-ups as the seeds' mean with +-1 sd error bars, the breakdown and energy as the seeds' mean,
+    and the memory and perturbation figures of every run."""
+    check_target(target)
+    labels, summary = list(runs), summary_rows(rows)
+    every = [run for group in runs.values() for run in group]
+    means = [{c: r[f"{c}_mean"] for c in ("speedup_vs_jfat", "speedup_to_target_vs_jfat", "time_to_target_s")}
+             | {"method": r["method"]} for r in summary]
+    errors = [{c: r[f"{c}_std"] for c in ("speedup_vs_jfat", "speedup_to_target_vs_jfat")} for r in summary]
+    parts = [{p: mean_std([breakdown(r)[p] for r in group])[0] for p in (*PARTS, "server")}
+             for group in runs.values()]
+    joules = [_mean_or_none([energy_per_device(r, None)[0] for r in group]) for group in runs.values()]
+    figures = {"accuracy": band_accuracy_figure(runs, target),
+               "speedup": speedup_figure(means, labels, target, errors),
+               "breakdown": breakdown_figure(parts, joules, labels, f" over {len(every) // len(runs)} seeds"),
+               "memory": memory_figure(every),
+               "epsilon": epsilon_figure(every, [f"{r.method} ({r.name})" for r in every])}
+    return save_figures(figures, out_dir)
+
+
+def _mean_or_none(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return mean_std(known)[0] if known else None
+
+
+def save_figures(figures: dict[str, Figure | None], out_dir: Path) -> list[Path]:
+    """Each drawn figure as PNG and SVG in the figures folder `out_dir` (claimed), the stale ones of
+    an earlier plot there removed; every figure closed."""
     drawn = {name: fig for name, fig in figures.items() if fig is not None}
     try:
         claim(out_dir, "figures")
@@ -106,6 +144,9 @@ def run_labels(runs: list[Run]) -> list[str]:
     return [r.method if methods.count(r.method) == 1 else f"{r.method} ({r.name})" for r in runs]
 
 
+ACCURACY_PANELS = ((2, "adversarial (PGD)"), (1, "clean"))  # (column of `evaluated`, kind) per panel
+
+
 def accuracy_figure(runs: list[Run], labels: list[str], target: float | None) -> Figure | None:
     """Adversarial and clean test accuracy against simulated hours (two panels); None in dry runs."""
     curves = [(label, evaluated(run)) for run, label in zip(runs, labels, strict=True)]
@@ -114,21 +155,52 @@ def accuracy_figure(runs: list[Run], labels: list[str], target: float | None) ->
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), sharex=True)
     for i, (label, points) in enumerate(curves):
         hours = [t / 3600 for t, _, _ in points]
-        for ax, column in zip(axes, (2, 1), strict=True):
+        for ax, (column, _) in zip(axes, ACCURACY_PANELS, strict=True):
             ax.plot(hours, [100 * p[column] for p in points], ms=3, label=label, **run_style(i))
+    _accuracy_axes(axes, target)
+    return fig
+
+
+def band_accuracy_figure(runs: dict[str, list[Run]], target: float | None) -> Figure | None:
+    """Each method's accuracy against simulated hours over its seeds: every seed's curve thin, the
+    mean on the span all seeds cover (edgefl.report.stats `band`) bold, and the seeds' least to
+    greatest value shaded; None in dry runs."""
+    curves = {m: [evaluated(r) for r in group] for m, group in runs.items()}
+    if not any(points for group in curves.values() for points in group):
+        return None
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), sharex=True)
+    for i, (method, group) in enumerate(curves.items()):
+        style = run_style(i)
+        for ax, (column, _) in zip(axes, ACCURACY_PANELS, strict=True):
+            for points in group:
+                ax.plot([t / 3600 for t, *_ in points], [100 * p[column] for p in points], lw=0.6,
+                        alpha=0.35, color=style["color"], ls=style["ls"])
+            spread = band([[(p[0] / 3600, 100 * p[column]) for p in points] for points in group])
+            if spread is None:
+                continue
+            ax.fill_between(spread.grid, spread.low, spread.high, color=style["color"], alpha=0.2, lw=0)
+            ax.plot(spread.grid, spread.mean, color=style["color"], ls=style["ls"], lw=1.8,
+                    label=f"{method}: mean of {len(group)} seeds, band min-max")
+    _accuracy_axes(axes, target)
+    return fig
+
+
+def _accuracy_axes(axes: Any, target: float | None) -> None:
+    """The target line, titles, labels and legends of the two accuracy panels."""
     if target is not None:
         axes[0].axhline(100 * target, color="grey", ls=":", label=f"target {100 * target:g} %")
-    for ax, kind in zip(axes, ("adversarial (PGD)", "clean"), strict=True):
+    for ax, (_, kind) in zip(axes, ACCURACY_PANELS, strict=True):
         ax.set(xlabel="simulated wall-clock time (hours)", ylabel=f"{kind} test accuracy (%)",
                title=f"{kind.capitalize()} accuracy against simulated time", ylim=(0, 100))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    return fig
 
 
-def speedup_figure(rows: list[Row], labels: list[str], target: float | None) -> Figure | None:
-    """Speed-up over jFAT to finish and, where reached, to the target; None without a jFAT run or
-    with nothing but jFAT runs."""
+def speedup_figure(rows: list[Row], labels: list[str], target: float | None,
+                   errors: list[dict[str, float | None]] | None = None) -> Figure | None:
+    """Speed-up over jFAT to finish and, where reached, to the target, with `errors` (per row and
+    column, a standard deviation over seeds) as +-1 sd error bars; None without a jFAT run or with
+    nothing but jFAT runs."""
     if not any(r["method"] == BASELINE for r in rows) or all(r["method"] == BASELINE for r in rows):
         return None
     bars = {"to finish": "speedup_vs_jfat"}
@@ -139,7 +211,10 @@ def speedup_figure(rows: list[Row], labels: list[str], target: float | None) -> 
     for j, (name, column) in enumerate(bars.items()):
         xs = [i + (j - (len(bars) - 1) / 2) * width for i in range(len(rows))]
         values = [r[column] for r in rows]
-        drawn = ax.bar(xs, [v or 0.0 for v in values], width, label=name, color=f"C{j}")
+        spread = None if errors is None else [e[column] or 0.0 for e in errors]
+        drawn = ax.bar(xs, [v or 0.0 for v in values], width, yerr=spread, capsize=3 if spread else 0,
+                       label=name + ("" if errors is None else " (mean, error bars +-1 sd over seeds)"),
+                       color=f"C{j}")
         ax.bar_label(drawn, labels=[_bar_text(r, v) for r, v in zip(rows, values, strict=True)],
                      fontsize=8)
     ax.axhline(1.0, color="grey", ls=":", label="jFAT (1x)")
@@ -156,22 +231,22 @@ def _bar_text(row: Row, speedup: float | None) -> str:
     return "not reached" if row["time_to_target_s"] is None else "jFAT did not reach it"
 
 
-def breakdown_figure(runs: list[Run], labels: list[str]) -> Figure:
-    """Stacked simulated hours per run: compute, data access, communication, waiting, server; and
-    beside it, where runs priced energy, their joules per device."""
-    parts = [breakdown(run) for run in runs]
-    joules = [energy_per_device(run, None)[0] for run in runs]
+def breakdown_figure(parts: list[dict[str, float]], joules: list[float | None], labels: list[str],
+                     over: str = "") -> Figure:
+    """Stacked simulated hours per run (edgefl.report.compare `breakdown`): compute, data access,
+    communication, waiting, server; and beside it, where runs priced energy, their joules per
+    device; `over` says what the bars average (" over 3 seeds")."""
     priced = any(j is not None for j in joules)
     fig, axes = plt.subplots(1, 2 if priced else 1, squeeze=False,
-                             figsize=(max(6.0, 1.3 * len(runs) + 3) * (2 if priced else 1), 4.5))
+                             figsize=(max(6.0, 1.3 * len(parts) + 3) * (2 if priced else 1), 4.5))
     ax = axes[0][0]
-    bottom = [0.0] * len(runs)
+    bottom = [0.0] * len(parts)
     for j, part in enumerate([*PARTS, "server"]):
         hours = [p[part] / 3600 for p in parts]
-        ax.bar(range(len(runs)), hours, 0.6, bottom=bottom, label=PART_LABELS[part], color=f"C{j}")
+        ax.bar(range(len(parts)), hours, 0.6, bottom=bottom, label=PART_LABELS[part], color=f"C{j}")
         bottom = [b + h for b, h in zip(bottom, hours, strict=True)]
-    ax.set_xticks(range(len(runs)), labels, rotation=20, ha="right")
-    ax.set(ylabel="simulated time (hours)", title="Where the time goes (mean client per round)")
+    ax.set_xticks(range(len(parts)), labels, rotation=20, ha="right")
+    ax.set(ylabel="simulated time (hours)", title=f"Where the time goes (mean client per round{over})")
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
     if priced:
