@@ -24,7 +24,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from seed_table import COLUMNS, final_row, mean_std  # bench/ is on sys.path when run as a script
+from seed_table import COLUMNS, final_row, spread  # bench/ is on sys.path when run as a script
 from throughput import wait_quiet  # held off while a timing runs
 
 from edgefl.experiment import prepare, run
@@ -91,7 +91,7 @@ def main() -> None:
             name = label.replace(" ", "_").replace("=", "").replace("+", "_")
             rows = [run_arm(claim, arm, seed, args.overrides, root / args.claim / f"{name}-{seed}")
                     for seed in args.seeds]
-            cells = [mean_std([r[c] for r in rows]) for c in [*COLUMNS, "sim_s"]]
+            cells = [spread([r[c] for r in rows]) for c in [*COLUMNS, "sim_s"]]
             per_seed = " ".join(f"{r['adv_acc']:.1f}" for r in rows)
             print(f"| {label} | " + " | ".join(cells) + f" | {per_seed} |", flush=True)
 

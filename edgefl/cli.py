@@ -10,6 +10,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -318,9 +319,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
                  for m in methods for s in each}  # every run validated before any starts
     if probe(out, "--out") != "missing":  # checked now; a new folder is made by the first run
         claim(out, "compare")
-    for (method, seed), scenario in scenarios.items():
-        where = [out, out / method] if several else [out]
-        _compare_run(f"{method} seed {seed}" if several else method, scenario, where, args)
+    pending = [p for (method, seed), scenario in scenarios.items()
+               if (p := _unfinished(f"{method} seed {seed}" if several else method, scenario,
+                                    [out, out / method] if several else [out], args.dry_run))]
+    if len(pending) > 1 and pending[0].scenario.executor == "ray" and not args.dry_run:
+        _spread_runs(pending, args)
+    for run in pending:
+        _compare_run(run, args)
     try:
         if several:
             paths = _seed_outputs(out, methods, seeds, reference, args)
@@ -412,28 +417,54 @@ def _compared_methods(text: str) -> list[str]:
     return methods
 
 
-def _compare_run(name: str, scenario: Scenario, where: list[Path], args: argparse.Namespace) -> None:
-    """One run of a comparison, `name` (its method, and seed) in the last folder of `where`: kept
-    when finished, resumed when interrupted, else run. The comparison's folders (`where`, outermost
-    first) are claimed once the run is prepared (its data loaded): a comparison refused before then
-    leaves no folder behind."""
-    from edgefl.experiment import prepare, prepare_out, run
-    from edgefl.rundir import claim
+@dataclass(frozen=True)
+class ComparedRun:
+    """A run of a comparison: `name` (its method, and seed), its scenario, the comparison's folders
+    (outermost first) and its run folder."""
+
+    name: str
+    scenario: Scenario
+    folders: list[Path]
+    run_dir: Path
+
+
+def _unfinished(name: str, scenario: Scenario, folders: list[Path], dry_run: bool) -> ComparedRun | None:
+    """The run of a comparison in the last of `folders`, or None (said on stdout) when it finished."""
     from edgefl.scenario import to_toml
 
-    run_dir = where[-1] / (f"seed-{scenario.seed}" if len(where) > 1 else scenario.method)
-    _check_kept(run_dir, to_toml(scenario), args.dry_run)
+    run_dir = folders[-1] / (f"seed-{scenario.seed}" if len(folders) > 1 else scenario.method)
+    _check_kept(run_dir, to_toml(scenario), dry_run)
     if (run_dir / "summary.json").exists():
         print(f"{name}: finished, kept ({run_dir})")
+        return None
+    return ComparedRun(name, scenario, folders, run_dir)
+
+
+def _compare_run(run: ComparedRun, args: argparse.Namespace) -> None:
+    """A run of a comparison in this process (unless a spread run finished it): resumed when
+    interrupted, else started. The comparison's folders are claimed once the run is prepared (its
+    data loaded): a comparison refused before then leaves no folder behind."""
+    from edgefl.experiment import prepare, start_or_resume
+    from edgefl.rundir import claim
+
+    if (run.run_dir / "summary.json").exists():
         return
-    exp = prepare(scenario, str(args.scenario), dry_run=args.dry_run)
-    for folder in where:
+    exp = prepare(run.scenario, str(args.scenario), dry_run=args.dry_run)
+    for folder in run.folders:
         claim(folder, "compare")
-    resume = (run_dir / CHECKPOINT).exists() and scenario.round.mode != "async"
-    if not resume:  # dry, async or killed before its first checkpoint: replaced if edgefl's alone
-        prepare_out(run_dir, True)
-    summary = run(exp, run_dir, progress=not args.quiet, resume=resume)
-    print(_run_line(summary, run_dir))
+    print(_run_line(start_or_resume(exp, run.run_dir, progress=not args.quiet), run.run_dir))
+
+
+def _spread_runs(runs: list[ComparedRun], args: argparse.Namespace) -> None:
+    """The runs side by side as Ray tasks (edgefl.experiment.spread), each line printed as it ends."""
+    from edgefl.experiment.spread import job, run_spread
+    from edgefl.rundir import claim
+
+    for folder in dict.fromkeys(f for r in runs for f in r.folders):
+        claim(folder, "compare")
+    jobs = [(r.name, r.scenario, job(r.scenario, str(args.scenario), r.run_dir, args.dry_run)) for r in runs]
+    for name, summary in run_spread(jobs):
+        print(_run_line(summary, next(r.run_dir for r in runs if r.name == name)))
 
 
 def _check_kept(run_dir: Path, scenario_text: str, dry_run: bool) -> None:

@@ -66,7 +66,7 @@ def test_a_kept_run_damaged_since_is_redone_not_replaced(tmp_path, capsys):
     capsys.readouterr()
     assert main(args) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "metrics.csv: missing; delete that method's folder in" in err
+    assert err.count("\n") == 1 and "metrics.csv: missing; delete that run's folder in" in err
     assert "made by edgefl run" not in err
 
 
@@ -82,7 +82,7 @@ def test_a_kept_runs_cut_metrics_name_the_fix_that_works(tmp_path, capsys, cut):
     capsys.readouterr()
     assert main(args) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "delete that method's folder in" in err, err
+    assert err.count("\n") == 1 and "delete that run's folder in" in err, err
 
 
 def test_compare_refuses_set_method(tmp_path, capsys):

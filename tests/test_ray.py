@@ -46,3 +46,34 @@ def test_ray_matches_in_process_and_survives_a_dead_worker(tmp_path, monkeypatch
     for key, tensor in ours["model"].items():
         assert torch.equal(tensor, theirs["model"][key]), key
     assert os.environ.get("EDGEFL_FAULT_ONCE") is None
+
+
+def test_a_compare_over_seeds_spreads_its_runs_over_ray_with_the_in_process_files(tmp_path, monkeypatch):
+    """Each (method, seed) run is a Ray task that trains its clients where it lands; a worker that
+    dies at a task's start is retried; every run's logs equal the in-process comparison's."""
+    from edgefl.experiment import loop
+
+    compare = ["compare", str(ROOT / "scenarios" / "compare-digits.toml"), "--methods", "jfat",
+               "--seeds", "0,1", "--quiet", *sets([*SMALL, "training.warmup_rounds=1"])]
+    fault = tmp_path / "kill-one-worker"
+    fault.touch()
+    monkeypatch.setenv("EDGEFL_FAULT_ONCE", str(fault))
+
+    def not_here(*args: object) -> None:
+        raise AssertionError("a run trained its clients through Ray from the driver: not spread")
+
+    try:
+        with monkeypatch.context() as patch:
+            patch.setattr(loop, "RayExecutor", not_here)
+            assert main([*compare, "--out", str(tmp_path / "ray"), "--executor", "ray"]) == 0
+    finally:
+        ray.shutdown()
+    assert not fault.exists(), "no worker died, so the retry was not exercised"
+    monkeypatch.delenv("EDGEFL_FAULT_ONCE")
+    assert main([*compare, "--out", str(tmp_path / "local")]) == 0
+    for run in ("jfat/seed-0", "jfat/seed-1"):
+        ray_run, local_run = tmp_path / "ray" / run, tmp_path / "local" / run
+        assert (ray_run / "metrics.csv").read_text() == (local_run / "metrics.csv").read_text(), run
+        assert simulated_rows(ray_run / "clients.csv") == simulated_rows(local_run / "clients.csv"), run
+    same = [(tmp_path / d / "seeds.csv").read_text() for d in ("ray", "local")]
+    assert same[0] == same[1]

@@ -34,17 +34,24 @@ from edgefl.snapshot import plain, restore
 _WORKER: dict[Callable[[], Method], Method] = {}  # the recipe -> the worker's method
 
 
+def started_ray(cfg: RayConfig, where: str) -> Any:
+    """The `ray` module, joined to the cluster at `ray.address` or to a local Ray of `ray.workers`
+    CPUs (once per process)."""
+    try:
+        import ray
+    except ImportError:
+        raise EdgeflError(where, "executor", "ray is not installed; pip install ray, "
+                          'or use executor = "local"') from None
+    if not ray.is_initialized():
+        cpus = None if cfg.address else (cfg.workers or None)  # a cluster brings its own
+        ray.init(address=cfg.address or None, num_cpus=cpus, include_dashboard=False,
+                 log_to_driver=False, configure_logging=False)
+    return ray
+
+
 class RayExecutor:
     def __init__(self, cfg: RayConfig, where: str, method: Method, rebuild: Callable[[], Method]) -> None:
-        try:
-            import ray
-        except ImportError:
-            raise EdgeflError(where, "executor", "ray is not installed; pip install ray, "
-                              'or use executor = "local"') from None
-        if not ray.is_initialized():
-            cpus = None if cfg.address else (cfg.workers or None)  # a cluster brings its own
-            ray.init(address=cfg.address or None, num_cpus=cpus, include_dashboard=False,
-                     log_to_driver=False, configure_logging=False)
+        ray = started_ray(cfg, where)
         self.ray, self.method, self.rebuild = ray, method, rebuild
         gpus = 1 if method.ctx.device.type == "cuda" else 0  # Ray hides GPUs from tasks that ask for none
         self.task = ray.remote(num_cpus=1, num_gpus=gpus, max_retries=cfg.max_retries)(_train_group)
@@ -82,18 +89,24 @@ def check_reachable(address: str, where: str) -> None:
 def _train_group(rebuild: Callable[[], Method], snapshot: dict[str, Any], round_: int,
                  plans: dict[int, ClientPlan]) -> list[ClientUpdate]:
     """Runs on a Ray worker: one client, or a group trained together."""
-    fault = os.environ.get("EDGEFL_FAULT_ONCE")
-    if fault:
-        try:
-            Path(fault).unlink()  # the one worker that deletes it dies; the others go on
-        except FileNotFoundError:
-            pass
-        else:
-            os._exit(1)
+    die_once_on_fault()
     method = _worker_method(rebuild)
     method.load_state(snapshot)
     return [ClientUpdate(u.client, plain(u.state), u.num_samples, u.loss, plain(u.extra), u.real_compute_s)
             for u in train_timed_group(method, round_, plans)]
+
+
+def die_once_on_fault() -> None:
+    """The fault injection of the tests: the one worker that deletes the file named by
+    EDGEFL_FAULT_ONCE exits at once; the others go on."""
+    fault = os.environ.get("EDGEFL_FAULT_ONCE")
+    if fault:
+        try:
+            Path(fault).unlink()
+        except FileNotFoundError:
+            pass
+        else:
+            os._exit(1)
 
 
 def _worker_method(rebuild: Callable[[], Method]) -> Method:

@@ -6,8 +6,9 @@ as columns (in bulk, or client by client as the reference); rows: the logs and t
 the checks before a run continues from its checkpoint.
 """
 
-from edgefl.experiment.loop import prepare_out, run
+from edgefl.experiment.loop import prepare_out, run, start_or_resume
 from edgefl.experiment.prepare import Experiment, fitted_profile, prepare
 from edgefl.experiment.rows import CLIENTS, EVENTS, METRICS
 
-__all__ = ["CLIENTS", "EVENTS", "METRICS", "Experiment", "fitted_profile", "prepare", "prepare_out", "run"]
+__all__ = ["CLIENTS", "EVENTS", "METRICS", "Experiment", "fitted_profile", "prepare", "prepare_out", "run",
+           "start_or_resume"]

@@ -233,9 +233,9 @@ def _finish(exp: Experiment, out: Path, rows: list[dict[str, Any]], wall_s: floa
 
 
 def _executor(exp: Experiment, text: str) -> Executor:
-    """In-process, or (`executor = "ray"`, not in a dry run) Ray workers that remake the method from
-    the resolved scenario `text`."""
-    if exp.scenario.executor == "ray" and not exp.dry_run:
+    """In-process, or (`executor = "ray"`, not in a dry run, and the run not itself a Ray task) Ray
+    workers that remake the method from the resolved scenario `text`."""
+    if exp.scenario.executor == "ray" and not exp.dry_run and not exp.clients_here:
         return RayExecutor(exp.scenario.ray, exp.where, exp.method, Rebuild(text, exp.where))
     return LocalExecutor(exp.method)
 
@@ -329,6 +329,15 @@ def _trained(exp: Experiment, executor: Executor, table: RoundTable, clients: li
     measured = {u.client: u.real_compute_s for u in updates}
     return (table, round(sum(u.loss for u in updates) / len(updates), 5),
             np.array([measured.get(k, np.nan) for k in table.states.clients.tolist()]))
+
+
+def start_or_resume(exp: Experiment, out: Path, progress: bool) -> dict[str, Any]:
+    """A comparison's run in `out`: resumed from its checkpoint when it has one, else (no checkpoint,
+    or an async run, which cannot be resumed) started again in a folder emptied of edgefl's files."""
+    resume = (out / CHECKPOINT).exists() and exp.scenario.round.mode != "async"
+    if not resume:
+        prepare_out(out, True)
+    return run(exp, out, progress=progress, resume=resume)
 
 
 def prepare_out(out: Path, overwrite: bool) -> None:

@@ -172,10 +172,11 @@ def band_accuracy_figure(runs: dict[str, list[Run]], target: float | None) -> Fi
     for i, (method, group) in enumerate(curves.items()):
         style = run_style(i)
         for ax, (column, _) in zip(axes, ACCURACY_PANELS, strict=True):
-            for points in group:
-                ax.plot([t / 3600 for t, *_ in points], [100 * p[column] for p in points], lw=0.6,
-                        alpha=0.35, color=style["color"], ls=style["ls"])
             spread = band([[(p[0] / 3600, 100 * p[column]) for p in points] for points in group])
+            alone = f"{method}: {len(group)} seeds, no span they all cover" if spread is None else None
+            for k, points in enumerate(group):
+                ax.plot([t / 3600 for t, *_ in points], [100 * p[column] for p in points], lw=0.6,
+                        alpha=0.35, color=style["color"], ls=style["ls"], label=None if k else alone)
             if spread is None:
                 continue
             ax.fill_between(spread.grid, spread.low, spread.high, color=style["color"], alpha=0.2, lw=0)

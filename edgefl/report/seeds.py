@@ -156,6 +156,8 @@ def _markdown(summary: list[Row], target: float | None, reference: str | None, i
              f"against {BASELINE} on the same seed.\n")
     if reference is None:
         return text + "\nNo reference method among the methods: no paired differences (--reference).\n"
+    if not lines:
+        return text + f"\nNo other method to pair against {reference}.\n"
     how = "Student t" if interval == "t" else "percentile bootstrap"
     return text + (f"\nPaired differences against {reference} over the seeds both ran, 95 % {how} "
                    "interval (accuracy in points, times as ratios):\n\n") + "".join(f"- {x}\n" for x in lines)

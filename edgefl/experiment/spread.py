@@ -1,0 +1,82 @@
+"""A comparison's runs spread over a Ray cluster: with `executor = "ray"`, `edgefl compare` sends each
+(method, seed) run that is not finished as one Ray task, and they run side by side.
+
+A task prepares its run where it lands and trains its clients in that process (`Experiment.clients_here`;
+the Ray executor's updates equal in-process ones, edgefl.executors.ray), writing the run folder as
+`edgefl run` does: the folder must be on storage every node sees (a local Ray, or a shared file
+system). A task whose worker dies is retried up to `ray.max_retries` times, and the retry resumes
+from the run's last checkpoint (`start_or_resume`). The driver prints each run's line as it ends.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from edgefl.errors import EdgeflError
+from edgefl.execution.local import resolve_device
+from edgefl.executors.ray import die_once_on_fault, started_ray
+from edgefl.experiment.loop import start_or_resume
+from edgefl.experiment.prepare import prepare
+from edgefl.scenario import Scenario, scenario_from_toml, to_toml
+
+
+@dataclass(frozen=True)
+class Job:
+    """One run as a task: its resolved scenario, its file and run folder (absolute), dry or trained."""
+
+    text: str
+    where: str
+    out: str
+    dry_run: bool
+    cwd: str  # the driver's working folder: relative paths in the scenario (data.root) mean the same
+
+
+def job(scenario: Scenario, where: str, out: Path, dry_run: bool) -> Job:
+    return Job(to_toml(scenario), str(Path(where).resolve()), str(out.resolve()), dry_run, os.getcwd())
+
+
+def run_job(task: Job) -> dict[str, Any]:
+    """Runs on a Ray worker: prepare the run, train its clients here, return its summary."""
+    die_once_on_fault()
+    os.chdir(task.cwd)
+    scenario = scenario_from_toml(tomllib.loads(task.text), task.where)
+    exp = replace(prepare(scenario, task.where, dry_run=task.dry_run), clients_here=True)
+    return start_or_resume(exp, Path(task.out), progress=False)
+
+
+def run_spread(jobs: list[tuple[str, Scenario, Job]]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every job as a Ray task on the cluster of the first scenario's `[ray]` section; yields each
+    (name, summary) as its run ends. A run's error (a missing dataset, a full disk) is raised here as
+    the one line it would be in-process."""
+    _, first, _ = jobs[0]
+    ray = started_ray(first.ray, jobs[0][2].where)
+    gpus = 1 if resolve_device(first.device).type == "cuda" else 0
+    task = ray.remote(num_cpus=max(first.threads, 1), num_gpus=gpus,
+                      max_retries=first.ray.max_retries)(run_job)
+    pending = {task.remote(j): name for name, _, j in jobs}
+    try:
+        while pending:
+            (ready,), _ = ray.wait(list(pending), num_returns=1)
+            name = pending.pop(ready)
+            yield name, _result(ray, ready, name)
+    finally:  # a run failed or the driver was interrupted: the others stop at their last checkpoint
+        for ref in pending:
+            ray.cancel(ref, force=True)
+
+
+def _result(ray: Any, ref: Any, name: str) -> dict[str, Any]:
+    """A task's summary, or its error as the one line it would be in-process."""
+    try:
+        return dict(ray.get(ref))
+    except ray.exceptions.RayTaskError as exc:
+        cause = getattr(exc, "cause", None)
+        if isinstance(cause, EdgeflError):
+            raise cause from None
+        reason = str(cause).splitlines()[0] if str(cause) else ""
+        raise EdgeflError(name, "ray", f"the run failed on its Ray worker ({type(cause).__name__}: "
+                          f"{reason}); run it alone with edgefl run to see why") from None
