@@ -8,14 +8,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edgefl.config import MAX_SEEDS, MAX_THREADS
-from edgefl.errors import EdgeflError, NotARunError
+from edgefl.errors import EdgeflError, NotARunError, Terminated
 from edgefl.rundir import CHECKPOINT
 
 if TYPE_CHECKING:
@@ -33,12 +35,15 @@ GOMP_SPINCOUNT = "3000"
 
 def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("GOMP_SPINCOUNT", GOMP_SPINCOUNT)
+    _streams_open()
+    main_thread = threading.current_thread() is threading.main_thread()  # where Python runs handlers
+    previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
     args = None
     try:
         args = parser().parse_args(argv)
         return int(args.func(args))
     except EdgeflError as exc:
-        _error(str(_blamed(exc, args)))
+        _error(str(_blamed(exc, args)) + (_resume_hint(args) if exc.resumable else ""))
         return 2
     except BrokenPipeError:  # the reader went away (`edgefl devices list | head -1`): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush at exit
@@ -46,9 +51,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:  # a storage failure no check foresaw: still one line, never a traceback
         _error(f"{exc.filename or 'storage'}: {exc.strerror or exc}")
         return 2
-    except KeyboardInterrupt:
-        print(f"edgefl: interrupted{_resume_hint(args)}", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        what = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+        print(f"edgefl: {what}{_resume_hint(args)}", file=sys.stderr)
         return 130
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _terminate(signum: int, frame: object) -> None:
+    """SIGTERM handled as Ctrl-C is (edgefl.errors.Terminated)."""
+    raise Terminated
+
+
+def _streams_open() -> None:
+    """A process started with its stdout or stderr closed (`2>&-`) writes them to the null device:
+    its progress and warnings have nowhere to go, its run still has to finish."""
+    for name in ("stdout", "stderr"):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "w"))  # noqa: SIM115 (the process's own, for its life)
 
 
 def _error(text: str) -> None:

@@ -6,11 +6,29 @@ from __future__ import annotations
 class EdgeflError(Exception):
     """A problem with the user's input. The CLI prints it as one line and exits with code 2."""
 
+    resumable = False  # the run it stopped can go on from its last checkpoint (the CLI says how)
+
     def __init__(self, where: str, key: str, fix: str) -> None:
         super().__init__(f"{where}: {key}: {fix}")
         self.where = where
         self.key = key
         self.fix = fix
+
+
+class WorkerDied(EdgeflError):
+    """A process that trained a part of the round died (killed, or out of memory): the round is lost,
+    the run's checkpoint is not."""
+
+    resumable = True
+
+    def __init__(self, pid: int, code: int) -> None:
+        super().__init__(f"training worker process {pid}", "exit", f"it died (exit code {code}: killed, "
+                         "or out of memory) and the round was lost; the run's last checkpoint is intact")
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (`kill PID`), met as Ctrl-C is: the round in progress is abandoned, the workers stop,
+    the last checkpoint stays."""
 
 
 class NotARunError(EdgeflError):

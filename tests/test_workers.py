@@ -18,6 +18,7 @@ import pytest
 import torch
 from torch import nn
 
+from edgefl.errors import WorkerDied
 from edgefl.execution import workers
 from edgefl.execution.workers import PartWorker, dumps, run_parts
 
@@ -183,7 +184,7 @@ def test_a_dead_worker_is_an_error_naming_it_and_is_replaced() -> None:
     worker = PartWorker()
     worker.send(time.sleep, (30,))
     worker.process.kill()
-    with pytest.raises(RuntimeError, match=f"worker process \\(pid {worker.process.pid}\\) died"):
+    with pytest.raises(WorkerDied, match=f"worker process {worker.process.pid}: exit: it died"):
         worker.receive()
     worker.stop()
     run_parts(operator.add, [(1, 2), (3, 4)])

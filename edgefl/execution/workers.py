@@ -38,6 +38,7 @@ from typing import IO, Any
 import torch
 from torch import nn
 
+from edgefl.errors import WorkerDied
 from edgefl.execution.allocator import keep_freed_memory
 
 
@@ -103,15 +104,17 @@ class PartWorker:
     def send(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
         request = dumps((fn, args))  # a call that cannot be pickled leaves the worker idle
         self.busy = True  # from the first byte written: a call cut short leaves it unusable
-        _write(self.requests, request)
+        try:
+            _write(self.requests, request)
+        except BrokenPipeError:  # it died since it was last checked
+            raise WorkerDied(self.process.pid, self.process.wait()) from None
 
     def receive(self) -> Any:
         """The result of the call sent last; its exception raised here."""
         try:
             reply = _read(self.replies)
         except EOFError:
-            raise RuntimeError(f"a training worker process (pid {self.process.pid}) died (exit code "
-                               f"{self.process.wait()}; its error, if it printed one, is above)") from None
+            raise WorkerDied(self.process.pid, self.process.wait()) from None
         self.busy, self.answered = False, True
         ok, value = pickle.loads(reply)
         if not ok:
