@@ -14,6 +14,7 @@ file.
 from __future__ import annotations
 
 import errno
+import fcntl
 import functools
 import hashlib
 import json
@@ -57,8 +58,10 @@ def _reason(exc: OSError) -> str:
 
 
 def write_file(path: Path, data: bytes | str) -> None:
-    """Atomically replace `path` with `data` (a str is written as UTF-8)."""
+    """Atomically replace `path` with `data` (a str is written as UTF-8), in a held folder only while
+    it is still the folder held (`in_place`)."""
     payload = data.encode() if isinstance(data, str) else data
+    in_place(path.parent)
     tmp = None
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -115,6 +118,15 @@ class Appender:
             raise WriteFailed(path, exc) from None
 
     def append(self, payload: bytes) -> None:
+        in_place(self.path.parent)
+        try:
+            same = os.path.samestat(os.fstat(self.fd), os.lstat(self.path))
+        except OSError:
+            same = False
+        if not same:
+            raise EdgeflError(str(self.path), "file", "was removed or replaced (by a link or another file) "
+                              "while the run wrote it, so its rows stop here; put the run's file back, "
+                              "then continue with edgefl run --resume")
         try:
             _write_all(self.fd, payload)
             os.fsync(self.fd)
@@ -123,6 +135,78 @@ class Appender:
 
     def close(self) -> None:
         os.close(self.fd)
+
+
+_HELD: dict[Path, int] = {}  # the folders this process holds (as their writers name them) -> locked fd
+
+
+def hold(folder: Path, flag: str = "--out") -> None:
+    """Hold the folder `folder` for this process until `let_go`: an exclusive lock on the folder
+    itself (flock on its descriptor, which the kernel drops when the process ends, however it
+    ends), so no two processes write one run folder; one another process holds is refused with a
+    line naming it. Holding a folder this process holds already does nothing."""
+    if folder in _HELD:
+        return
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError as exc:
+        raise EdgeflError(str(folder), flag, f"cannot be opened as a folder ({_reason(exc)}); choose "
+                          f"another {flag}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        pid = _holder(os.fstat(fd).st_ino)
+        os.close(fd)
+        who = "another edgefl" + (f" (pid {pid})" if pid else "")
+        raise EdgeflError(str(folder), flag, f"{who} is writing this run folder; wait until it ends, or "
+                          f"choose another {flag}") from None
+    _HELD[folder] = fd
+
+
+def let_go(folder: Path) -> None:
+    """Release a folder `hold` took (nothing when this process does not hold it)."""
+    fd = _HELD.pop(folder, None)
+    if fd is not None:
+        os.close(fd)
+
+
+def _holder(inode: int) -> int | None:
+    """The pid holding a flock on the folder of `inode`, from the kernel's table (/proc/locks, Linux)."""
+    try:
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 5 and fields[1] == "FLOCK" and fields[5].rsplit(":", 1)[-1] == str(inode):
+            return int(fields[4])
+    return None
+
+
+def in_place(folder: Path) -> None:
+    """Refuse to write into a held folder that is no longer the folder held: moved, deleted, or
+    replaced by another folder or by a link to one (a user's files are never written that way)."""
+    fd = _HELD.get(folder)
+    if fd is None:
+        return
+    try:
+        same = os.path.samestat(os.fstat(fd), os.stat(folder))
+    except OSError:
+        same = False
+    if not same:
+        raise EdgeflError(str(folder), "run folder", "was moved, deleted or replaced while the run wrote "
+                          "it, so nothing more was written; put the run folder back, then continue with "
+                          "edgefl run --resume")
+
+
+def drop_temporary(folder: Path) -> None:
+    """Remove the temporary files (`.NAME.*.tmp`) a killed writer left in a run folder this process
+    holds: no other process writes there."""
+    assert folder in _HELD, "only a held folder's temporary files are known to be no one's"
+    for entry in folder.iterdir():
+        if entry.name.startswith(".") and entry.name.endswith(".tmp") and entry.is_file() \
+                and not entry.is_symlink():
+            entry.unlink()
 
 
 def claim(folder: Path, kind: str, flag: str = "--out") -> None:

@@ -70,6 +70,14 @@ def run(exp: Experiment, out: Path, progress: bool = True, resume: bool = False)
     continue from the run directory's checkpoint after checking every file it reads."""
     try:
         return _run(exp, out, progress, resume)
+    finally:
+        rundir.let_go(out)
+
+
+def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, Any]:
+    """`run`, its failed writes said in one line with what to do next."""
+    try:
+        return _rounds(exp, out, progress, resume)
     except WriteFailed as exc:
         saved = not exp.dry_run and (out / CHECKPOINT).exists()
         then = (f"then continue it with edgefl run --resume {out}" if saved
@@ -90,14 +98,18 @@ def _start(exp: Experiment, out: Path, resume: bool, text: str,
         raise EdgeflError(str(out), "--resume", "an async run cannot be resumed (its clients are mid-flight "
                           "in the simulation); start it again with --overwrite")
     if resume:
-        return fingerprint, resume_state(exp, out, fingerprint, digests, selection)
+        rundir.hold(out, "--resume")
+        state = resume_state(exp, out, fingerprint, digests, selection)
+        rundir.drop_temporary(out)  # a killed run's, left beside the files it was writing
+        return fingerprint, state
     rundir.claim(out, "run")  # a no-op after prepare_out; library callers get the same checks
+    rundir.hold(out)
     rundir.write_marker(out, "run", {**fingerprint, **digests, rundir.ORIGIN: str(Path(exp.where).resolve())})
     write_file(out / "scenario.toml", text)
     return fingerprint, None
 
 
-def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, Any]:
+def _rounds(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, Any]:
     s = exp.scenario
     text = to_toml(s)
     selection = Selection(s.selection, exp.pool, exp.dry_run, exp.ctx.splits,
@@ -344,9 +356,17 @@ def prepare_out(out: Path, overwrite: bool) -> None:
     """Make `out` a new run folder: create it or take an empty one; a folder holding an edgefl run
     is replaced only with --overwrite, and only when edgefl wrote everything in it; any other
     folder is refused."""
-    if rundir.probe(out, "--out") == "dir" and rundir.marker_kind(out) == "run":
-        if not overwrite:
-            raise EdgeflError(str(out), "--out", "already holds a run; choose another --out or "
-                              "pass --overwrite to replace it")
-        rundir.clear_run(out)
-    rundir.claim(out, "run")
+    there = rundir.probe(out, "--out") == "dir"
+    if there:  # held before anything in it is judged or removed: another run's folder is refused
+        rundir.hold(out)
+    try:
+        if there and rundir.marker_kind(out) == "run":
+            if not overwrite:
+                raise EdgeflError(str(out), "--out", "already holds a run; choose another --out or "
+                                  "pass --overwrite to replace it")
+            rundir.clear_run(out)
+        rundir.claim(out, "run")
+        rundir.hold(out)
+    except BaseException:
+        rundir.let_go(out)
+        raise
