@@ -645,11 +645,32 @@ def test_running_statistics_are_a_models_floating_point_buffers() -> None:
     ("triple.json", '{"0": [[0, 1, 2]]}', "a .json maps each client to [[start_s, end_s], ...]"),
     ("number.json", '{"0": 5}', "a .json maps each client to [[start_s, end_s], ...]"),
     ("short.csv", "client,start_s,end_s\n0,0\n", "a .csv has the columns client,start_s,end_s"),
+    # numbers at the edge (issue 39): too long for a float, a boolean, beyond any study's period
+    ("digits.json", '{"0": [[0, 1' + "0" * 400 + ']]}', "cannot read the trace"),
+    ("true.json", '{"0": [[0, true]]}', "True is not a number of seconds"),
+    ("far.json", '{"0": [[0, 1e300]]}', "at most 1e+09 s"),
+    ("far.csv", "client,start_s,end_s\n0,1e17,2e17\n", "at most 1e+09 s"),
 ])
 def test_a_bad_trace_is_refused_with_one_line(tmp_path: Path, name: str, text: str, says: str) -> None:
+    """Refused as one EdgeflError, which the CLI prints as one line (never an OverflowError)."""
     path = tmp_path / name
     path.write_text(text)
     with pytest.raises(EdgeflError) as info, warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the pickle's own notice
         read_trace(path, True, "s.toml")
     assert info.value.key == "fleet.availability" and says in info.value.fix, info.value.fix
+
+
+def test_a_pickle_claiming_a_terabyte_is_refused_not_allocated(tmp_path: Path) -> None:
+    path = tmp_path / "huge.pkl"  # protocol 4, BINBYTES8 of 2^40 bytes, and nothing after it
+    path.write_bytes(b"\x80\x04\x8e" + (1 << 40).to_bytes(8, "little") + b".")
+    with pytest.raises(EdgeflError) as info, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        read_trace(path, True, "s.toml")
+    assert info.value.key == "fleet.availability" and "cannot read the trace huge.pkl" in info.value.fix
+
+
+def test_a_csv_trace_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "excel.csv"
+    path.write_text("\ufeffclient,start_s,end_s\n0,0,5\n1,2,8\n", encoding="utf-8")
+    assert read_trace(path, False, "s.toml").online(1, 3.0)

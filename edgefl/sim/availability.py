@@ -39,7 +39,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from edgefl.config import FleetConfig
+from edgefl.config import MAX_SECONDS, FleetConfig
 from edgefl.devices import draws
 from edgefl.errors import EdgeflError
 
@@ -226,8 +226,10 @@ def read_trace(path: Path, allow_pickle: bool, where: str) -> Intervals:
     except KeyError as exc:
         raise EdgeflError(where, key, f"cannot read the trace {path.name}: it has no {exc} "
                           f"({LAYOUTS})") from None
-    except (ValueError, TypeError, IndexError, EOFError, RecursionError, pickle.UnpicklingError) as exc:
-        raise EdgeflError(where, key, f"cannot read the trace {path.name} ({exc}): {LAYOUTS}") from None
+    except (ValueError, TypeError, IndexError, EOFError, RecursionError, OverflowError, MemoryError,
+            pickle.UnpicklingError) as exc:
+        reason = str(exc)[:200] or type(exc).__name__  # a 1 TiB claim in a 20-byte pickle: MemoryError
+        raise EdgeflError(where, key, f"cannot read the trace {path.name} ({reason}): {LAYOUTS}") from None
 
 
 LAYOUTS = ("a .csv has the columns client,start_s,end_s; a .json maps each client to [[start_s, end_s], "
@@ -239,9 +241,9 @@ def _parse(path: Path, mtime_ns: int, size: int) -> Intervals:
     """The trace at `path` as it was at (mtime_ns, size), the cache's key; pickles already allowed."""
     suffix = path.suffix.lower()
     if suffix == ".csv":
-        return _from_csv(path.read_text())
+        return _from_csv(path.read_text(encoding="utf-8-sig"))  # a spreadsheet's byte-order mark too
     if suffix == ".json":
-        return from_mapping(json.loads(path.read_text()))
+        return from_mapping(json.loads(path.read_text(encoding="utf-8-sig")))
     warnings.warn(f"reading the pickle {path} (fleet.trace_pickle): plain data only", stacklevel=3)
     return from_mapping(_PlainUnpickler(io.BytesIO(path.read_bytes())).load())
 
@@ -276,9 +278,10 @@ def from_mapping(data: Any) -> Intervals:
     if not any(spans):
         raise ValueError("no client has an online interval; give each device when it is online")
     for s, period in zip(spans, periods, strict=True):
-        if not 0 < period < math.inf or any(not 0 <= a < b <= period for a, b in s) or any(
+        if not 0 < period <= MAX_SECONDS or any(not 0 <= a < b <= period for a, b in s) or any(
                 s[i][1] > s[i + 1][0] for i in range(len(s) - 1)):
-            raise ValueError("intervals must be finite, 0 <= start < end <= period (> 0), and not overlap")
+            raise ValueError(f"intervals must be finite, 0 <= start < end <= period (> 0 and at most "
+                             f"{MAX_SECONDS:.0e} s: about 32 years), and not overlap")
     return Intervals(spans, periods)
 
 
@@ -292,8 +295,15 @@ def _fedscale_period(client: Any, entry: dict[str, Any]) -> float:
     period = entry.get("duration", entry.get("finish_time"))
     if period is None:
         raise ValueError(f"client {client}: no duration (the period its active/inactive times repeat with)")
-    return float(period)
+    return _seconds(period)
 
 
 def _sorted(pairs: Any) -> list[tuple[float, float]]:
-    return sorted((float(a), float(b)) for a, b in pairs)
+    return sorted((_seconds(a), _seconds(b)) for a, b in pairs)
+
+
+def _seconds(value: Any) -> float:
+    """A trace's time: a number (or, from a CSV, its text); true/false are not seconds."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(f"{value!r} is not a number of seconds")
+    return float(value)
