@@ -38,27 +38,10 @@ from edgefl.devices.profile import MAX_FIGURE, MAX_LINK_MBPS, MIN_FIGURE
 from edgefl.errors import EdgeflError
 from edgefl.methods import METHODS  # every method's knob section registers on import
 from edgefl.methods.base import method_class, refuse_ignored
-from edgefl.tomlschema import build_value, printable, reject_unknown, toml_value
+from edgefl.tomlschema import build_value, printable, read_toml, reject_unknown, toml_value
 
 NOT_FOUND = ("not found; give the path of a scenario .toml or the name of a bundled scenario "
              "(edgefl scenarios list)")
-
-
-MAX_SCENARIO_BYTES = 1 << 20  # a scenario is a few kB
-
-
-def _check_file(path: Path, where: str) -> None:
-    """Refuse, before reading it, a scenario path that is a device or pipe (/dev/zero never ends) or
-    a file too large to be a scenario (a folder or a missing file: the reader's own error)."""
-    if not path.exists() or path.is_dir():
-        return
-    if not path.is_file():
-        raise EdgeflError(where, "file", "is not a regular file (a device or a pipe); give a scenario "
-                          ".toml file")
-    size = path.stat().st_size
-    if size > MAX_SCENARIO_BYTES:
-        raise EdgeflError(where, "file", f"is {size:,} bytes, too large for a scenario (at most "
-                          f"{MAX_SCENARIO_BYTES:,}); give a scenario .toml file")
 
 
 def load_scenario(path: str | Path, overrides: list[str] | None = None,
@@ -69,19 +52,7 @@ def load_scenario(path: str | Path, overrides: list[str] | None = None,
     Device profiles and a relative trace are found beside the file `beside` (default: `path`; a
     resumed run's is the scenario file it started from)."""
     where = str(path)
-    try:
-        _check_file(Path(path), where)
-        text = Path(path).read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise EdgeflError(where, "file", NOT_FOUND) from None
-    except IsADirectoryError:
-        raise EdgeflError(where, "file", "is a folder; " + NOT_FOUND.removeprefix("not found; ")) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise EdgeflError(where, "file", f"cannot be read ({exc})") from None
-    try:
-        raw = tomllib.loads(text)
-    except (ValueError, RecursionError) as exc:  # TOMLDecodeError, an int over 4300 digits, deep nesting
-        raise EdgeflError(where, "syntax", f"not valid TOML ({exc})") from None
+    raw = read_toml(Path(path), where, "scenario", NOT_FOUND)
     for item in overrides or []:
         apply_override(raw, item)
     try:

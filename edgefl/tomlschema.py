@@ -9,10 +9,40 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import tomllib
 import typing
+from pathlib import Path
 from typing import Any
 
 from edgefl.errors import EdgeflError
+
+MAX_TOML_BYTES = 1 << 20  # a scenario or a profile is a few kB
+
+
+def read_toml(path: Path, where: str, what: str, not_found: str) -> dict[str, Any]:
+    """The table of the TOML file `path` (UTF-8, a byte-order mark allowed), a `what` ("scenario",
+    "profile"). Refused in one line before reading: a device or a pipe (/dev/zero never ends, a FIFO
+    blocks, a link to either too) and a file too large for one; `not_found` is the fix when there is
+    no such file."""
+    try:
+        if path.exists() and not path.is_dir() and not path.is_file():
+            raise EdgeflError(where, "file", f"is not a regular file (a device or a pipe); give a {what} "
+                              ".toml file")
+        size = path.stat().st_size
+        if size > MAX_TOML_BYTES:
+            raise EdgeflError(where, "file", f"is {size:,} bytes, too large for a {what} (at most "
+                              f"{MAX_TOML_BYTES:,}); give a {what} .toml file")
+        text = path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise EdgeflError(where, "file", not_found) from None
+    except IsADirectoryError:
+        raise EdgeflError(where, "file", "is a folder; " + not_found.removeprefix("not found; ")) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise EdgeflError(where, "file", f"cannot be read ({exc})") from None
+    try:
+        return tomllib.loads(text)
+    except (ValueError, RecursionError) as exc:  # TOMLDecodeError, an int over 4300 digits, deep nesting
+        raise EdgeflError(where, "syntax", f"not valid TOML ({exc})") from None
 
 
 def build(cls: type, raw: Any, where: str, prefix: str) -> Any:

@@ -3,6 +3,7 @@ settings a method ignores."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -216,3 +217,33 @@ def test_counts_and_budgets_past_any_fleet_are_refused(key: str, value: str, say
     quickstart = Path(__file__).parents[1] / "scenarios" / "quickstart.toml"
     with pytest.raises(EdgeflError, match=says.replace("(", r"\(").replace(")", r"\)").replace("+", r"\+")):
         load_scenario(quickstart, [f"{key}={value}"])
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link to /dev/zero"])
+def test_a_profile_file_that_is_a_pipe_or_a_device_is_refused_not_read(tmp_path: Path, kind: str) -> None:
+    """A FIFO or a link to /dev/zero named NAME.toml among a scenario's profiles: reading it would
+    block or never end (issue 39); every command that lists the profiles refuses it in one line."""
+    import subprocess
+    import sys
+
+    folder = tmp_path / "device_profiles"
+    folder.mkdir()
+    odd = folder / "odd.toml"
+    if kind == "fifo":
+        os.mkfifo(odd)
+    else:
+        odd.symlink_to("/dev/zero")
+    scenario = tmp_path / "s.toml"
+    scenario.write_text("rounds = 1\n")
+    code = "import sys; from edgefl.cli import main; sys.exit(main())"
+    for args in (["devices", "list", "--scenario", str(scenario)],
+                 ["run", str(scenario), "--dry-run", "--out", str(tmp_path / "run")]):
+        done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 2, (args, done.stderr)
+        assert done.stderr == (f"edgefl: error: {odd}: file: is not a regular file (a device or a pipe); "
+                               "give a profile .toml file\n")
+    with pytest.raises(EdgeflError, match="too large for a profile"):
+        big = tmp_path / "big.toml"
+        big.write_text("name = 'x'\n" + "#" * (1 << 20))
+        load_profile(big, DeviceProfile)

@@ -16,16 +16,15 @@ from __future__ import annotations
 
 import functools
 import os
-import tomllib
 from collections.abc import Iterator, Sequence
 from dataclasses import MISSING, dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import TypeVar, cast
 
 from edgefl.devices.profile import AppProfile, DeviceProfile, NetworkProfile, check_profile
 from edgefl.errors import EdgeflError
-from edgefl.tomlschema import build
+from edgefl.tomlschema import build, read_toml
 
 ENV = "EDGEFL_PROFILE_PATH"
 KINDS = {"devices": "", "apps": "apps", "networks": "networks"}  # kind -> sub-folder
@@ -126,14 +125,7 @@ def load_profile(path: Path, cls: type[P], networks: Sequence[str] | None = None
     be drawn from `networks` (default: those found without a scenario, in EDGEFL_PROFILE_PATH and
     the bundled profiles), and are all of them when omitted."""
     where = str(path)
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise EdgeflError(where, "file", f"cannot be read ({exc})") from None
-    try:
-        raw: dict[str, Any] = tomllib.loads(text)
-    except (ValueError, RecursionError) as exc:  # TOMLDecodeError, an int over 4300 digits, deep nesting
-        raise EdgeflError(where, "syntax", f"not valid TOML ({exc})") from None
+    raw = read_toml(path, where, "profile", "not found; it was removed while edgefl read the folder")
     missing = [k for k in _required(cls) if k not in raw]
     if missing:
         kind = {DeviceProfile: "device", AppProfile: "app", NetworkProfile: "network"}.get(cls, "")
