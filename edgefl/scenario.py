@@ -95,7 +95,9 @@ def sets_a_key(raw: dict[str, Any]) -> bool:
 
 
 def apply_override(raw: dict[str, Any], item: str) -> None:
-    """Apply one `--set a.b=value`; the value is read as TOML, or as a bare string."""
+    """Apply one `--set a.b=value`; the value is read as TOML, or as a bare string. An inline table
+    given to a section (`--set 'fleet={clients=4}'`) sets the keys it names and keeps the others, as
+    `--set fleet.clients=4` does; a table that is a value (`compare.rounds`) is replaced whole."""
     key, sep, text = item.partition("=")
     if not sep or not key.strip():
         raise EdgeflError("--set", printable(item), "write it as KEY=VALUE, e.g. rounds=5")
@@ -112,7 +114,17 @@ def apply_override(raw: dict[str, Any], item: str) -> None:
         node = node.setdefault(part, {})
         if not isinstance(node, dict):
             raise EdgeflError("--set", printable(key), not_a_table(parents[:i + 1]))
-    node[leaf] = value
+    _set(node, [*parents, leaf], value)
+
+
+def _set(node: dict[str, Any], path: list[str], value: Any) -> None:
+    """node[path[-1]] = value, a table into a section key by key."""
+    leaf, there = path[-1], node.get(path[-1])
+    if isinstance(value, dict) and isinstance(there, dict) and schema_kind(path) == "table":
+        for key, inner in value.items():
+            _set(there, [*path, key], inner)
+    else:
+        node[leaf] = value
 
 
 def not_a_table(path: list[str]) -> str:

@@ -247,3 +247,15 @@ def test_a_profile_file_that_is_a_pipe_or_a_device_is_refused_not_read(tmp_path:
         big = tmp_path / "big.toml"
         big.write_text("name = 'x'\n" + "#" * (1 << 20))
         load_profile(big, DeviceProfile)
+
+
+def test_an_inline_table_set_on_a_section_keeps_its_other_keys() -> None:
+    """`--set 'fleet={clients=4}'` replaced the whole [fleet] table silently (issue 39); now it sets
+    what it names, as `--set fleet.clients=4` does. A table that is one value is still replaced."""
+    whole = load_scenario(QUICKSTART)
+    inline = load_scenario(QUICKSTART, ["fleet={clients=4}"])
+    assert inline.fleet == load_scenario(QUICKSTART, ["fleet.clients=4"]).fleet
+    assert inline.fleet.clients == 4 and inline.fleet.pool == whole.fleet.pool == "edge"
+    assert inline.fleet.reserved_memory_mb == whole.fleet.reserved_memory_mb == 1.3
+    compare = load_scenario(ROOT / "scenarios" / "compare-digits.toml", ["compare.rounds={jfat=3}"])
+    assert compare.compare.rounds == {"jfat": 3}
