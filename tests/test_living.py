@@ -18,6 +18,7 @@ import pytest
 import torch
 from seeded import dry_twice
 
+from edgefl.cli import main
 from edgefl.devices import draws
 from edgefl.errors import EdgeflError
 from edgefl.experiment import prepare, run
@@ -261,13 +262,31 @@ def test_fedbuff_stalls_when_under_one_client_in_twenty_brings_an_update() -> No
     assert folded == [6_000]
 
 
-@pytest.mark.parametrize(("arrived", "key"), [(None, "fleet.availability"), (0, "round.mode"),
-                                              (3, "round.buffer")])
-def test_a_stalled_async_run_names_the_key_to_change(arrived: int | None, key: str) -> None:
-    err = stall_error(load_scenario(ASYNC), "async.toml", arrived)
+@pytest.mark.parametrize(("arrived", "serving", "key"), [(None, False, "fleet.availability"),
+                                                         (0, False, "round.mode"), (3, False, "round.buffer"),
+                                                         (10_000, True, "cost.server_s")])
+def test_a_stalled_async_run_names_the_key_to_change(arrived: int | None, serving: bool, key: str) -> None:
+    err = stall_error(load_scenario(ASYNC), "async.toml", Stalled(arrived, serving))
     assert err.key == key and "\n" not in str(err)
-    if arrived:
+    if arrived == 3:
         assert f"only 3 of its {load_scenario(ASYNC).round.buffer} updates came in" in err.fix
+
+
+@pytest.mark.parametrize(("setting", "says"), [
+    ("cost.server_s=1e9", "cost.server_s: 10,000 client runs since the last aggregation ended while the "
+                          "server still worked on it"),
+    ("round.concurrency=1000000000", None),
+])
+def test_an_async_run_at_the_edge_ends(tmp_path: Path, capsys, setting: str, says: str | None) -> None:
+    """A server that takes 1e9 s per aggregation once ran forever, its waiting uploads growing by
+    5 MB/s; a billion slots on 20 clients made a SimPy process each and hung (issue 39)."""
+    code = main(["run", str(ASYNC), "--dry-run", "--set", "rounds=3", "--set", setting, "--out",
+                 str(tmp_path / "run"), "--quiet"])
+    err = capsys.readouterr().err
+    if says is None:
+        assert code == 0 and "at most 20 clients train at once" in err
+    else:
+        assert code == 2 and err.count("\n") == 1 and says in err
 
 
 def test_fedbuff_drops_an_update_staler_than_max_staleness() -> None:

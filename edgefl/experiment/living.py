@@ -222,7 +222,8 @@ class AsyncRounds:
         self.avail = fleet_availability(exp, energy)
         self.starts, self.last_end = 0, fed.now
         self.done: list[tuple[RoundTable, float | str, np.ndarray]] = []
-        self.server = Buffered(fed, self.avail, s.round.concurrency, s.round.buffer, s.round.max_staleness,
+        slots = min(s.round.concurrency, s.fleet.clients)  # no more train at once: a slot per client at most
+        self.server = Buffered(fed, self.avail, slots, s.round.buffer, s.round.max_staleness,
                                self.pick, self.fold, lambda: server_s(self.server.version), self.heard,
                                energy.sharing, s.rounds)
         self.written = 0  # the aggregation of the last table `next` gave
@@ -234,7 +235,7 @@ class AsyncRounds:
             try:
                 self.server.next_aggregation()
             except Stalled as stalled:
-                raise stall_error(self.exp.scenario, self.exp.where, stalled.arrived) from None
+                raise stall_error(self.exp.scenario, self.exp.where, stalled) from None
         table, loss, real = self.done.pop(0)
         self.written = table.round
         return table, loss, real
@@ -340,11 +341,16 @@ class AsyncRounds:
         return table
 
 
-def stall_error(s: Scenario, where: str, arrived: int | None) -> EdgeflError:
+def stall_error(s: Scenario, where: str, stalled: Stalled) -> EdgeflError:
     """Why an async run can make no next aggregation (Stalled), as one line naming the key to change."""
+    arrived = stalled.arrived
     if arrived is None:
         return EdgeflError(where, "fleet.availability", NEVER_ONLINE)
     runs = f"{stall_runs(s.round.buffer):,} client runs since the last aggregation"
+    if stalled.serving:
+        return EdgeflError(where, "cost.server_s", f"{runs} ended while the server still worked on it "
+                           f"({arrived:,} uploads waiting): the server cannot keep up with the clients; "
+                           "lower cost.server_s or round.concurrency")
     if arrived:
         return EdgeflError(where, "round.buffer", f"only {arrived} of its {s.round.buffer} updates came in "
                            f"{runs} (the rest went offline first); lower round.buffer, or give the devices "

@@ -343,11 +343,11 @@ def stall_runs(buffer: int) -> int:
 class Stalled(Exception):
     """No next aggregation: every async slot closed (no device comes online again; `arrived` is
     None), or `stall_runs` clients ended since the last one with only `arrived` of the buffer's
-    updates in."""
+    updates in, or (`serving`) while the server still worked on it."""
 
-    def __init__(self, arrived: int | None = None) -> None:
-        super().__init__(arrived)
-        self.arrived = arrived
+    def __init__(self, arrived: int | None = None, serving: bool = False) -> None:
+        super().__init__(arrived, serving)  # every field in args: SimPy remakes an exception from them
+        self.arrived, self.serving = arrived, serving
 
 
 @dataclass
@@ -450,6 +450,8 @@ class Buffered:
                 raise Stalled(len(self.buffer))  # ends the SimPy run: the caller says why
         elif not self.serving:
             self._serve()
+        elif len(self.ended) >= stall_runs(self.size):  # the server cannot keep up: uploads pile up
+            raise Stalled(len(self.buffer), serving=True)
 
     def _serve(self) -> None:
         """Aggregate the first `buffer` uploads waiting: at once, or after the server's time (clients
