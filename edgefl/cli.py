@@ -283,17 +283,31 @@ def _run_target(args: argparse.Namespace) -> tuple[Any, str, Path]:
     if not (args.resume / CHECKPOINT).exists():
         raise EdgeflError(str(args.resume), "--resume", "has no checkpoint (a dry run, checkpoint_every = 0, "
                           "or killed in its first round): start it again with edgefl run --overwrite")
-    origin = _origin(args.resume) or where
+    origin = _origin(args.resume, where)
     return load_scenario(where, overrides, beside=origin), origin, args.resume
 
 
-def _origin(run_dir: Path) -> str | None:
+def _origin(run_dir: Path, where: str) -> str:
     """The scenario file a run started from, while its folder is there: the device profiles and a
-    trace beside that file are the run's, wherever its run folder is."""
+    trace beside that file are the run's, wherever its run folder is. With that folder gone, a
+    relative trace is refused where the run read it, never looked for in the run folder (where the
+    run writes its own files, trace.json among them)."""
     from edgefl import rundir
+    from edgefl.tomlschema import read_toml
 
     origin = (rundir.read_marker(run_dir) or {}).get(rundir.ORIGIN)
-    return origin if isinstance(origin, str) and Path(origin).parent.is_dir() else None
+    if not isinstance(origin, str):
+        return where
+    if Path(origin).parent.is_dir():
+        return origin
+    fleet = read_toml(Path(where), where, "scenario", "not found").get("fleet")
+    trace = fleet.get("availability") if isinstance(fleet, dict) else None
+    relative = isinstance(trace, str) and not Path(trace).expanduser().is_absolute()
+    if relative and trace not in ("always", "diurnal"):
+        raise EdgeflError(str(run_dir), "--resume", f"the run read its trace from "
+                          f"{Path(origin).parent / str(trace)}, whose folder is gone; put the trace back "
+                          "there, then resume")
+    return where
 
 
 def default_out(scenario: Path, dry_run: bool, prefix: str = "") -> Path:

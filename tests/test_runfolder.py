@@ -108,3 +108,50 @@ def test_a_resume_removes_the_temporary_files_a_killed_run_left(tmp_path, capsys
     assert main(["run", "--resume", str(out), "--quiet"]) == 0
     assert not any(p.exists() for p in left)
     assert not [p.name for p in out.iterdir() if p.name.endswith(".tmp")]
+
+
+AVAILABLE = "client,start_s,end_s\n" + "".join(f"{k},0,900000\n" for k in range(4))
+
+
+def test_a_resume_finds_its_trace_where_the_run_read_it_never_in_the_run_folder(tmp_path, capsys):
+    """The scenario's folder, with its relative trace, deleted after a kill: the resume names where
+    the trace was (it once suggested the run folder, whose trace.json the run then overwrote)."""
+    source, out = tmp_path / "mine", tmp_path / "run"
+    source.mkdir()
+    (source / "s.toml").write_text((ROOT / "scenarios" / "quickstart.toml").read_text())
+    (source / "trace.csv").write_text(AVAILABLE)
+    args = ["run", str(source / "s.toml"), *TINY, "--set", 'fleet.availability="trace.csv"',
+            "--out", str(out), "--quiet"]
+    with dies_before_checkpoint(2):
+        assert main(args) == 130
+    kept = (source / "trace.csv").read_text()
+    for path in source.iterdir():
+        path.unlink()
+    source.rmdir()
+    capsys.readouterr()
+    assert main(["run", "--resume", str(out), "--quiet"]) == 2
+    assert capsys.readouterr().err == (f"edgefl: error: {out}: --resume: the run read its trace from "
+                                       f"{source / 'trace.csv'}, whose folder is gone; put the trace back "
+                                       "there, then resume\n")
+    source.mkdir()
+    (source / "trace.csv").write_text(kept)
+    assert main(["run", "--resume", str(out), "--quiet"]) == 0
+
+
+def test_an_input_inside_the_run_folder_named_as_a_run_file_is_refused(tmp_path):
+    from edgefl import rundir
+    from edgefl.errors import EdgeflError
+    from edgefl.experiment import prepare, run
+    from edgefl.scenario import load_scenario
+
+    out = tmp_path / "run"
+    out.mkdir()
+    rundir.write_marker(out, "run")
+    (out / "trace.json").write_text('{"0": [[0, 900000]], "1": [[0, 900000]], "2": [[0, 900000]], '
+                                    '"3": [[0, 900000]]}')
+    sets = [*SETS, f'fleet.availability="{out / "trace.json"}"']
+    scenario = load_scenario(ROOT / "scenarios" / "quickstart.toml", sets)
+    exp = prepare(scenario, "quickstart.toml", dry_run=True)
+    with pytest.raises(EdgeflError, match=r"where the run writes its own trace\.json"):
+        run(exp, out, progress=False)
+    assert (out / "trace.json").read_text().startswith('{"0": [[0, 900000]]')

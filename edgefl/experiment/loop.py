@@ -93,6 +93,7 @@ def _start(exp: Experiment, out: Path, resume: bool, text: str,
     s = exp.scenario
     trace = trace_file(s.fleet, exp.where)
     files = [*exp.pool.profile_files(), *([trace] if trace else [])]
+    _outside(out, files)
     fingerprint, digests = rundir.fingerprint(text, files), rundir.profile_digests(files)
     if resume and s.round.mode == "async":
         raise EdgeflError(str(out), "--resume", "an async run cannot be resumed (its clients are mid-flight "
@@ -350,6 +351,15 @@ def start_or_resume(exp: Experiment, out: Path, progress: bool) -> dict[str, Any
     if not resume:
         prepare_out(out, True)
     return run(exp, out, progress=progress, resume=resume)
+
+
+def _outside(out: Path, inputs: list[Path]) -> None:
+    """Refuse an input (a trace, a profile) that is one of the files the run writes in `out`."""
+    folder = out.resolve()
+    for path in inputs:
+        if path.resolve().parent == folder and path.name in rundir.RUN_FILES:
+            raise EdgeflError(str(path), "file", f"is an input of the run, inside its run folder, where the "
+                              f"run writes its own {path.name}; keep the run's inputs outside --out")
 
 
 def prepare_out(out: Path, overwrite: bool) -> None:
