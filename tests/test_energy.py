@@ -58,8 +58,9 @@ def test_a_battery_drains_dies_and_recharges() -> None:
     charger = Diurnal(seed=0, start_h=1.0, hours=2.0, spread_h=0.0)
     b = Battery(np.array([1.0 * WH, math.inf]), np.array([0.5, 1.0]), charger, charge_w=0.5)
     assert b.charge_j.tolist() == [1800.0, math.inf]
-    assert b.covers(np.array([0, 1]), np.array([1799.0, 1e12]), 0.0).tolist() == [True, True]
-    assert b.covers(np.array([0]), np.array([1800.0]), 0.0).tolist() == [False]  # it would end empty
+    ten = np.array([10.0, 10.0])  # seconds of work, before its charger's window
+    assert b.covers(np.array([0, 1]), np.array([1799.0, 1e12]), ten, 0.0).tolist() == [True, True]
+    assert b.covers(np.array([0]), np.array([1800.0]), ten[:1], 0.0).tolist() == [False]  # it would end empty
     assert b.drain(np.array([0, 1]), np.array([1000.0, 1e12]), 0.0).tolist() == [1000.0, 1e12]  # all taken
     assert b.charge_j.tolist() == [800.0, math.inf] and b.powered(0, 0.0) and b.powered(1, 0.0)
     assert b.drain(np.array([0]), np.array([900.0]), 0.0).tolist() == [800.0]  # what it held
@@ -67,7 +68,13 @@ def test_a_battery_drains_dies_and_recharges() -> None:
     powered = Powered(Always(), b)
     assert not powered.online(0, 1800.0) and powered.online_at(0, 1800.0) == 3600.0
     assert powered.online(0, 3600.0)
-    assert b.covers(np.array([0]), np.array([1e6]), 5400.0).tolist() == [True]  # on its charger
+    # on its charger at 01:30 with 900 J: an hour's work gains 0.5 W x 3600 s, so 2700 J in all;
+    # two hours' work is plugged in until 03:00 only, 5400 s: 900 + 2700 = 3600 J
+    hour = np.array([3600.0])
+    assert b.covers(np.array([0]), np.array([2699.0]), hour, 5400.0).tolist() == [True]
+    assert b.covers(np.array([0]), np.array([2700.0]), hour, 5400.0).tolist() == [False]
+    assert b.covers(np.array([0]), np.array([3599.0]), 2 * hour, 5400.0).tolist() == [True]
+    assert b.covers(np.array([0]), np.array([1e6]), 2 * hour, 5400.0).tolist() == [False]  # was True
     assert b.level(np.array([0]), 5400.0).tolist() == [900.0]
     assert b.level(np.array([0]), 7200.0).tolist() == [1800.0]
     assert b.level(np.array([0]), 20000.0).tolist() == [WH]  # full at 03:00, capped after
@@ -75,6 +82,18 @@ def test_a_battery_drains_dies_and_recharges() -> None:
     assert b.charge_j[0] == 900.0 and b.level(np.array([0]), 86400.0 + 4500.0).tolist() == [WH]
     assert b.plugged(0, 5400.0) and b.unplugged_at(0, 5400.0) == 10800.0  # plugged 01:00-03:00
     assert Battery(np.array([WH]), np.array([0.0])).powered_at(0, 0.0) == math.inf  # no charger
+
+
+def test_an_empty_battery_on_a_weak_charger_pays_for_no_work() -> None:
+    """Empty at 0 s, on a 1e-6 W charger around the clock: a 30 J round of 60 s is refused (issue 39:
+    such phones finished whole rounds for 1.3e-5 J each); a 1 W charger brings 60 J in those 60 s,
+    enough for 30 J, not for 60 (it would end empty)."""
+    always = Diurnal(seed=0, start_h=0.0, hours=24.0, spread_h=0.0)
+    weak = Battery(np.array([10.0 * WH]), np.array([0.0]), always, charge_w=1e-6)
+    assert weak.covers(np.array([0]), np.array([30.0]), np.array([60.0]), 0.0).tolist() == [False]
+    strong = Battery(np.array([10.0 * WH]), np.array([0.0]), always, charge_w=1.0)
+    assert strong.covers(np.array([0]), np.array([30.0]), np.array([60.0]), 0.0).tolist() == [True]
+    assert strong.covers(np.array([0]), np.array([60.0]), np.array([60.0]), 0.0).tolist() == [False]
 
 
 def test_seconds_online_follow_the_window() -> None:

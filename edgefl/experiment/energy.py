@@ -55,7 +55,8 @@ class RoundEnergy:
         if self.battery is None or self.power is None:
             return costs, dropped
         need = self.power.energy(s, costs, *self.sent(plan), np.zeros(len(s.clients)))
-        dropped = ~self.battery.covers(s.clients, need, now)
+        busy = costs.download_s + costs.data_access_s + costs.compute_s + costs.upload_s
+        dropped = ~self.battery.covers(s.clients, need, busy, now)
         zeroed = {k: np.where(dropped, 0.0, getattr(costs, k)) for k in WORK}
         return replace(costs, swapped=costs.swapped & ~dropped, **zeroed), dropped
 

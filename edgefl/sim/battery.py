@@ -10,9 +10,11 @@ it (edgefl.sim.availability.Diurnal with `fleet.tz_spread_h` and the scenario se
 is the same night in both), and its battery gains `charge_w` watts meanwhile, up to its capacity. A
 charge is brought up to date lazily: `level(t)` adds the watts times the seconds plugged in since it
 was last settled; `drain` settles to the moment the work ended first, so charging during the work
-counts. A plugged-in device can always pay for its work (`covers`), but the work is still taken
-from its battery after the charger's gain, which is capped at capacity first: an approximation
-that undercharges a full battery on its charger.
+counts. A device pays for its work (`covers`) with its charge and what its charger brings while the
+work lasts: a charger weaker than the work's draw no longer powers any work on an empty battery (a
+1e-6 W one let empty phones finish whole rounds). The work is taken from the battery after the
+charger's gain, which is capped at capacity first: an approximation that undercharges a full
+battery on its charger.
 
 An empty battery leaves its device offline (`Powered`, the fleet's availability with batteries)
 until it is plugged in again. Rounds drop, at their start, every selected client whose charge cannot
@@ -100,11 +102,13 @@ class Battery:
         never, without a charger)."""
         return t if self.powered(client, t) else self.plugged_at(client, t)
 
-    def covers(self, clients: np.ndarray, joules: np.ndarray, t: float) -> np.ndarray:
-        """Per client, whether it pays for `joules` of work starting at `t`: its charge then exceeds
-        them (it would not end empty), or it is on its charger."""
-        plugged = np.array([self.plugged(k, t) for k in clients.tolist()], dtype=bool)
-        return np.asarray(self.level(clients, t) > joules) | plugged
+    def covers(self, clients: np.ndarray, joules: np.ndarray, seconds: np.ndarray, t: float) -> np.ndarray:
+        """Per client, whether it pays for `joules` of work of `seconds` starting at `t`: its charge
+        then and the charger's watts over the seconds it is plugged in meanwhile exceed them (it
+        would not end empty)."""
+        gained = 0.0 if self.charger is None else self.charge_w * self.charger.online_seconds(
+            clients, np.full(len(clients), t), t + seconds)
+        return np.asarray(self.level(clients, t) + gained > joules)
 
     def drain(self, clients: np.ndarray, joules: np.ndarray, t: np.ndarray | float) -> np.ndarray:
         """Take each client's joules, spent by `t`, from its charge settled to `t` (never below 0; a
