@@ -549,10 +549,12 @@ def _overrides(args: argparse.Namespace) -> list[str]:
 def cmd_plot(args: argparse.Namespace) -> int:
     from edgefl.report.compare import differing_setup
     from edgefl.report.figures import make_figures
+    from edgefl.report.timeline import MAX_CLIENTS
 
-    if args.timeline_clients < 0:
+    if not 0 <= args.timeline_clients <= MAX_CLIENTS:
         raise EdgeflError("--timeline-clients", str(args.timeline_clients), "must be 0 (no timeline) or a "
-                          "client count")
+                          f"client count up to {MAX_CLIENTS} (a row each: a taller chart can be neither "
+                          "read nor drawn in reasonable time)")
     for path in make_figures(args.runs, args.out or args.runs[0] / "figures", args.target,
                              args.timeline_clients):
         print(path)

@@ -81,6 +81,13 @@ def test_plot_writes_the_timeline_of_a_run(tmp_path: Path, capsys: pytest.Captur
         path = run / "figures" / f"timeline.{ext}"
         assert str(path) in written and path.stat().st_size > 1000
     assert main(["plot", str(run), "--timeline-clients", "-1"]) == 2
+    capsys.readouterr()
+    # a row per client: 100,000 rows once ran for minutes with no answer (issue 39)
+    assert main(["plot", str(run), "--timeline-clients", "100000"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--timeline-clients: 100000: must be 0 (no timeline) or a client count " \
+        "up to 500" in err
+    assert main(["plot", str(run), "--timeline-clients", "500"]) == 0
 
 
 def test_timelines_of_runs_whose_folders_share_a_name_do_not_overwrite_each_other() -> None:
