@@ -693,3 +693,21 @@ def test_a_csv_trace_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
     path = tmp_path / "excel.csv"
     path.write_text("\ufeffclient,start_s,end_s\n0,0,5\n1,2,8\n", encoding="utf-8")
     assert read_trace(path, False, "s.toml").online(1, 3.0)
+
+
+def test_the_breakdown_of_a_round_no_client_completed_fits_in_the_round(tmp_path: Path) -> None:
+    """Every device online 2 s of each 100,000: in round 1 all ten go offline mid-work. The
+    straggler's compute, data access and communication add up to at most the round's time (issue 39:
+    its whole plan, 202 s of compute, was logged for a 2 s round)."""
+    lines = [f"{k},{start},{start + 2}" for k in range(20) for start in (0, 100_000)]
+    (tmp_path / "t.csv").write_text("client,start_s,end_s\n" + "\n".join(lines) + "\n0,199990,200000\n")
+    (tmp_path / "s.toml").write_text((ROOT / "scenarios" / "quickstart.toml").read_text())
+    out = tmp_path / "run"
+    assert main(["run", str(tmp_path / "s.toml"), "--dry-run", "--set", 'fleet.availability="t.csv"', "--set",
+                 "rounds=2", "--out", str(out), "--quiet"]) == 0
+    rows = list(csv.DictReader((out / "metrics.csv").open()))
+    assert rows[1]["completed"] == "0" and rows[1]["offline"] == "10"
+    for r in rows:
+        busy = float(r["compute_s"]) + float(r["data_access_s"]) + float(r["comm_s"])
+        assert busy <= float(r["round_time_s"]) - float(r["server_s"]) + 1e-9, r
+    assert busy == pytest.approx(float(rows[1]["round_time_s"]))  # it worked until it went offline

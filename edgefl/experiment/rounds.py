@@ -228,13 +228,30 @@ def stopped_events(r: RoundTable, starts: list[np.ndarray], ends: list[np.ndarra
 def metrics_row(r: RoundTable, loss: float | str, info: dict[str, Any]) -> dict[str, Any]:
     """metrics.csv's row: the straggler's breakdown (compute + data access + comm + server = the
     round's time), the mean wait and the clients that swapped."""
-    i, c, n = r.straggler, r.costs, len(r.states.clients)
+    c, n = r.costs, len(r.states.clients)
+    down, data, compute, up = straggler_phases(r)
     return {"round": r.round, "sim_time_s": r.end_s, "round_time_s": r.duration_s,
-            "compute_s": float(c.compute_s[i]), "data_access_s": float(c.data_access_s[i]),
-            "comm_s": float(c.download_s[i] + c.upload_s[i]), "wait_s": sum(r.wait_s.tolist()) / n,
+            "compute_s": compute, "data_access_s": data, "comm_s": down + up,
+            "wait_s": sum(r.wait_s.tolist()) / n,
             "server_s": r.server_s, "clients": n, "swapped": int(c.swapped.sum()),
             "train_loss": loss, "clean_acc": "", "adv_acc": "", **status_counts(r), **info,
             **energy_totals(r)}
+
+
+def straggler_phases(r: RoundTable) -> list[float]:
+    """The straggler's download, data access, compute and upload seconds; cut where it stopped when
+    it did not complete (a living round none of whose clients completed: its whole plan would
+    outlast the round)."""
+    i, c = r.straggler, r.costs
+    phases = [float(x[i]) for x in (c.download_s, c.data_access_s, c.compute_s, c.upload_s)]
+    if r.status is None or r.status[i] == COMPLETED:
+        return phases
+    left = float(r.finish_s[i]) - (r.start_s if r.begin_s is None else float(r.begin_s[i]))
+    cut = []
+    for seconds in phases:
+        cut.append(min(seconds, max(left, 0.0)))
+        left -= cut[-1]
+    return cut
 
 
 def status_counts(r: RoundTable) -> dict[str, int]:
