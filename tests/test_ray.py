@@ -77,3 +77,18 @@ def test_a_compare_over_seeds_spreads_its_runs_over_ray_with_the_in_process_file
         assert simulated_rows(ray_run / "clients.csv") == simulated_rows(local_run / "clients.csv"), run
     same = [(tmp_path / d / "seeds.csv").read_text() for d in ("ray", "local")]
     assert same[0] == same[1]
+
+
+def test_an_async_run_under_ray_evaluates_as_in_process(tmp_path):
+    """The evaluation attack's random starts are drawn from the driver's torch state, which in-process
+    training once moved between an async run's client starts (issue 39: PGD 0.13 under Ray, 0.145
+    in-process); training now runs on a fork of it, as on a Ray worker."""
+    small = sets(["rounds=3", "training.local_iters=2", "attack.steps=2", "evaluation.steps=3",
+                  "data.test_samples=64", "evaluation.every=1", "ray.workers=2"])
+    args = ["run", str(ROOT / "scenarios" / "async-digits.toml"), *small, "--quiet"]
+    try:
+        assert main([*args, "--out", str(tmp_path / "ray"), "--executor", "ray"]) == 0
+    finally:
+        ray.shutdown()
+    assert main([*args, "--out", str(tmp_path / "local")]) == 0
+    assert (tmp_path / "ray" / "metrics.csv").read_text() == (tmp_path / "local" / "metrics.csv").read_text()

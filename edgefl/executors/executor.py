@@ -35,8 +35,14 @@ class LocalExecutor:
         self.method = method
 
     def train(self, round_: int, plans: dict[int, ClientPlan]) -> list[ClientUpdate]:
-        updates = [u for group in groups(self.method, round_, plans)
-                   for u in train_timed_group(self.method, round_, group)]
+        """The updates, trained on a fork of torch's random state: a client seeds and draws its own
+        stream (seeded per seed, round and client), and leaves this process's state as a Ray worker
+        leaves the driver's, untouched, so what the driver draws next (the evaluation attack's random
+        starts, between an async run's client starts) is the same whichever executor trained."""
+        cuda = [self.method.ctx.device] if self.method.ctx.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=cuda):
+            updates = [u for group in groups(self.method, round_, plans)
+                       for u in train_timed_group(self.method, round_, group)]
         return in_order(updates, plans)
 
 
