@@ -56,8 +56,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"edgefl: {what}{_resume_hint(args)}", file=sys.stderr)
         return 130
     finally:
-        if main_thread:
-            signal.signal(signal.SIGTERM, previous)
+        if main_thread:  # None: a handler not set from Python
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 def _terminate(signum: int, frame: object) -> None:
@@ -66,11 +66,19 @@ def _terminate(signum: int, frame: object) -> None:
 
 
 def _streams_open() -> None:
-    """A process started with its stdout or stderr closed (`2>&-`) writes them to the null device:
-    its progress and warnings have nowhere to go, its run still has to finish."""
-    for name in ("stdout", "stderr"):
+    """A process started with its stdin, stdout or stderr closed (`2>&-`) has the null device there
+    instead: its progress and warnings have nowhere to go, its run still has to finish, and a file
+    it opens never takes descriptor 2 (where a library's own errors would land in it)."""
+    for fd, name in enumerate(("stdin", "stdout", "stderr")):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
         if getattr(sys, name) is None:
-            setattr(sys, name, open(os.devnull, "w"))  # noqa: SIM115 (the process's own, for its life)
+            setattr(sys, name, open(fd, "r" if fd == 0 else "w", closefd=False))  # noqa: SIM115
 
 
 def _error(text: str) -> None:
@@ -360,6 +368,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
                                     [out, out / method] if several else [out], args.dry_run))]
     if len(pending) > 1 and pending[0].scenario.executor == "ray" and not args.dry_run:
         _spread_runs(pending, args)
+    if several and args.interval == "bootstrap" and len(seeds) < 5:
+        print(f"edgefl: warning: a bootstrap over {len(seeds)} seeds is about the range of the paired "
+              "differences, narrower than it should be; use --interval t, or 5 seeds or more",
+              file=sys.stderr)
     for run in pending:
         _compare_run(run, args)
     try:
@@ -419,6 +431,8 @@ def _parse_seeds(text: str) -> list[int]:
         items = [int(t) for t in text.split(",")]
     except ValueError:
         raise EdgeflError("edgefl compare", "--seeds", f"{text!r} is not a list of seeds; {fix}") from None
+    if len(items) == 1 and not 0 < items[0] <= MAX_SEEDS:  # a count, checked before it is counted out
+        raise EdgeflError("edgefl compare", "--seeds", f"{text!r}: {fix}; a count is 1 to {MAX_SEEDS}")
     seeds = list(range(items[0])) if len(items) == 1 else items
     if not seeds or min(seeds) < 0 or len(set(seeds)) != len(seeds) or len(seeds) > MAX_SEEDS:
         raise EdgeflError("edgefl compare", "--seeds", f"{text!r}: {fix}, each seed once, non-negative, "
@@ -466,10 +480,8 @@ class ComparedRun:
 
 def _unfinished(name: str, scenario: Scenario, folders: list[Path], dry_run: bool) -> ComparedRun | None:
     """The run of a comparison in the last of `folders`, or None (said on stdout) when it finished."""
-    from edgefl.scenario import to_toml
-
     run_dir = folders[-1] / (f"seed-{scenario.seed}" if len(folders) > 1 else scenario.method)
-    _check_kept(run_dir, to_toml(scenario), dry_run)
+    _check_kept(run_dir, scenario, dry_run)
     if (run_dir / "summary.json").exists():
         print(f"{name}: finished, kept ({run_dir})")
         return None
@@ -493,9 +505,12 @@ def _compare_run(run: ComparedRun, args: argparse.Namespace) -> None:
 
 def _spread_runs(runs: list[ComparedRun], args: argparse.Namespace) -> None:
     """The runs side by side as Ray tasks (edgefl.experiment.spread), each line printed as it ends."""
+    from edgefl.experiment import prepare
     from edgefl.experiment.spread import job, run_spread
     from edgefl.rundir import claim
 
+    prepare(runs[0].scenario, str(args.scenario), dry_run=args.dry_run)  # the data here first: a missing
+    # data set is refused before any folder is made, and a download happens once, not in every task
     for folder in dict.fromkeys(f for r in runs for f in r.folders):
         claim(folder, "compare")
     jobs = [(r.name, r.scenario, job(r.scenario, str(args.scenario), r.run_dir, args.dry_run)) for r in runs]
@@ -503,11 +518,13 @@ def _spread_runs(runs: list[ComparedRun], args: argparse.Namespace) -> None:
         print(_run_line(summary, next(r.run_dir for r in runs if r.name == name)))
 
 
-def _check_kept(run_dir: Path, scenario_text: str, dry_run: bool) -> None:
+def _check_kept(run_dir: Path, scenario: Scenario, dry_run: bool) -> None:
     """A comparison's run folder already there must hold a run of this scenario, dry or trained as
     this comparison is (a finished dry run has no accuracies to compare; a trained one is not redone
-    dry)."""
-    if _saved_scenario(run_dir) not in (None, scenario_text):
+    dry). Its scenario.toml is this scenario as written, or as an earlier edgefl wrote it: the same
+    values, with the keys added since at their defaults."""
+    saved = _saved_scenario(run_dir)
+    if saved is not None and not _same_scenario(saved, scenario, str(run_dir / "scenario.toml")):
         raise EdgeflError(str(run_dir), "scenario.toml", "holds a run of another scenario; "
                           "choose another --out or delete that run directory")
     summary = run_dir / "summary.json"
@@ -526,6 +543,19 @@ def _check_kept(run_dir: Path, scenario_text: str, dry_run: bool) -> None:
         raise EdgeflError(str(run_dir), "--dry-run", f"holds {kind} of this scenario, and this comparison "
                           f"{'is dry' if dry_run else 'trains'}; choose another --out or delete that run "
                           "directory")
+
+
+def _same_scenario(saved: str, scenario: Scenario, where: str) -> bool:
+    import tomllib
+
+    from edgefl.scenario import scenario_from_toml, to_toml
+
+    if saved == to_toml(scenario):
+        return True
+    try:
+        return scenario_from_toml(tomllib.loads(saved), where) == scenario
+    except (EdgeflError, ValueError, RecursionError):
+        return False
 
 
 def _saved_scenario(run_dir: Path) -> str | None:

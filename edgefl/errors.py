@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class EdgeflError(Exception):
     """A problem with the user's input. The CLI prints it as one line and exits with code 2."""
@@ -14,6 +16,17 @@ class EdgeflError(Exception):
         self.key = key
         self.fix = fix
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled by its fields, whatever its class's arguments (a Ray task's error comes back)."""
+        return _rebuilt, (type(self), self.args, self.__dict__)
+
+
+def _rebuilt(cls: type[EdgeflError], args: tuple[Any, ...], fields: dict[str, Any]) -> EdgeflError:
+    error = cls.__new__(cls)
+    Exception.__init__(error, *args)
+    error.__dict__.update(fields)
+    return error
+
 
 class WorkerDied(EdgeflError):
     """A process that trained a part of the round died (killed, or out of memory): the round is lost,
@@ -23,7 +36,7 @@ class WorkerDied(EdgeflError):
 
     def __init__(self, pid: int, code: int) -> None:
         super().__init__(f"training worker process {pid}", "exit", f"it died (exit code {code}: killed, "
-                         "or out of memory) and the round was lost; the run's last checkpoint is intact")
+                         "or out of memory) and the round in progress was lost")
 
 
 class Terminated(KeyboardInterrupt):

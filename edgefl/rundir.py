@@ -145,7 +145,8 @@ def hold(folder: Path, flag: str = "--out") -> None:
     itself (flock on its descriptor, which the kernel drops when the process ends, however it
     ends), so no two processes write one run folder; one another process holds is refused with a
     line naming it. Holding a folder this process holds already does nothing."""
-    if folder in _HELD:
+    key = _key(folder)
+    if key in _HELD:
         return
     try:
         fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
@@ -154,18 +155,26 @@ def hold(folder: Path, flag: str = "--out") -> None:
                           f"another {flag}") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+    except BlockingIOError:
         pid = _holder(os.fstat(fd).st_ino)
         os.close(fd)
         who = "another edgefl" + (f" (pid {pid})" if pid else "")
         raise EdgeflError(str(folder), flag, f"{who} is writing this run folder; wait until it ends, or "
                           f"choose another {flag}") from None
-    _HELD[folder] = fd
+    except OSError:  # a file system without flock on folders (some NFS): held unlocked, still watched
+        pass
+    _HELD[key] = fd
+
+
+def _key(folder: Path) -> Path:
+    """A held folder's key: its absolute path as spelled (symlinks not followed: a link put in its
+    place is not the folder held), the same however a caller spells it relative to here."""
+    return Path(os.path.abspath(folder))
 
 
 def let_go(folder: Path) -> None:
     """Release a folder `hold` took (nothing when this process does not hold it)."""
-    fd = _HELD.pop(folder, None)
+    fd = _HELD.pop(_key(folder), None)
     if fd is not None:
         os.close(fd)
 
@@ -186,7 +195,7 @@ def _holder(inode: int) -> int | None:
 def in_place(folder: Path) -> None:
     """Refuse to write into a held folder that is no longer the folder held: moved, deleted, or
     replaced by another folder or by a link to one (a user's files are never written that way)."""
-    fd = _HELD.get(folder)
+    fd = _HELD.get(_key(folder))
     if fd is None:
         return
     try:
@@ -202,7 +211,7 @@ def in_place(folder: Path) -> None:
 def drop_temporary(folder: Path) -> None:
     """Remove the temporary files (`.NAME.*.tmp`) a killed writer left in a run folder this process
     holds: no other process writes there."""
-    assert folder in _HELD, "only a held folder's temporary files are known to be no one's"
+    assert _key(folder) in _HELD, "only a held folder's temporary files are known to be no one's"
     for entry in folder.iterdir():
         if entry.name.startswith(".") and entry.name.endswith(".tmp") and entry.is_file() \
                 and not entry.is_symlink():

@@ -155,3 +155,17 @@ def test_an_input_inside_the_run_folder_named_as_a_run_file_is_refused(tmp_path)
     with pytest.raises(EdgeflError, match=r"where the run writes its own trace\.json"):
         run(exp, out, progress=False)
     assert (out / "trace.json").read_text().startswith('{"0": [[0, 900000]]')
+
+
+def test_a_folder_is_held_once_however_this_process_spells_it(tmp_path, monkeypatch):
+    from edgefl import rundir
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "r").mkdir()
+    rundir.hold(Path("r"))
+    try:
+        rundir.hold(tmp_path / "r")  # the same folder: not "another edgefl (this pid)"
+        rundir.in_place(Path("r"))
+    finally:
+        rundir.let_go(tmp_path / "r")
+    assert not rundir._HELD

@@ -216,6 +216,7 @@ def test_a_killed_compare_over_seeds_keeps_finished_seeds_and_resumes_the_killed
     (["--seeds", "0,0"], "--seeds"),
     (["--seeds=-1,2"], "--seeds"),
     (["--seeds", "0"], "--seeds"),
+    (["--seeds", "100000000000"], "--seeds"),  # refused before it is counted out
     (["--seeds", "2", "--reference", "fedavg_at"], "--reference"),
     (["--seeds", "2", "--set", "seed=4"], "seed"),
     (["--set", "compare.seeds=[-1]"], "compare.seeds"),
@@ -228,3 +229,16 @@ def test_bad_seeds_or_reference_stop_before_any_run_with_one_line(tmp_path, caps
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{key}:" in err
     assert not out.exists()
+
+
+def test_a_run_an_earlier_edgefl_wrote_without_the_seeds_key_is_kept(tmp_path, capsys):
+    """Its scenario.toml lacks `seeds = []` under [compare] (the key came later): the same values,
+    so the run is kept, not refused as another scenario's."""
+    out = tmp_path / "cmp"
+    args = ["compare", str(SCENARIO), "--methods", "jfat", *SMALL, "--out", str(out), "--dry-run", "--quiet"]
+    assert main(args) == 0
+    saved = out / "jfat" / "scenario.toml"
+    saved.write_text(saved.read_text().replace("seeds = []\n", ""))
+    capsys.readouterr()
+    assert main(args) == 0
+    assert capsys.readouterr().out.startswith("jfat: finished, kept")

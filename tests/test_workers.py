@@ -191,3 +191,17 @@ def test_a_dead_worker_is_an_error_naming_it_and_is_replaced() -> None:
     workers._WORKERS[0].process.kill()
     workers._WORKERS[0].process.wait()
     assert run_parts(operator.add, [(1, 2), (3, 4)]) == [3, 7]
+
+
+def test_edgefl_errors_cross_a_process_boundary_whole() -> None:
+    """A Ray task's or a worker's error comes back pickled: the class, its fields and its line."""
+    import pickle
+
+    from edgefl.errors import EdgeflError, NotARunError
+
+    for error in (EdgeflError("s.toml", "rounds", "must be 1 or more"), WorkerDied(41, -9),
+                  NotARunError("run", "metrics.csv", "missing")):
+        back = pickle.loads(pickle.dumps(error))
+        assert type(back) is type(error) and str(back) == str(error)
+        assert (back.where, back.key, back.fix) == (error.where, error.key, error.fix)
+    assert pickle.loads(pickle.dumps(WorkerDied(41, -9))).resumable

@@ -35,8 +35,9 @@ _WORKER: dict[Callable[[], Method], Method] = {}  # the recipe -> the worker's m
 
 
 def started_ray(cfg: RayConfig, where: str) -> Any:
-    """The `ray` module, joined to the cluster at `ray.address` or to a local Ray of `ray.workers`
-    CPUs (once per process)."""
+    """The `ray` module, joined to the cluster at `ray.address` or to a new local Ray of `ray.workers`
+    CPUs (once per process; "local": never a cluster this machine runs already, whose CPUs are not
+    the workers asked for)."""
     try:
         import ray
     except ImportError:
@@ -44,7 +45,7 @@ def started_ray(cfg: RayConfig, where: str) -> Any:
                           'or use executor = "local"') from None
     if not ray.is_initialized():
         cpus = None if cfg.address else (cfg.workers or None)  # a cluster brings its own
-        ray.init(address=cfg.address or None, num_cpus=cpus, include_dashboard=False,
+        ray.init(address=cfg.address or "local", num_cpus=cpus, include_dashboard=False,
                  log_to_driver=False, configure_logging=False)
     return ray
 

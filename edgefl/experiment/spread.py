@@ -56,8 +56,11 @@ def run_spread(jobs: list[tuple[str, Scenario, Job]]) -> Iterator[tuple[str, dic
     _, first, _ = jobs[0]
     ray = started_ray(first.ray, jobs[0][2].where)
     gpus = 1 if resolve_device(first.device).type == "cuda" else 0
-    task = ray.remote(num_cpus=max(first.threads, 1), num_gpus=gpus,
-                      max_retries=first.ray.max_retries)(run_job)
+    cpus, there = max(first.threads, 1), int(ray.cluster_resources().get("CPU", 0))
+    if cpus > there:
+        raise EdgeflError(jobs[0][2].where, "threads", f"a run asks for {cpus} CPUs and the Ray cluster has "
+                          f"{there}, so no run could start; lower threads")
+    task = ray.remote(num_cpus=cpus, num_gpus=gpus, max_retries=first.ray.max_retries)(run_job)
     pending = {task.remote(j): name for name, _, j in jobs}
     try:
         while pending:
@@ -73,10 +76,11 @@ def _result(ray: Any, ref: Any, name: str) -> dict[str, Any]:
     """A task's summary, or its error as the one line it would be in-process."""
     try:
         return dict(ray.get(ref))
-    except ray.exceptions.RayTaskError as exc:
-        cause = getattr(exc, "cause", None)
+    except ray.exceptions.RayError as exc:  # a task's own error, or its worker or node lost for good
+        cause = getattr(exc, "cause", None) or exc
         if isinstance(cause, EdgeflError):
             raise cause from None
-        reason = str(cause).splitlines()[0] if str(cause) else ""
-        raise EdgeflError(name, "ray", f"the run failed on its Ray worker ({type(cause).__name__}: "
-                          f"{reason}); run it alone with edgefl run to see why") from None
+        reason = (str(cause).strip().splitlines() or [""])[0][:200]
+        raise EdgeflError(name, "ray", f"the run failed on the cluster ({type(cause).__name__}: {reason}); "
+                          "run the same edgefl compare again to resume it, or run it alone with edgefl run "
+                          "to see why") from None
