@@ -92,3 +92,49 @@ def test_an_async_run_under_ray_evaluates_as_in_process(tmp_path):
         ray.shutdown()
     assert main([*args, "--out", str(tmp_path / "local")]) == 0
     assert (tmp_path / "ray" / "metrics.csv").read_text() == (tmp_path / "local" / "metrics.csv").read_text()
+
+
+@pytest.mark.parametrize(("error", "says"), [
+    ("OutOfMemoryError", "clients 3, 5: ray.workers: its Ray task ran out of memory"),
+    ("ObjectStoreFullError", "clients 3, 5: ray.workers: Ray's object store is full"),
+    ("RaySystemError", "clients 3, 5: ray: the Ray cluster failed (RaySystemError: System error: gcs lost)"),
+])
+def test_a_failed_ray_task_is_one_line_naming_its_clients_and_the_setting(error, says):
+    from edgefl.executors.ray import failure
+
+    found = failure(getattr(ray.exceptions, error)("gcs lost"), [3, 5])
+    assert str(found).startswith(says) and "\n" not in str(found)
+    assert found.resumable == (error == "RaySystemError")
+
+
+def test_a_cluster_failing_mid_run_is_one_line_and_the_run_resumes_to_the_same_files(tmp_path, monkeypatch,
+                                                                                     capsys):
+    """The cluster fails in round 1 (its head lost: every get fails); the run stops with one line and
+    its round-0 checkpoint, and `--resume` on a fresh local Ray ends with an uninterrupted run's files."""
+    real_get, calls = ray.get, []
+
+    def get(refs, *args, **kwargs):
+        calls.append(1)
+        if len(calls) > 2:  # round 0's groups came back; round 1's do not
+            raise ray.exceptions.RaySystemError("the GCS at the head node is gone")
+        return real_get(refs, *args, **kwargs)
+
+    out, whole = tmp_path / "ray", tmp_path / "local"
+    run = ["run", str(QUICKSTART), *sets([*SMALL, "rounds=3"]), "--quiet"]
+    try:
+        with monkeypatch.context() as patch:
+            patch.setattr(ray, "get", get)
+            assert main([*run, "--executor", "ray", "--out", str(out)]) == 2
+    finally:
+        ray.shutdown()
+    err = [line for line in capsys.readouterr().err.splitlines(keepends=True)  # Ray's own notices aside
+           if line.startswith("edgefl:")]
+    assert len(err) == 1 and "ray: the Ray cluster failed (RaySystemError: System error: the GCS" in err[0]
+    assert err[0].endswith(f"continue from its last checkpoint with edgefl run --resume {out}\n")
+    try:
+        assert main(["run", "--resume", str(out), "--quiet"]) == 0
+    finally:
+        ray.shutdown()
+    assert main([*run, "--out", str(whole)]) == 0
+    assert (out / "metrics.csv").read_text() == (whole / "metrics.csv").read_text()
+    assert simulated_rows(out / "clients.csv") == simulated_rows(whole / "clients.csv")

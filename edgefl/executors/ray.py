@@ -59,13 +59,42 @@ class RayExecutor:
 
     def train(self, round_: int, plans: dict[int, ClientPlan]) -> list[ClientUpdate]:
         snapshot = self.ray.put(self.method.state())
-        refs = [self.task.remote(self.rebuild, snapshot, round_, group)
+        sent = [(list(group), self.task.remote(self.rebuild, snapshot, round_, group))
                 for group in groups(self.method, round_, plans)]
         device = self.method.ctx.device
         updates = [ClientUpdate(u.client, restore(None, u.state, device), u.num_samples, u.loss,
                                 restore(None, u.extra, device), u.real_compute_s)
-                   for us in self.ray.get(refs) for u in us]
+                   for clients, ref in sent for u in self._got(ref, clients)]
         return in_order(updates, plans)
+
+    def _got(self, ref: Any, clients: list[int]) -> list[ClientUpdate]:
+        """A group's updates; Ray's failure as one line naming the clients (edgefl's own error as is)."""
+        try:
+            return list(self.ray.get(ref))
+        except self.ray.exceptions.RayError as exc:
+            raise failure(exc, clients) from None
+
+
+def failure(exc: Exception, clients: list[int]) -> EdgeflError:
+    """Why a Ray task of `clients` failed, as one line naming the setting to change: out of memory,
+    Ray's object store full, or the cluster itself failing (a lost head or node after the retries:
+    the run's last checkpoint is intact); an error of edgefl's inside the task is itself."""
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, EdgeflError):
+        return cause
+    where = f"client{'s' if len(clients) > 1 else ''} {', '.join(map(str, clients))}"
+    name = type(exc).__name__
+    if name == "OutOfMemoryError":
+        return EdgeflError(where, "ray.workers", "its Ray task ran out of memory on its node; lower "
+                           "ray.workers (fewer tasks at once) or training.batch_size")
+    if name == "ObjectStoreFullError":
+        return EdgeflError(where, "ray.workers", "Ray's object store is full; lower ray.workers, or give "
+                           "each node more (ray start --object-store-memory)")
+    reason = (str(exc).strip().splitlines() or [""])[0][:200]
+    lost = EdgeflError(where, "ray", f"the Ray cluster failed ({name}: {reason}) after ray.max_retries "
+                       "retries; the round in progress was lost")
+    lost.resumable = True
+    return lost
 
 
 CONNECT_S = 10.0  # how long a cluster's head may take to accept a connection
