@@ -272,12 +272,13 @@ def _run_target(args: argparse.Namespace) -> tuple[Any, str, Path]:
         return (load_scenario(args.scenario, overrides), str(args.scenario),
                 args.out or default_out(args.scenario, args.dry_run))
     where = str(args.resume / "scenario.toml")
-    flags = (("the scenario", args.scenario), ("--set", args.overrides), ("--out", args.out),
-             ("--dry-run", args.dry_run), ("--executor", args.executor), ("--download", args.download),
-             ("--overwrite", args.overwrite))
+    other_sets = [o for o in args.overrides if not o.strip().startswith("ray.")]
+    flags = (("the scenario", args.scenario), ("--set", other_sets), ("--out", args.out),
+             ("--dry-run", args.dry_run), ("--download", args.download), ("--overwrite", args.overwrite))
     extra = [name for name, given in flags if given]
     if extra:
-        raise EdgeflError(str(args.resume), "--resume", "continues a run as it was started; drop "
+        raise EdgeflError(str(args.resume), "--resume", "continues a run as it was started (only where "
+                          "its clients train may change: --executor, --set ray.KEY=VALUE); drop "
                           + ", ".join(extra))
     if not args.resume.is_dir():
         what = (f"is a file; give its folder ({args.resume.parent}) if that is" if args.resume.is_file()

@@ -138,3 +138,21 @@ def test_a_cluster_failing_mid_run_is_one_line_and_the_run_resumes_to_the_same_f
     assert main([*run, "--out", str(whole)]) == 0
     assert (out / "metrics.csv").read_text() == (whole / "metrics.csv").read_text()
     assert simulated_rows(out / "clients.csv") == simulated_rows(whole / "clients.csv")
+
+
+def test_a_run_begun_on_ray_resumes_in_process_to_the_same_files(tmp_path):
+    """Its driver lost at round 1's checkpoint (killed: the cluster's work is gone with it); `--resume
+    --executor local` goes on in-process and ends with the files of a run that never stopped."""
+    from interrupt import dies_before_checkpoint
+
+    out, whole = tmp_path / "ray", tmp_path / "local"
+    run = ["run", str(QUICKSTART), *sets([*SMALL, "rounds=3"]), "--quiet"]
+    try:
+        with dies_before_checkpoint(2):
+            assert main([*run, "--executor", "ray", "--out", str(out)]) == 130
+    finally:
+        ray.shutdown()
+    assert main(["run", "--resume", str(out), "--executor", "local", "--quiet"]) == 0
+    assert main([*run, "--out", str(whole)]) == 0
+    assert (out / "metrics.csv").read_text() == (whole / "metrics.csv").read_text()
+    assert simulated_rows(out / "clients.csv") == simulated_rows(whole / "clients.csv")

@@ -11,6 +11,7 @@ import json
 import sys
 import time
 from collections.abc import Callable, Collection
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from tqdm import tqdm
 
 from edgefl import checkpoint, rundir
 from edgefl.attacks import make_attack
+from edgefl.config import RayConfig
 from edgefl.errors import EdgeflError
 from edgefl.execution.local import SERVER, evaluate, seed_everything
 from edgefl.executors.executor import Executor, LocalExecutor
@@ -94,7 +96,7 @@ def _start(exp: Experiment, out: Path, resume: bool, text: str,
     trace = trace_file(s.fleet, exp.where)
     files = [*exp.pool.profile_files(), *([trace] if trace else [])]
     _outside(out, files)
-    fingerprint, digests = rundir.fingerprint(text, files), rundir.profile_digests(files)
+    fingerprint, digests = rundir.fingerprint(trained_alike(s), files), rundir.profile_digests(files)
     if resume and s.round.mode == "async":
         raise EdgeflError(str(out), "--resume", "an async run cannot be resumed (its clients are mid-flight "
                           "in the simulation); start it again with --overwrite")
@@ -351,6 +353,13 @@ def start_or_resume(exp: Experiment, out: Path, progress: bool) -> dict[str, Any
     if not resume:
         prepare_out(out, True)
     return run(exp, out, progress=progress, resume=resume)
+
+
+def trained_alike(s: Scenario) -> str:
+    """The scenario as its run's fingerprint sees it: where the clients train (`executor`, `[ray]`)
+    left out, since in-process and Ray workers give the same updates, so a run begun on a cluster
+    that is gone resumes on another, or in-process (`edgefl run --resume --executor local`)."""
+    return to_toml(replace(s, executor="local", ray=RayConfig()))
 
 
 def _outside(out: Path, inputs: list[Path]) -> None:
