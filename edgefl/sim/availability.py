@@ -38,6 +38,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
+import pyarrow as pa
+from pyarrow import csv as pacsv
 
 from edgefl.config import MAX_SECONDS, FleetConfig
 from edgefl.devices import draws
@@ -241,7 +243,7 @@ def _parse(path: Path, mtime_ns: int, size: int) -> Intervals:
     """The trace at `path` as it was at (mtime_ns, size), the cache's key; pickles already allowed."""
     suffix = path.suffix.lower()
     if suffix == ".csv":
-        return _from_csv(path.read_text(encoding="utf-8-sig"))  # a spreadsheet's byte-order mark too
+        return _from_csv(path)
     if suffix == ".json":
         return from_mapping(json.loads(path.read_text(encoding="utf-8-sig")))
     warnings.warn(f"reading the pickle {path} (fleet.trace_pickle): plain data only", stacklevel=3)
@@ -255,12 +257,37 @@ class _PlainUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"the trace holds {module}.{name}; only plain data is read")
 
 
-def _from_csv(text: str) -> Intervals:
-    rows = list(csv.DictReader(io.StringIO(text)))
-    table: dict[str, list[list[float]]] = {}
-    for r in rows:
-        table.setdefault(r["client"], []).append([float(r["start_s"]), float(r["end_s"])])
-    return from_mapping(table)
+CSV_COLUMNS = ("client", "start_s", "end_s")
+
+
+def _from_csv(path: Path) -> Intervals:
+    """A CSV trace read as columns (pyarrow's reader: a 55 MB trace took 14 s and 1.3 GB as Python
+    rows), its intervals checked and grouped by client as arrays; a byte-order mark is skipped."""
+    with path.open(encoding="utf-8-sig", newline="") as f:
+        header = next(csv.reader(f), [])
+    missing = [c for c in CSV_COLUMNS if c not in header]
+    if missing:
+        raise KeyError(missing[0])
+    types = {"client": pa.string(), "start_s": pa.float64(), "end_s": pa.float64()}
+    table = pacsv.read_csv(path, convert_options=pacsv.ConvertOptions(include_columns=list(CSV_COLUMNS),
+                                                                       column_types=types))
+    names = np.asarray(table["client"].to_numpy(zero_copy_only=False), dtype=str)
+    start, end = (table[c].to_numpy(zero_copy_only=False).astype(np.float64) for c in CSV_COLUMNS[1:])
+    keys = sorted(set(names.tolist()), key=lambda k: (0, int(k), "") if k.isdigit() else (1, 0, k))
+    index = {k: i for i, k in enumerate(keys)}
+    row = np.array([index[k] for k in names.tolist()], dtype=np.int64)
+    order = np.lexsort((start, row))
+    row, start, end = row[order], start[order], end[order]
+    period = float(end.max()) if len(end) else 0.0
+    same = row[1:] == row[:-1]
+    if not len(keys) or not 0 < period <= MAX_SECONDS or not np.all((start >= 0) & (start < end)) \
+            or np.any(same & (end[:-1] > start[1:])):
+        raise ValueError(f"intervals must be finite, 0 <= start < end <= period (> 0 and at most "
+                         f"{MAX_SECONDS:.0e} s: about 32 years), and not overlap")
+    cuts = np.flatnonzero(~same) + 1
+    spans = [list(zip(a.tolist(), b.tolist(), strict=True))
+             for a, b in zip(np.split(start, cuts), np.split(end, cuts), strict=True)]
+    return Intervals(spans, [period] * len(spans))
 
 
 def from_mapping(data: Any) -> Intervals:
