@@ -209,3 +209,14 @@ def test_phase_power_adds_up_to_the_rounds_work_joules() -> None:
     seconds = (1.0, 2.0, 4.0, 2.0)
     total = sum(w * t for w, t in zip(watts, seconds, strict=True)) + sum(spread)
     assert total == pytest.approx(19.5) == round_energy(p, c, 0.5, 1e9, 2e9, 0.0)
+
+
+def test_a_battery_is_filled_enough_when_its_charger_has_brought_the_joules() -> None:
+    """Empty at 00:00, on a 0.5 W charger 01:00-03:00: 900 J are in at 01:30 (5400 s), 1800 J at
+    02:00 (7200 s); never more than 3600 J, its capacity."""
+    charger = Diurnal(seed=0, start_h=1.0, hours=2.0, spread_h=0.0)
+    b = Battery(np.array([1.0 * WH]), np.array([0.0]), charger, charge_w=0.5)
+    assert b.filled_at(0, 900.0, 0.0, 1e9) == pytest.approx(5400.0)
+    assert b.filled_at(0, 1800.0, 0.0, 1e9) == pytest.approx(7200.0)
+    assert b.filled_at(0, 3600.0, 0.0, 1e9) == math.inf  # the full battery holds 3600 J: never more
+    assert b.filled_at(0, 900.0, 0.0, 3000.0) == math.inf  # not within the horizon

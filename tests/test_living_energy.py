@@ -196,3 +196,31 @@ def test_the_living_digits_scenario_is_seeded_with_everything_on(tmp_path: Path,
                          ("metrics.csv", "clients.csv", "events.csv"))
     head = texts[1].splitlines()[0].split(",")
     assert {"status", "energy_j", "battery_j", "picked_by"} <= set(head)
+
+
+PHONES = ["--set", 'fleet.devices=["pixel_4a", "iphone_12"]', "--set", "rounds=4", "--dry-run", "--quiet"]
+
+
+def test_a_round_whose_every_client_cannot_pay_waits_until_one_can(tmp_path: Path, capsys) -> None:
+    """Phones only, empty, on 1e-6 W chargers: every selected client is dropped for its battery, and
+    such rounds once lasted 0 s at one instant forever (issue 39). A round now waits until the first
+    of its clients has charged enough to pay for its work, then plays: every round has a client that
+    works, and the clock moves by what the chargers need (weeks at a microwatt)."""
+    out = tmp_path / "run"
+    assert main(["run", str(ROOT / "scenarios" / "energy-digits.toml"), "--set",
+                 "energy.battery_start=[0.0, 0.0]", "--set", "energy.charge_w=1e-6", *PHONES,
+                 "--out", str(out)]) == 0
+    rows = list(csv.DictReader((out / "metrics.csv").open()))
+    assert all(int(r["dropped"]) < int(r["clients"]) for r in rows)
+    assert float(rows[0]["sim_time_s"]) > 7 * 86400  # a microwatt charges slowly
+    times = [float(r["sim_time_s"]) for r in rows]
+    assert times == sorted(times) and len(set(times)) == len(times)
+
+
+def test_a_round_no_battery_or_charger_can_ever_pay_for_is_one_line(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "run"
+    assert main(["run", str(ROOT / "scenarios" / "energy-digits.toml"), "--set",
+                 "energy.battery_start=[0.000001, 0.000001]", *PHONES, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "energy.charge_w: round 0: the battery of every one of its 10 clients " \
+        "is too low to pay for its work, and no charger fills one within 1e+09 s" in err

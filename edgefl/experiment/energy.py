@@ -20,7 +20,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from edgefl.config import Scenario
+from edgefl.config import MAX_SECONDS, Scenario
 from edgefl.devices.pool import DevicePool, DeviceState, States
 from edgefl.sim.battery import Battery
 from edgefl.sim.bulk import Costs, RoundPlan
@@ -59,6 +59,14 @@ class RoundEnergy:
         dropped = ~self.battery.covers(s.clients, need, busy, now)
         zeroed = {k: np.where(dropped, 0.0, getattr(costs, k)) for k in WORK}
         return replace(costs, swapped=costs.swapped & ~dropped, **zeroed), dropped
+
+    def payable_at(self, s: States, plan: RoundPlan, costs: Costs, now: float) -> float:
+        """When the first of a round's clients, all dropped at `now` for their batteries, has charged
+        enough to pay for its work from its battery alone (inf: none within MAX_SECONDS)."""
+        assert self.battery is not None and self.power is not None
+        need = self.power.energy(s, costs, *self.sent(plan), np.zeros(len(s.clients)))
+        return min(self.battery.filled_at(int(k), float(j), now, MAX_SECONDS)
+                   for k, j in zip(s.clients, need, strict=True))
 
     @property
     def sharing(self) -> Links | None:

@@ -39,6 +39,7 @@ from itertools import islice
 import numpy as np
 import torch
 
+from edgefl.config import MAX_SECONDS
 from edgefl.devices.pool import SAMPLE, DevicePool, DeviceState, rng, selected_per_round
 from edgefl.errors import EdgeflError
 from edgefl.execution.local import SERVER, seed_everything
@@ -151,8 +152,18 @@ def live_round(exp: Experiment, live: Live, pricer: Pricer, fed: Federation, t: 
     online (select_online); `server_s(clients whose updates count)` is the server's time."""
     picked = select_online(live, exp.pool, fed, t, exp.where, choose)
     clients = picked.clients if isinstance(picked, Picked) else picked
-    gathered, plan, costs = (priced if exp.bulk else each_priced)(exp.pool, exp.method, pricer, t, clients)
-    costs, dropped = energy.unpaid(gathered, plan, costs, fed.now)
+    gathered, plan, priced_costs = (priced if exp.bulk else each_priced)(exp.pool, exp.method, pricer, t,
+                                                                          clients)
+    costs, dropped = energy.unpaid(gathered, plan, priced_costs, fed.now)
+    if len(clients) and dropped.all():  # no one can pay: the round waits until one's battery can
+        wake = energy.payable_at(gathered, plan, priced_costs, fed.now)
+        if not math.isfinite(wake):
+            raise EdgeflError(exp.where, "energy.charge_w", f"round {t}: the battery of every one of its "
+                              f"{len(clients)} clients is too low to pay for its work, and no charger fills "
+                              f"one within {MAX_SECONDS:.0e} s (none, or too weak); raise energy.charge_w or "
+                              "energy.battery_start")
+        fed.env.run(until=max(wake, math.nextafter(fed.now, math.inf)))
+        costs, dropped = energy.unpaid(gathered, plan, priced_costs, fed.now)
     played = [i for i in range(len(clients)) if not dropped[i]]
     transfers = energy.transfers(gathered, plan, played)
     drains = energy.drains(gathered, plan, costs, fed.now)

@@ -110,6 +110,23 @@ class Battery:
             clients, np.full(len(clients), t), t + seconds)
         return np.asarray(self.level(clients, t) + gained > joules)
 
+    def filled_at(self, client: int, joules: float, t: float, horizon: float) -> float:
+        """The first moment from `t` at which the client's charge alone exceeds `joules` (its charger
+        filling it while plugged in), to float precision; inf when not within `horizon` seconds."""
+        one = np.array([client])
+
+        def enough(at: float) -> bool:
+            return bool(self.level(one, at)[0] > joules)
+
+        lo, hi = t, t + horizon
+        if enough(lo):
+            return lo
+        if not enough(hi):
+            return math.inf
+        while lo < (mid := lo + (hi - lo) / 2) < hi:  # the level only rises: bisect to where it passes
+            lo, hi = (lo, mid) if enough(mid) else (mid, hi)
+        return hi
+
     def drain(self, clients: np.ndarray, joules: np.ndarray, t: np.ndarray | float) -> np.ndarray:
         """Take each client's joules, spent by `t`, from its charge settled to `t` (never below 0; a
         microjoule left is none); the joules taken: all of them, or the charge a battery had when
