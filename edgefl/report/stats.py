@@ -4,7 +4,8 @@ interval, and a band of curves on a common grid.
 A comparison runs every method on the same seeds (the same fleet draw, split and client sampling
 for both methods of a pair), so a method is judged against the reference by the per-seed
 differences d_s = x_s - r_s: their mean, with the Student t interval mean +- t(0.975, n-1) s / sqrt(n)
-(s the sample standard deviation of the d_s), or a percentile bootstrap over the d_s when asked.
+(s the sample standard deviation of the d_s), or a percentile bootstrap over the d_s when asked
+(Efron and Tibshirani, "An Introduction to the Bootstrap", 1993, ch. 13; scipy.stats.bootstrap).
 Times, energy and memory are compared as ratios: the same over log(x_s / r_s), exponentiated, so
 the estimate is the geometric mean ratio and the interval a ratio too.
 """
