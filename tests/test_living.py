@@ -714,8 +714,8 @@ def test_the_breakdown_of_a_round_no_client_completed_fits_in_the_round(tmp_path
 
 
 def test_a_csv_trace_read_as_columns_equals_the_same_trace_as_json(tmp_path: Path) -> None:
-    """The CSV reader groups and checks intervals as arrays (a 41 MB trace: 8.5 s and 1.3 GB as rows
-    before, 2.5 s and 0.65 GB now); it gives what the JSON layout of the same intervals gives."""
+    """The CSV reader groups and checks intervals as arrays (bench/trace_read.py times it); it gives
+    what the JSON layout of the same intervals gives."""
     rng = np.random.default_rng(7)
     table: dict[str, list[list[float]]] = {}
     for k in ["10", "2", "a", "0"]:  # numeric keys in number order, then text: as from_mapping

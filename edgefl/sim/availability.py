@@ -32,7 +32,7 @@ import math
 import pickle
 import warnings
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -261,8 +261,8 @@ CSV_COLUMNS = ("client", "start_s", "end_s")
 
 
 def _from_csv(path: Path) -> Intervals:
-    """A CSV trace read as columns (pyarrow's reader: a 55 MB trace took 14 s and 1.3 GB as Python
-    rows), its intervals checked and grouped by client as arrays; a byte-order mark is skipped."""
+    """A CSV trace read as columns (pyarrow's reader; `bench/trace_read.py` times it against Python
+    rows); a byte-order mark is skipped."""
     with path.open(encoding="utf-8-sig", newline="") as f:
         header = next(csv.reader(f), [])
     missing = [c for c in CSV_COLUMNS if c not in header]
@@ -271,23 +271,11 @@ def _from_csv(path: Path) -> Intervals:
     types = {"client": pa.string(), "start_s": pa.float64(), "end_s": pa.float64()}
     table = pacsv.read_csv(path, convert_options=pacsv.ConvertOptions(include_columns=list(CSV_COLUMNS),
                                                                        column_types=types))
-    names = np.asarray(table["client"].to_numpy(zero_copy_only=False), dtype=str)
+    names = table["client"].to_numpy(zero_copy_only=False).tolist()
     start, end = (table[c].to_numpy(zero_copy_only=False).astype(np.float64) for c in CSV_COLUMNS[1:])
-    keys = sorted(set(names.tolist()), key=lambda k: (0, int(k), "") if k.isdigit() else (1, 0, k))
-    index = {k: i for i, k in enumerate(keys)}
-    row = np.array([index[k] for k in names.tolist()], dtype=np.int64)
-    order = np.lexsort((start, row))
-    row, start, end = row[order], start[order], end[order]
-    period = float(end.max()) if len(end) else 0.0
-    same = row[1:] == row[:-1]
-    if not len(keys) or not 0 < period <= MAX_SECONDS or not np.all((start >= 0) & (start < end)) \
-            or np.any(same & (end[:-1] > start[1:])):
-        raise ValueError(f"intervals must be finite, 0 <= start < end <= period (> 0 and at most "
-                         f"{MAX_SECONDS:.0e} s: about 32 years), and not overlap")
-    cuts = np.flatnonzero(~same) + 1
-    spans = [list(zip(a.tolist(), b.tolist(), strict=True))
-             for a, b in zip(np.split(start, cuts), np.split(end, cuts), strict=True)]
-    return Intervals(spans, [period] * len(spans))
+    index = {k: i for i, k in enumerate(_client_order(set(names)))}
+    row = np.array([index[k] for k in names], dtype=np.int64)
+    return _intervals(row, start, end, np.full(len(index), end.max() if len(end) else 0.0))
 
 
 def from_mapping(data: Any) -> Intervals:
@@ -295,27 +283,46 @@ def from_mapping(data: Any) -> Intervals:
     duration}}, clients in key order (numeric keys sorted as numbers)."""
     if not isinstance(data, dict) or not data:
         raise ValueError("expected a non-empty mapping of client -> intervals")
-    keys = sorted(data, key=lambda k: (0, int(k), "") if str(k).isdigit() else (1, 0, str(k)))
-    if isinstance(data[keys[0]], dict):  # FedScale: online active[i] to inactive[i], repeating each duration
-        spans = [_fedscale_spans(k, data[k]) for k in keys]
-        periods = [_fedscale_period(k, data[k]) for k in keys]
-    else:
-        spans = [_sorted(data[k]) for k in keys]
-        periods = [max((b for s in spans for _, b in s), default=0.0)] * len(spans)
-    if not any(spans):
+    keys = _client_order(data)
+    fedscale = isinstance(data[keys[0]], dict)  # online active[i] to inactive[i], repeating each duration
+    pairs = [_fedscale_spans(k, data[k]) if fedscale else _pairs(data[k]) for k in keys]
+    row = np.repeat(np.arange(len(keys)), [len(p) for p in pairs])
+    start = np.array([a for p in pairs for a, _ in p], dtype=np.float64)
+    end = np.array([b for p in pairs for _, b in p], dtype=np.float64)
+    periods = (np.array([_fedscale_period(k, data[k]) for k in keys]) if fedscale
+               else np.full(len(keys), end.max() if len(end) else 0.0))
+    return _intervals(row, start, end, periods)
+
+
+def _client_order(keys: Iterable[Any]) -> list[Any]:
+    """A trace's clients in order: numeric keys as numbers, then the others as text."""
+    return sorted(keys, key=lambda k: (0, int(k), "") if str(k).isdigit() else (1, 0, str(k)))
+
+
+def _intervals(row: np.ndarray, start: np.ndarray, end: np.ndarray, periods: np.ndarray) -> Intervals:
+    """The intervals of len(periods) clients from columns (each interval's client row, start and end,
+    in any order), sorted and checked as arrays: finite, 0 <= start < end <= the client's period (> 0,
+    at most MAX_SECONDS), not overlapping within a client."""
+    if not len(row):
         raise ValueError("no client has an online interval; give each device when it is online")
-    for s, period in zip(spans, periods, strict=True):
-        if not 0 < period <= MAX_SECONDS or any(not 0 <= a < b <= period for a, b in s) or any(
-                s[i][1] > s[i + 1][0] for i in range(len(s) - 1)):
-            raise ValueError(f"intervals must be finite, 0 <= start < end <= period (> 0 and at most "
-                             f"{MAX_SECONDS:.0e} s: about 32 years), and not overlap")
-    return Intervals(spans, periods)
+    order = np.lexsort((end, start, row))
+    row, start, end = row[order], start[order], end[order]
+    same = row[1:] == row[:-1]
+    if not (np.all((periods > 0) & (periods <= MAX_SECONDS)) and np.all((start >= 0) & (start < end)
+                                                                           & (end <= periods[row]))
+            and not np.any(same & (end[:-1] > start[1:]))):
+        raise ValueError(f"intervals must be finite, 0 <= start < end <= period (> 0 and at most "
+                         f"{MAX_SECONDS:.0e} s: about 32 years), and not overlap")
+    cuts = np.cumsum(np.bincount(row, minlength=len(periods)))[:-1]
+    spans = [list(zip(a.tolist(), b.tolist(), strict=True))
+             for a, b in zip(np.split(start, cuts), np.split(end, cuts), strict=True)]
+    return Intervals(spans, periods.tolist())
 
 
 def _fedscale_spans(client: Any, entry: dict[str, Any]) -> list[tuple[float, float]]:
     if len(entry["active"]) != len(entry["inactive"]):
         raise ValueError(f"client {client}: active and inactive have different lengths")
-    return _sorted(zip(entry["active"], entry["inactive"], strict=True))
+    return _pairs(zip(entry["active"], entry["inactive"], strict=True))
 
 
 def _fedscale_period(client: Any, entry: dict[str, Any]) -> float:
@@ -325,8 +332,8 @@ def _fedscale_period(client: Any, entry: dict[str, Any]) -> float:
     return _seconds(period)
 
 
-def _sorted(pairs: Any) -> list[tuple[float, float]]:
-    return sorted((_seconds(a), _seconds(b)) for a, b in pairs)
+def _pairs(pairs: Any) -> list[tuple[float, float]]:
+    return [(_seconds(a), _seconds(b)) for a, b in pairs]
 
 
 def _seconds(value: Any) -> float:
