@@ -353,7 +353,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                           "--target, or compare without --dry-run")
     methods = _compared_methods(args.methods)
     reference = _reference(args.reference, methods)
-    if any(o.partition("=")[0].strip() == "method" for o in args.overrides):
+    if _sets(args, "method"):
         raise EdgeflError("--set", "method", "edgefl compare takes its methods from --methods; drop "
                           "--set method")
     seeds = _compared_seeds(args)
@@ -367,14 +367,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
     pending = [p for (method, seed), scenario in scenarios.items()
                if (p := _unfinished(f"{method} seed {seed}" if several else method, scenario,
                                     [out, out / method] if several else [out], args.dry_run))]
-    if len(pending) > 1 and pending[0].scenario.executor == "ray" and not args.dry_run:
-        _spread_runs(pending, args)
     if several and args.interval == "bootstrap" and len(seeds) < 5:
         print(f"edgefl: warning: a bootstrap over {len(seeds)} seeds is about the range of the paired "
               "differences, narrower than it should be; use --interval t, or 5 seeds or more",
               file=sys.stderr)
-    for run in pending:
-        _compare_run(run, args)
+    if len(pending) > 1 and pending[0].scenario.executor == "ray" and not args.dry_run:
+        _spread_runs(pending, args)
+    else:
+        for run in pending:
+            _compare_run(run, args)
     try:
         if several:
             paths = _seed_outputs(out, methods, seeds, reference, args)
@@ -387,8 +388,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
                            "redo it") from None
     print((out / "comparison.md").read_text(), end="")
     if not several:
-        print(f"One seed ({seeds[0] if seeds else 'the scenario' + chr(39) + 's'}): no spread and no "
-              "intervals; --seeds 0,1,2 runs every method on three seeds and pairs them.")
+        which = seeds[0] if seeds else "the scenario's"
+        print(f"One seed ({which}): no spread and no intervals; --seeds 0,1,2 runs every method on "
+              "three seeds and pairs them.")
     print("\n".join(str(p) for p in paths))
     return 0
 
@@ -402,9 +404,6 @@ def _seed_outputs(out: Path, methods: list[str], seeds: list[int], reference: st
 
     runs = {m: [load_run(out / m / f"seed-{s}") for s in seeds] for m in methods}
     rows = seed_rows({s: [runs[m][i] for m in methods] for i, s in enumerate(seeds)}, args.target)
-    stale = out / "differences.csv"  # an earlier comparison's, with a reference this one lacks
-    if reference is None and stale.is_file() and not stale.is_symlink():
-        stale.unlink()
     files = write_seed_comparison(rows, out, args.target, reference, args.interval,
                                   attack_label(runs[methods[0]][0].scenario))
     return [*files, *make_seed_figures(runs, rows, out / "figures", args.target)]
@@ -420,9 +419,14 @@ def _compared_seeds(args: argparse.Namespace) -> list[int]:
         source = "[compare] seeds"
     else:
         seeds, source = _parse_seeds(args.seeds), "--seeds"
-    if seeds and any(o.partition("=")[0].strip() == "seed" for o in args.overrides):
+    if seeds and _sets(args, "seed"):
         raise EdgeflError("--set", "seed", f"the comparison's seeds come from {source}; drop --set seed")
     return seeds
+
+
+def _sets(args: argparse.Namespace, key: str) -> bool:
+    """Whether a `--set` gives `key`."""
+    return any(o.partition("=")[0].strip() == key for o in args.overrides)
 
 
 def _parse_seeds(text: str) -> list[int]:
@@ -490,14 +494,12 @@ def _unfinished(name: str, scenario: Scenario, folders: list[Path], dry_run: boo
 
 
 def _compare_run(run: ComparedRun, args: argparse.Namespace) -> None:
-    """A run of a comparison in this process (unless a spread run finished it): resumed when
-    interrupted, else started. The comparison's folders are claimed once the run is prepared (its
-    data loaded): a comparison refused before then leaves no folder behind."""
+    """A run of a comparison in this process: resumed when interrupted, else started. The
+    comparison's folders are claimed once the run is prepared (its data loaded): a comparison
+    refused before then leaves no folder behind."""
     from edgefl.experiment import prepare, start_or_resume
     from edgefl.rundir import claim
 
-    if (run.run_dir / "summary.json").exists():
-        return
     exp = prepare(run.scenario, str(args.scenario), dry_run=args.dry_run)
     for folder in run.folders:
         claim(folder, "compare")

@@ -102,7 +102,7 @@ def test_an_async_run_under_ray_evaluates_as_in_process(tmp_path):
 def test_a_failed_ray_task_is_one_line_naming_its_clients_and_the_setting(error, says):
     from edgefl.executors.ray import failure
 
-    found = failure(getattr(ray.exceptions, error)("gcs lost"), [3, 5])
+    found = failure(getattr(ray.exceptions, error)("gcs lost"), "clients 3, 5")
     assert str(found).startswith(says) and "\n" not in str(found)
     assert found.resumable == (error == "RaySystemError")
 

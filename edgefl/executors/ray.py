@@ -72,17 +72,18 @@ class RayExecutor:
         try:
             return list(self.ray.get(ref))
         except self.ray.exceptions.RayError as exc:
-            raise failure(exc, clients) from None
+            raise failure(exc, f"client{'s' if len(clients) > 1 else ''} {', '.join(map(str, clients))}"
+                          ) from None
 
 
-def failure(exc: Exception, clients: list[int]) -> EdgeflError:
-    """Why a Ray task of `clients` failed, as one line naming the setting to change: out of memory,
-    Ray's object store full, or the cluster itself failing (a lost head or node after the retries:
-    the run's last checkpoint is intact); an error of edgefl's inside the task is itself."""
+def failure(exc: Exception, where: str) -> EdgeflError:
+    """Why a Ray task (the clients or the run `where` names) failed, as one line naming the setting to
+    change: out of memory, Ray's object store full, or the cluster itself failing (a lost head or
+    node after the retries: the run's last checkpoint is intact, the CLI says how to go on); an error
+    of edgefl's inside the task is itself."""
     cause = getattr(exc, "cause", None)
     if isinstance(cause, EdgeflError):
         return cause
-    where = f"client{'s' if len(clients) > 1 else ''} {', '.join(map(str, clients))}"
     name = type(exc).__name__
     if name == "OutOfMemoryError":
         return EdgeflError(where, "ray.workers", "its Ray task ran out of memory on its node; lower "

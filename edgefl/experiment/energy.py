@@ -54,19 +54,22 @@ class RoundEnergy:
         dropped = np.zeros(len(s.clients), dtype=bool)
         if self.battery is None or self.power is None:
             return costs, dropped
-        need = self.power.energy(s, costs, *self.sent(plan), np.zeros(len(s.clients)))
-        busy = costs.download_s + costs.data_access_s + costs.compute_s + costs.upload_s
-        dropped = ~self.battery.covers(s.clients, need, busy, now)
+        dropped = ~self.battery.covers(s.clients, self._need(s, plan, costs), costs.busy_s, now)
         zeroed = {k: np.where(dropped, 0.0, getattr(costs, k)) for k in WORK}
         return replace(costs, swapped=costs.swapped & ~dropped, **zeroed), dropped
 
     def payable_at(self, s: States, plan: RoundPlan, costs: Costs, now: float) -> float:
         """When the first of a round's clients, all dropped at `now` for their batteries, has charged
         enough to pay for its work from its battery alone (inf: none within MAX_SECONDS)."""
-        assert self.battery is not None and self.power is not None
-        need = self.power.energy(s, costs, *self.sent(plan), np.zeros(len(s.clients)))
+        assert self.battery is not None
         return min(self.battery.filled_at(int(k), float(j), now, MAX_SECONDS)
-                   for k, j in zip(s.clients, need, strict=True))
+                   for k, j in zip(s.clients, self._need(s, plan, costs), strict=True))
+
+    def _need(self, s: States, plan: RoundPlan, costs: Costs) -> np.ndarray:
+        """Each client's joules for its work with its transfers alone, no waiting: what a battery
+        must pay for the client to take part."""
+        assert self.power is not None
+        return self.power.energy(s, costs, *self.sent(plan), np.zeros(len(s.clients)))
 
     @property
     def sharing(self) -> Links | None:

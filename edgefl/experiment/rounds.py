@@ -72,8 +72,7 @@ def seen_duration(ran: np.ndarray, status: np.ndarray, costs: Costs) -> np.ndarr
     """Download to upload where a client completed; where it stopped early (late, dropped, offline),
     the longer of what it ran and its priced work (a transfer cut on the shared links counts what it
     took), so that a straggler cut at a deadline still shows the selection (Oort's t_i) how slow it is."""
-    priced = costs.download_s + costs.data_access_s + costs.compute_s + costs.upload_s
-    return np.where(status == COMPLETED, ran, np.maximum(ran, priced))
+    return np.where(status == COMPLETED, ran, np.maximum(ran, costs.busy_s))
 
 
 def bulk_round(pool: DevicePool, method: Method, pricer: Pricer, fed: Federation, t: int,

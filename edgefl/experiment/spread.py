@@ -19,7 +19,7 @@ from typing import Any
 
 from edgefl.errors import EdgeflError
 from edgefl.execution.local import resolve_device
-from edgefl.executors.ray import die_once_on_fault, started_ray
+from edgefl.executors.ray import die_once_on_fault, failure, started_ray
 from edgefl.experiment.loop import start_or_resume
 from edgefl.experiment.prepare import prepare
 from edgefl.scenario import Scenario, scenario_from_toml, to_toml
@@ -66,21 +66,11 @@ def run_spread(jobs: list[tuple[str, Scenario, Job]]) -> Iterator[tuple[str, dic
         while pending:
             (ready,), _ = ray.wait(list(pending), num_returns=1)
             name = pending.pop(ready)
-            yield name, _result(ray, ready, name)
+            try:
+                summary = dict(ray.get(ready))
+            except ray.exceptions.RayError as exc:  # the run's own error, or its worker or node lost
+                raise failure(exc, name) from None
+            yield name, summary
     finally:  # a run failed or the driver was interrupted: the others stop at their last checkpoint
         for ref in pending:
             ray.cancel(ref, force=True)
-
-
-def _result(ray: Any, ref: Any, name: str) -> dict[str, Any]:
-    """A task's summary, or its error as the one line it would be in-process."""
-    try:
-        return dict(ray.get(ref))
-    except ray.exceptions.RayError as exc:  # a task's own error, or its worker or node lost for good
-        cause = getattr(exc, "cause", None) or exc
-        if isinstance(cause, EdgeflError):
-            raise cause from None
-        reason = (str(cause).strip().splitlines() or [""])[0][:200]
-        raise EdgeflError(name, "ray", f"the run failed on the cluster ({type(cause).__name__}: {reason}); "
-                          "run the same edgefl compare again to resume it, or run it alone with edgefl run "
-                          "to see why") from None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import math
+import statistics
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,7 @@ from edgefl.report.compare import (
     table,
 )
 from edgefl.report.seeds import summary_rows
-from edgefl.report.stats import band, mean_std
+from edgefl.report.stats import band
 from edgefl.report.timeline import timeline_figure, timeline_names
 from edgefl.rundir import claim, run_timeline, write_file
 
@@ -86,8 +87,8 @@ def make_seed_figures(runs: dict[str, list[Run]], rows: list[Row], out_dir: Path
     means = [{c: r[f"{c}_mean"] for c in ("speedup_vs_jfat", "speedup_to_target_vs_jfat", "time_to_target_s")}
              | {"method": r["method"]} for r in summary]
     errors = [{c: r[f"{c}_std"] for c in ("speedup_vs_jfat", "speedup_to_target_vs_jfat")} for r in summary]
-    parts = [{p: mean_std([breakdown(r)[p] for r in group])[0] for p in (*PARTS, "server")}
-             for group in runs.values()]
+    parts = [_mean_parts([breakdown(r) for r in group]) for group in runs.values()]  # an async run's
+    # breakdown reads its events log: once per run
     joules = [_mean_or_none([energy_per_device(r, None)[0] for r in group]) for group in runs.values()]
     figures = {"accuracy": band_accuracy_figure(runs, target),
                "speedup": speedup_figure(means, labels, target, errors),
@@ -97,9 +98,13 @@ def make_seed_figures(runs: dict[str, list[Run]], rows: list[Row], out_dir: Path
     return save_figures(figures, out_dir)
 
 
+def _mean_parts(parts: list[dict[str, float]]) -> dict[str, float]:
+    return {p: statistics.fmean(b[p] for b in parts) for p in parts[0]}
+
+
 def _mean_or_none(values: list[float | None]) -> float | None:
     known = [v for v in values if v is not None]
-    return mean_std(known)[0] if known else None
+    return statistics.fmean(known) if known else None
 
 
 def save_figures(figures: dict[str, Figure | None], out_dir: Path) -> list[Path]:

@@ -139,6 +139,9 @@ def write_seed_comparison(rows: list[Row], out_dir: Path, target: float | None, 
              "comparison.md": _markdown(summary, target, reference, interval, lines)}
     for name, text in files.items():
         write_file(out_dir / name, text)
+    stale = out_dir / "differences.csv"  # an earlier comparison's, with a reference this one lacks
+    if reference is None and stale.is_file() and not stale.is_symlink():
+        stale.unlink()
     return [out_dir / name for name in files]
 
 

@@ -85,6 +85,11 @@ class Costs:
         return cls(**{f.name: np.array([getattr(c, f.name) for c in costs], dtype=bool if
                                        f.name == "swapped" else np.float64) for f in fields(cls)})
 
+    @property
+    def busy_s(self) -> np.ndarray:
+        """Each client's priced work, download to upload (no waiting)."""
+        return self.download_s + self.data_access_s + self.compute_s + self.upload_s
+
     def cost(self, i: int) -> ClientCost:
         """Row i as a ClientCost."""
         return ClientCost(**{f.name: getattr(self, f.name)[i].item() for f in fields(self)})
