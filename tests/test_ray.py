@@ -107,6 +107,40 @@ def test_a_failed_ray_task_is_one_line_naming_its_clients_and_the_setting(error,
     assert found.resumable == (error == "RaySystemError")
 
 
+def test_a_task_that_runs_its_node_out_of_memory_is_one_line_naming_its_clients(tmp_path, monkeypatch,
+                                                                              capsys):
+    """Ray's memory monitor kills the task (its threshold set at 1 % of the node's memory, no retries
+    for an out-of-memory kill): the run stops in one line naming the clients and ray.workers, exit 2."""
+    monkeypatch.setenv("RAY_memory_usage_threshold", "0.01")  # read by the local Ray edgefl starts
+    monkeypatch.setenv("RAY_memory_monitor_refresh_ms", "50")
+    monkeypatch.setenv("RAY_task_oom_retries", "0")
+    try:
+        assert main(["run", str(QUICKSTART), *sets(SMALL), "--out", str(tmp_path / "run"), "--quiet",
+                     "--executor", "ray"]) == 2
+    finally:
+        ray.shutdown()
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("edgefl:")]
+    assert len(said) == 1 and ": ray.workers: its Ray task ran out of memory on its node" in said[0], said
+    assert said[0].startswith("edgefl: error: client")
+
+
+def test_a_full_object_store_for_the_model_state_is_one_line(tmp_path, monkeypatch, capsys):
+    """Raised by Ray where the driver puts the round's state (a full store could not be made here: Ray
+    falls back to disk, 10 puts of 20 MiB into an 80 MiB store with spilling off all succeeded)."""
+    def put(value, *args, **kwargs):
+        raise ray.exceptions.ObjectStoreFullError("object store full")
+
+    monkeypatch.setattr(ray, "put", put)
+    try:
+        assert main(["run", str(QUICKSTART), *sets(SMALL), "--out", str(tmp_path / "run"), "--quiet",
+                     "--executor", "ray"]) == 2
+    finally:
+        ray.shutdown()
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("edgefl:")]
+    assert said == ["edgefl: error: round 0's model state: ray.workers: Ray's object store is full; lower "
+                    "ray.workers, or give each node more (ray start --object-store-memory)"], said
+
+
 def test_a_cluster_failing_mid_run_is_one_line_and_the_run_resumes_to_the_same_files(tmp_path, monkeypatch,
                                                                                      capsys):
     """The cluster fails in round 1 (its head lost: every get fails); the run stops with one line and

@@ -2,16 +2,18 @@
 (`ray.cluster_utils.Cluster`, on this machine's own address, as a local Ray is; a driver could not
 join one bound to 127.0.0.1 here). A run gives the files an in-process run
 gives, and still does when a worker node is removed while the round's tasks run on it: Ray runs each
-lost task again on a node that is left (`ray.max_retries`, 3 by default)."""
+lost task again on a node that is left (`ray.max_retries`, 3 by default). A head lost mid-round
+stops the run in one line, and it resumes in-process to the same files."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from edgefl import rundir
 from edgefl.cli import main
 
 ray = pytest.importorskip("ray")
@@ -19,7 +21,7 @@ from ray.cluster_utils import Cluster  # noqa: E402
 from test_fidelity import simulated_rows  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-SMALL = ["rounds=2", "fleet.clients=6", "training.local_iters=4", "attack.steps=2", "evaluation.steps=2",
+SMALL = ["rounds=3", "fleet.clients=6", "training.local_iters=4", "attack.steps=2", "evaluation.steps=2",
          "data.test_samples=32", "threads=1"]
 
 
@@ -40,25 +42,63 @@ def sets(items: list[str]) -> list[str]:
     return [arg for item in items for arg in ("--set", item)]
 
 
-def test_a_run_on_a_cluster_that_loses_a_node_mid_round_gives_the_in_process_files(cluster, tmp_path,
-                                                                                 monkeypatch):
-    real_get, lost = ray.get, []
+RUN = ["run", str(ROOT / "scenarios" / "quickstart.toml"), *sets(SMALL), "--quiet"]
 
-    def get(refs: Any, *args: Any, **kwargs: Any) -> Any:
-        """The first round's tasks are out: the first worker node goes, with what runs on it."""
-        if not lost:
-            lost.append(cluster.workers[0])
-            cluster.remove_node(cluster.workers[0])
-        return real_get(refs, *args, **kwargs)
 
-    monkeypatch.setattr(ray, "get", get)
-    run = ["run", str(ROOT / "scenarios" / "quickstart.toml"), *sets(SMALL), "--quiet"]
-    joins = [f'ray.address="{cluster.address}"', "ray.trust_address=true"]  # this machine's own address
-    assert main([*run, *sets(joins), "--executor", "ray",
-                 "--out", str(tmp_path / "cluster")]) == 0
-    assert lost and len([n for n in ray.nodes() if n["Alive"]]) == 2  # the head and one worker node left
-    monkeypatch.undo()
-    assert main([*run, "--out", str(tmp_path / "local")]) == 0
-    ours, theirs = tmp_path / "cluster", tmp_path / "local"
+def on_cluster(cluster: Any) -> list[str]:
+    return sets([f'ray.address="{cluster.address}"', "ray.trust_address=true"])  # this machine's own
+
+
+def when_tasks_are_out(monkeypatch: Any, fault: Callable[[], None],
+                       when: Callable[[], bool] = lambda: True) -> list[int]:
+    """`fault()` once, when the driver first waits for a round's tasks with `when()` true; returns a
+    list that holds 1 once it has."""
+    real_wait, done = ray.wait, []
+
+    def wait(refs: Any, *args: Any, **kwargs: Any) -> Any:
+        if not done and when():
+            done.append(1)
+            fault()
+        return real_wait(refs, *args, **kwargs)
+
+    monkeypatch.setattr(ray, "wait", wait)
+    return done
+
+
+def same_files(ours: Path, theirs: Path) -> None:
     assert (ours / "metrics.csv").read_text() == (theirs / "metrics.csv").read_text()
     assert simulated_rows(ours / "clients.csv") == simulated_rows(theirs / "clients.csv")
+
+
+def test_a_run_on_a_cluster_that_loses_a_node_mid_round_gives_the_in_process_files(cluster, tmp_path,
+                                                                                 monkeypatch):
+    """The first round's tasks are out: the first worker node goes, with what runs on it."""
+    lost = when_tasks_are_out(monkeypatch, lambda: cluster.remove_node(cluster.workers[0]))
+    assert main([*RUN, *on_cluster(cluster), "--executor", "ray", "--out", str(tmp_path / "cluster")]) == 0
+    assert lost and len([n for n in ray.nodes() if n["Alive"]]) == 2  # the head and one worker node left
+    monkeypatch.undo()
+    assert main([*RUN, "--out", str(tmp_path / "local")]) == 0
+    same_files(tmp_path / "cluster", tmp_path / "local")
+
+
+def test_a_run_whose_cluster_loses_its_head_stops_in_one_line_and_resumes_in_process(cluster, tmp_path,
+                                                                                     monkeypatch, capsys):
+    """The head's processes killed (its GCS and raylet) while round 1's tasks run: Ray itself raises
+    nothing and would end the driver a minute later; edgefl finds the head gone within
+    executors.ray.PROBE_S, stops with one line and exit 2, and `--resume --executor local` ends with
+    the files of a run that lost nothing."""
+    out = tmp_path / "cluster"
+    kill = when_tasks_are_out(monkeypatch, lambda: cluster.head_node.kill_all_processes(
+        check_alive=False, allow_graceful=False), when=(out / rundir.CHECKPOINT).exists)
+    try:
+        assert main([*RUN, *on_cluster(cluster), "--executor", "ray", "--out", str(out)]) == 2
+    finally:
+        ray.shutdown()  # before Ray's own end of a driver without its head
+    assert kill
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("edgefl:")]
+    assert len(said) == 1 and "ray: the Ray cluster's head at " in said[0], said
+    assert "no longer answers" in said[0] and f"edgefl run --resume {out}" in said[0]
+    monkeypatch.undo()
+    assert main(["run", "--resume", str(out), "--executor", "local", "--quiet"]) == 0
+    assert main([*RUN, "--out", str(tmp_path / "local")]) == 0
+    same_files(out, tmp_path / "local")

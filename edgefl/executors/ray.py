@@ -58,22 +58,50 @@ class RayExecutor:
         self.task = ray.remote(num_cpus=1, num_gpus=gpus, max_retries=cfg.max_retries)(_train_group)
 
     def train(self, round_: int, plans: dict[int, ClientPlan]) -> list[ClientUpdate]:
-        snapshot = self.ray.put(self.method.state())
+        try:
+            snapshot = self.ray.put(self.method.state())
+        except self.ray.exceptions.RayError as exc:
+            raise failure(exc, f"round {round_}'s model state") from None
         sent = [(list(group), self.task.remote(self.rebuild, snapshot, round_, group))
                 for group in groups(self.method, round_, plans)]
         device = self.method.ctx.device
         updates = [ClientUpdate(u.client, restore(None, u.state, device), u.num_samples, u.loss,
                                 restore(None, u.extra, device), u.real_compute_s)
-                   for clients, ref in sent for u in self._got(ref, clients)]
+                   for clients, ref in sent for u in fetched(self.ray, ref, _named(clients))]
         return in_order(updates, plans)
 
-    def _got(self, ref: Any, clients: list[int]) -> list[ClientUpdate]:
-        """A group's updates; Ray's failure as one line naming the clients (edgefl's own error as is)."""
-        try:
-            return list(self.ray.get(ref))
-        except self.ray.exceptions.RayError as exc:
-            raise failure(exc, f"client{'s' if len(clients) > 1 else ''} {', '.join(map(str, clients))}"
-                          ) from None
+
+def _named(clients: list[int]) -> str:
+    return f"client{'s' if len(clients) > 1 else ''} {', '.join(map(str, clients))}"
+
+
+PROBE_S = 1.0  # how often a wait on the cluster checks that its head still answers
+
+
+def first_ready(ray: Any, refs: list[Any], where: str) -> Any:
+    """The first of `refs` to finish. Every PROBE_S without one, the cluster's head (its GCS) must
+    still accept a connection: a driver that has lost it is ended by Ray's own core about a minute
+    later, with no word of edgefl's and no chance to say how to go on."""
+    while True:
+        ready, _ = ray.wait(refs, num_returns=1, timeout=PROBE_S)
+        if ready:
+            return ready[0]
+        head = ray.get_runtime_context().gcs_address
+        why = _unanswered(head, PROBE_S)
+        if why:
+            lost = EdgeflError(where, "ray", f"the Ray cluster's head at {head} no longer answers ({why}); "
+                               "the round in progress was lost")
+            lost.resumable = True
+            raise lost
+
+
+def fetched(ray: Any, ref: Any, where: str) -> Any:
+    """What the task `ref` returned, once it has (first_ready); Ray's failure as one line naming
+    `where` (failure)."""
+    try:
+        return ray.get(first_ready(ray, [ref], where))
+    except ray.exceptions.RayError as exc:
+        raise failure(exc, where) from None
 
 
 def failure(exc: Exception, where: str) -> EdgeflError:
@@ -105,16 +133,24 @@ def check_reachable(address: str, where: str) -> None:
     """Refuse, in one line, a `host:port` (or `ray://host:port`) address whose port does not accept a
     connection within CONNECT_S: `ray.init` would retry it for minutes, printing only Ray's own
     messages. "" (a local Ray) and "auto" (whatever cluster this machine joined) are Ray's to find."""
-    host, _, port = address.removeprefix("ray://").rpartition(":")
-    if not host or not port.isdigit():
-        return
-    try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_S).close()
-    except OSError as exc:
-        why = exc.strerror or str(exc)
+    why = _unanswered(address, CONNECT_S)
+    if why:
         raise EdgeflError(where, "ray.address", f"no Ray cluster answers at {address} ({why}); start it "
                           "(ray start --head) or check the address, or leave it empty for a local "
-                          "Ray") from None
+                          "Ray")
+
+
+def _unanswered(address: str, timeout: float) -> str:
+    """Why `host:port` (or `ray://host:port`) accepts no connection within `timeout` seconds; "" when
+    it does, or when `address` names no port (Ray's to find)."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return ""
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return ""
 
 
 def _train_group(rebuild: Callable[[], Method], snapshot: dict[str, Any], round_: int,

@@ -19,7 +19,7 @@ from typing import Any
 
 from edgefl.errors import EdgeflError
 from edgefl.execution.local import resolve_device
-from edgefl.executors.ray import die_once_on_fault, failure, started_ray
+from edgefl.executors.ray import die_once_on_fault, fetched, first_ready, started_ray
 from edgefl.experiment.loop import start_or_resume
 from edgefl.experiment.prepare import prepare
 from edgefl.scenario import Scenario, scenario_from_toml, to_toml
@@ -64,13 +64,9 @@ def run_spread(jobs: list[tuple[str, Scenario, Job]]) -> Iterator[tuple[str, dic
     pending = {task.remote(j): name for name, _, j in jobs}
     try:
         while pending:
-            (ready,), _ = ray.wait(list(pending), num_returns=1)
+            ready = first_ready(ray, list(pending), "the Ray cluster")
             name = pending.pop(ready)
-            try:
-                summary = dict(ray.get(ready))
-            except ray.exceptions.RayError as exc:  # the run's own error, or its worker or node lost
-                raise failure(exc, name) from None
-            yield name, summary
+            yield name, dict(fetched(ray, ready, name))  # its error: its own, or its worker's or node's
     finally:  # a run failed or the driver was interrupted: the others stop at their last checkpoint
         for ref in pending:
             ray.cancel(ref, force=True)
