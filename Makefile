@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 SCENARIO ?= scenarios/quickstart.toml
 
-.PHONY: run test lint setup clean
+.PHONY: run test lint setup clean gpu-check
 
 $(BIN)/edgefl: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -23,6 +23,9 @@ test: setup
 	$(BIN)/ruff check edgefl tests bench
 	$(BIN)/mypy
 	$(BIN)/pytest
+
+gpu-check: setup  # on a machine with a CUDA GPU (bench/gpu_check.sh says what it prints)
+	bash bench/gpu_check.sh
 
 clean:
 	rm -rf $(VENV) runs

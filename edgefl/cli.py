@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import sys
@@ -149,6 +150,7 @@ def parser() -> argparse.ArgumentParser:
     ssub.add_parser("list", help="list the bundled scenarios (edgefl run NAME runs one)").set_defaults(
         func=cmd_scenarios_list)
     _devices_parser(sub)
+    _price_parser(sub)
     return p
 
 
@@ -221,7 +223,7 @@ def _plot_parser(sub: Subparsers) -> None:
 def _devices_parser(sub: Subparsers) -> None:
     dev = sub.add_parser("devices", help="device profiles")
     dsub = dev.add_subparsers(dest="devices_command", required=True,
-                          metavar="{list,show,validate,calibrate}")
+                              metavar="{list,show,validate,calibrate,fit}")
     ls = dsub.add_parser("list", help="list device profiles")
     ls.add_argument("--pool", help="only this pool")
     ls.add_argument("--scenario", type=scenario_file, help="the profiles this scenario sees (its "
@@ -247,6 +249,91 @@ def _devices_parser(sub: Subparsers) -> None:
     cal.add_argument("--cpu-time", action="store_true",
                      help="time compute on the process's CPU clock (a shared machine; use with --threads 1)")
     cal.set_defaults(func=cmd_devices_calibrate)
+    fit = dsub.add_parser("fit", help="fit a device's per-kind efficiencies on your own step timings")
+    fit.add_argument("measurements", type=Path, help="CSV with the columns of "
+                     "device_profiles/evidence/measurements.csv (model, batch, input, seconds_per_step)")
+    fit.add_argument("--device", required=True, help="the profile the timings were measured on")
+    fit.add_argument("--out", type=Path, required=True, help="the fitted profile, e.g. my_devices/NAME.toml")
+    fit.add_argument("--overwrite", action="store_true", help="replace an existing profile file")
+    fit.add_argument("--scenario", type=scenario_file, help="the profiles this scenario sees")
+    fit.set_defaults(func=cmd_devices_fit)
+
+
+def _price_parser(sub: Subparsers) -> None:
+    price = sub.add_parser("price", help="what one step of a model costs on a device (no scenario)")
+    price.add_argument("model", help="a zoo model (smallcnn, vgg11, resnet18, ...) or torchvision:NAME")
+    price.add_argument("--device", required=True, help="a device profile's name (edgefl devices list)")
+    price.add_argument("--batch", type=int, default=32, help="samples per iteration (default 32)")
+    price.add_argument("--input", help="one sample's C,H,W (default 3,32,32 for the zoo, 3,224,224 for "
+                       "torchvision)")
+    price.add_argument("--classes", type=int, help="outputs (default 10 for the zoo, 1000 for torchvision)")
+    price.add_argument("--pass", dest="pass_", default="train", help="train (default) or forward")
+    price.add_argument("--attack-steps", type=int, default=0,
+                       help="PGD steps per train iteration (default 0)")
+    price.add_argument("--optimizer", default="sgd", help="sgd (default), momentum or adam")
+    price.add_argument("--precision", default="fp32", help="fp32 (default), fp16, bf16 or int8 (the "
+                       "device's profile must give that peak)")
+    price.add_argument("--scenario", type=scenario_file, help="the profiles this scenario sees")
+    price.add_argument("--json", action="store_true", help="one JSON object (key seconds, and the rest)")
+    price.set_defaults(func=cmd_price)
+
+
+def cmd_price(args: argparse.Namespace) -> int:
+    from edgefl.price import TORCHVISION, WHERE, Step, check, lines, price
+
+    device = _device(args.device, args.scenario)
+    vision = args.model.startswith(TORCHVISION)
+    shape = _shape(args.input) if args.input else ((3, 224, 224) if vision else (3, 32, 32))
+    step = Step(args.model, args.batch, shape, args.classes or (1000 if vision else 10), args.pass_,
+                args.attack_steps, args.optimizer, args.precision)
+    check(step, device)
+    found = price(step, _profiled(step, WHERE), device)
+    print(json.dumps(found.as_json()) if args.json else "\n".join(lines(found)))
+    return 0
+
+
+def _shape(text: str) -> tuple[int, ...]:
+    from edgefl.price import WHERE
+
+    parts = text.replace("x", ",").split(",")
+    if not all(p.strip().isdigit() for p in parts):
+        raise EdgeflError(WHERE, "--input", f"{text!r} is not C,H,W (e.g. 3,32,32)")
+    return tuple(int(p) for p in parts)
+
+
+def _profiled(step: Any, where: str) -> Any:
+    """The atoms of the step's model, profiled at its input; one line when it cannot take it."""
+    from edgefl.models import MODELS, build_model
+    from edgefl.models.vision import torchvision_model
+    from edgefl.price import TORCHVISION
+    from edgefl.profiling import profile_model
+
+    name, c = step.model, step.input_shape[0]
+    if not name.startswith(TORCHVISION) and name not in MODELS.names():
+        raise EdgeflError(where, name, f"no such model; the zoo has {', '.join(MODELS.names())}, and any "
+                          "torchvision classification model is torchvision:NAME")
+    try:
+        model = (torchvision_model(name.removeprefix(TORCHVISION), step.classes, step.input_shape, where)
+                 if name.startswith(TORCHVISION) else
+                 build_model(name, step.classes, step.input_shape, [0.5] * c, [0.25] * c))
+        return profile_model(model, name).atoms
+    except (RuntimeError, ValueError) as exc:
+        why = (str(exc).strip().splitlines() or [""])[0][:200]
+        raise EdgeflError(where, "--input", f"{name} cannot take one sample of "
+                          f"{'x'.join(map(str, step.input_shape))} ({why})") from None
+
+
+def _device(name: str, scenario: Path | None) -> Any:
+    """The profile `name` as the catalog `scenario` sees it; one line naming the known ones."""
+    from edgefl.devices.catalog import search_path
+
+    catalog = seen_by(scenario)
+    if name not in catalog.devices:
+        where = "" if scenario else (" (a profile beside a scenario: add --scenario FILE; "
+                                     "one elsewhere: put its folder on EDGEFL_PROFILE_PATH)")
+        raise EdgeflError(":".join(map(str, search_path(scenario))), name,
+                          f"no such device; known: {', '.join(sorted(catalog.devices))}{where}")
+    return catalog.devices[name]
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -675,15 +762,8 @@ def cmd_devices_list(args: argparse.Namespace) -> int:
 
 
 def cmd_devices_show(args: argparse.Namespace) -> int:
-    from edgefl.devices.catalog import search_path
-
-    catalog = seen_by(args.scenario)
-    if args.name not in catalog.devices:
-        where = "" if args.scenario else (" (a profile beside a scenario: add --scenario FILE; "
-                                          "one elsewhere: put its folder on EDGEFL_PROFILE_PATH)")
-        raise EdgeflError(":".join(map(str, search_path(args.scenario))), args.name,
-                          f"no such device; known: {', '.join(sorted(catalog.devices))}{where}")
-    path = catalog.file("devices", args.name)
+    _device(args.name, args.scenario)
+    path = seen_by(args.scenario).file("devices", args.name)
     print(f"# {path}\n{path.read_text(encoding='utf-8-sig')}", end="")
     return 0
 
@@ -750,6 +830,53 @@ def cmd_devices_calibrate(args: argparse.Namespace) -> int:
         print("edgefl: warning: --quick times a few small shapes (for tests): its figures are rough and can "
               "be off many times over on a real model; calibrate without --quick for a profile to run on",
               file=sys.stderr)
+    return 0
+
+
+def cmd_devices_fit(args: argparse.Namespace) -> int:
+    """Per-kind efficiencies fitted on the user's timings, its leave-one-out error printed."""
+    import statistics
+
+    from edgefl.calibration.calibrate import prepare_target, write_profile
+    from edgefl.calibration.fit import (
+        device_efficiencies,
+        device_overhead_us,
+        fit,
+        leave_one_out,
+        priced,
+        profile_text,
+        read_measurements,
+    )
+    from edgefl.price import TORCHVISION, WHERE, Step
+
+    device = _device(args.device, args.scenario)
+    prepare_target(args.out, 1, args.overwrite)
+    rows = []
+    for i, r in enumerate(read_measurements(args.measurements, args.device), 1):
+        model = r.get("price_model") or r.get("model", "")
+        vision = model.startswith(TORCHVISION)
+        default = (3, 224, 224) if vision else (3, 32, 32)
+        shape = _shape(r["input"].split(" ")[0]) if r.get("input") else default
+        step = Step(model, int(r["batch"]), shape, int(r.get("classes") or (1000 if vision else 10)),
+                    optimizer=r.get("optimizer") or "sgd",
+                    precision=r.get("price_precision") or r.get("precision") or "fp32")
+        rows.append(priced(r.get("id") or f"row {i}", args.device, float(r["seconds_per_step"]), step,
+                           _profiled(step, WHERE), device))
+    whole, loo = fit(rows), leave_one_out(rows)
+    print(f"{'row':<10}{'measured s':>12}{'fitted':>9}{'LOO':>9}   (predicted / measured)")
+    for p in rows:
+        print(f"{p.id:<10}{p.seconds:>12.4g}{whole.predict(p) / p.seconds:>9.2f}"
+              f"{loo[p.id] / p.seconds:>9.2f}")
+    error = statistics.median(abs(math.log2(loo[p.id] / p.seconds)) for p in rows)
+    efficiencies = device_efficiencies(whole, rows[0])
+    source = (f"edgefl devices fit on {args.measurements.name}: {len(rows)} rows, leave-one-out median "
+              f"|log2(predicted / measured)| {error:.2f}")
+    base = seen_by(args.scenario).file("devices", args.device).read_text(encoding="utf-8-sig")
+    overhead = device_overhead_us(whole, rows[0])
+    write_profile(args.out, profile_text(base, args.out.stem, efficiencies, overhead, source))
+    print(f"leave-one-out median |log2 ratio| {error:.2f} over {len(rows)} rows; efficiencies "
+          + ", ".join(f"{k} {v:.3g}" for k, v in efficiencies.items())
+          + f", overhead {overhead:.3g} us per operator -> {args.out}")
     return 0
 
 

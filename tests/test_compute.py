@@ -17,13 +17,17 @@ from edgefl.sim.compute import (
     Roofline,
     Rooflines,
     iteration_seconds,
-    layer_seconds,
+    pass_work,
     round_seconds,
 )
 from edgefl.sim.records import LayerProfile
 
 # 100 GFLOP/s sustained, 10 GB/s, 10 us per operator
 ROOF = Rooflines.uniform(100e9, 10e9, 10e-6)
+
+
+def layer_seconds(x: LayerProfile, pass_: str, batch: int, roof: Rooflines) -> float:
+    return roof.get(x.kind, pass_).seconds(*pass_work(x, pass_, batch))
 
 
 def layer(kind: str, macs: float, elems: int, params: int = 0, ops: int = 1, tensors: int = 0,

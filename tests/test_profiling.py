@@ -137,7 +137,7 @@ def test_vgg16_cifar10_matches_release_figures():
 
 def test_conv_model_layers_by_hand():
     conv, flat, fc = profile_model(conv_model(), "conv").atoms
-    assert [(lay.name, lay.kind) for lay in conv.layers] == [("conv.0", "conv"), ("conv.1", "activation")]
+    assert [(lay.name, lay.kind) for lay in conv.layers] == [("conv.0", "conv3x3"), ("conv.1", "activation")]
     c, relu = conv.layers
     assert (c.macs, c.params, c.in_elems, c.out_elems) == (288, 20, 16, 32)
     assert (c.saved_bytes, relu.saved_bytes) == (4 * 16, 4 * 32)  # conv input, ReLU output
@@ -174,3 +174,19 @@ def test_profiling_imports_fvcore_without_torch_jit_warnings() -> None:
     command = [sys.executable, "-W", "error::FutureWarning", "-c", "import edgefl.profiling.atoms"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
     assert (done.returncode, done.stderr) == (0, "")
+
+
+@pytest.mark.parametrize(("conv", "kind"), [
+    (nn.Conv2d(8, 8, 3, padding=1), "conv3x3"),
+    (nn.Conv2d(8, 8, 3, stride=2, padding=1), "conv"),
+    (nn.Conv2d(8, 16, 1), "conv"),
+    (nn.Conv2d(8, 8, 3, padding=1, groups=8), "dwconv"),
+    (nn.Conv2d(8, 16, 3, padding=1, groups=4), "dwconv"),
+    (nn.ReLU6(), "activation"),
+    (nn.Hardswish(), "activation"),
+])
+def test_a_layer_is_profiled_as_the_kernels_that_run_it(conv, kind):
+    """Depthwise and grouped convolutions, and 3x3 stride-1 ones, are kinds of their own (issue 36);
+    MobileNet's activations are activations."""
+    (layer,) = profile_model(AtomModel([("layer", conv)], (8, 8, 8)), "one").atoms[0].layers
+    assert layer.kind == kind

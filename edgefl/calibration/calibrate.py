@@ -302,7 +302,8 @@ def _compute_lines(c: Calibration) -> list[str]:
     if not c.rooflines:
         return []
     fitted = dict(c.rooflines)
-    conv, elementwise = fitted.get(("conv", FORWARD)), fitted.get(("elementwise", FORWARD))
+    conv = fitted.get(("conv3x3", FORWARD)) or fitted.get(("conv", FORWARD))  # the common convolution
+    elementwise = fitted.get(("elementwise", FORWARD))
     source = (f"edgefl devices calibrate on {date.today().isoformat()}: rooflines fitted on a grid of "
               f"layer shapes, torch {torch.__version__} on {c.threads} threads, "
               f"{'process CPU time' if c.cpu_time else 'wall time'}")

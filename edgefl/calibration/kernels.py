@@ -5,8 +5,8 @@ its FLOPs, bytes and operators are counted as the compute model counts them (edg
 Its forward, input-gradient and weight-gradient passes are timed separately (median of repeats);
 then, per (kind, pass), the three figures of time = max(FLOPs / F, bytes / W) + ops x o are fitted
 by least squares on log time, so small (overhead-bound) and large layers weigh alike. Kinds whose
-FLOPs are negligible (everything but conv and linear) keep F at the fitted conv forward figure and
-fit W and o only.
+FLOPs are negligible (everything but the convolutions and linear) keep F at the fitted conv forward
+figure and fit W and o only.
 """
 
 from __future__ import annotations
@@ -28,10 +28,16 @@ from edgefl.sim.compute import FORWARD, INPUT_GRAD, KINDS, MATMUL_KINDS, WEIGHT_
 Shape = tuple[int, ...]
 # (batch, module, one sample's input shape): small layers are overhead-bound, large ones compute-
 # or bandwidth-bound; the shapes span those of the bundled models at batch 8 to 64.
-CONV = [(b, cin, cout, side, k) for b, cin, cout, side, k in [
-    (8, 1, 16, 8, 3), (32, 16, 32, 8, 3), (64, 32, 64, 4, 3), (16, 3, 64, 32, 3), (32, 3, 32, 32, 3),
-    (32, 64, 64, 32, 3), (16, 64, 128, 16, 3), (32, 128, 128, 16, 3), (32, 256, 256, 8, 3),
-    (64, 512, 512, 4, 3), (32, 512, 512, 2, 3), (64, 256, 512, 4, 1)]]
+# convolutions: (batch, in, out, side, kernel, stride, groups); 3x3 stride 1 (conv3x3), other dense
+# ones (conv: 1x1, strided), depthwise and grouped (dwconv), as MobileNet and ResNet run them
+CONV = [(8, 1, 16, 8, 3, 1, 1), (32, 16, 32, 8, 3, 1, 1), (64, 32, 64, 4, 3, 1, 1), (16, 3, 64, 32, 3, 1, 1),
+        (32, 3, 32, 32, 3, 1, 1), (32, 64, 64, 32, 3, 1, 1), (16, 64, 128, 16, 3, 1, 1),
+        (32, 128, 128, 16, 3, 1, 1), (32, 256, 256, 8, 3, 1, 1), (64, 512, 512, 4, 3, 1, 1),
+        (32, 512, 512, 2, 3, 1, 1),
+        (8, 16, 32, 8, 1, 1, 1), (64, 256, 512, 4, 1, 1, 1), (32, 64, 256, 16, 1, 1, 1),
+        (32, 128, 128, 16, 3, 2, 1), (16, 64, 128, 32, 3, 2, 1),
+        (8, 16, 16, 8, 3, 1, 16), (32, 96, 96, 16, 3, 1, 96), (32, 144, 144, 32, 3, 2, 144),
+        (32, 384, 384, 8, 3, 1, 384), (32, 64, 64, 16, 3, 1, 4), (32, 128, 128, 16, 3, 1, 32)]
 LINEAR = [(8, 64, 10), (32, 256, 10), (64, 512, 512), (32, 2048, 512), (64, 4096, 256)]
 MAPS = [(8, 16, 8), (32, 32, 8), (32, 64, 32), (64, 64, 32), (32, 128, 16), (64, 512, 4), (16, 8, 4)]
 
@@ -48,14 +54,16 @@ class Sample:
 
 def grid(quick: bool) -> list[tuple[int, nn.Module, Shape]]:
     """(batch, module, sample shape) of every grid layer; `quick` keeps the smallest of each."""
-    conv = [(b, nn.Conv2d(ci, co, k, padding=k // 2, bias=False), (ci, s, s)) for b, ci, co, s, k in CONV]
+    conv = [(b, nn.Conv2d(ci, co, k, stride, padding=k // 2, groups=g, bias=False), (ci, s, s))
+            for b, ci, co, s, k, stride, g in CONV]
     linear = [(b, nn.Linear(i, o), (i,)) for b, i, o in LINEAR]
     maps: list[tuple[int, nn.Module, Shape]] = []
     for b, c, s in MAPS:
         maps += [(b, nn.BatchNorm2d(c), (c, s, s)), (b, nn.ReLU(), (c, s, s)),
                  (b, nn.MaxPool2d(2), (c, s, s)), (b, Normalize([0.5] * c, [0.5] * c), (c, s, s))]
     layers = conv + linear + maps
-    return [layers[0], linear[0], *maps[:4]] if quick else layers
+    kinds = [conv[0], conv[11], conv[16]]  # one conv3x3, conv and dwconv
+    return [*kinds, linear[0], *maps[:4]] if quick else layers
 
 
 def measure(batch: int, module: nn.Module, shape: Shape, repeats: int,

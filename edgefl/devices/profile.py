@@ -21,7 +21,8 @@ from typing import get_type_hints
 
 from edgefl.errors import EdgeflError
 
-KERNEL_KINDS = ("conv", "linear", "norm", "activation", "pool", "elementwise")
+KERNEL_KINDS = ("conv", "conv3x3", "dwconv", "linear", "norm", "activation", "pool", "elementwise")
+CONV_KINDS = ("conv", "conv3x3", "dwconv")  # a conv kind a profile gives no figure for is charged as conv
 
 
 @dataclass(frozen=True)
@@ -30,11 +31,25 @@ class Kernels:
     effective GB/s, overhead us per operator], as `edgefl devices calibrate` fits them."""
 
     conv: list[list[float]] = field(default_factory=list)
+    conv3x3: list[list[float]] = field(default_factory=list)
+    dwconv: list[list[float]] = field(default_factory=list)
     linear: list[list[float]] = field(default_factory=list)
     norm: list[list[float]] = field(default_factory=list)
     activation: list[list[float]] = field(default_factory=list)
     pool: list[list[float]] = field(default_factory=list)
     elementwise: list[list[float]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Efficiencies:
+    """Sustained share of peak FLOP/s per layer kind where a device's kernels differ (0 = the
+    profile's `efficiency`, else its class's): fitted on measurements (`edgefl devices fit`)."""
+
+    conv: float = 0.0
+    conv3x3: float = 0.0
+    dwconv: float = 0.0
+    linear: float = 0.0
+    source: str = ""  # the measurements they were fitted on
 
 
 @dataclass(frozen=True)
@@ -55,6 +70,11 @@ class DeviceProfile:
     op_overhead_us: float = 0.0  # fixed cost per operator launch; 0 = the class default
     compute_source: str = ""  # where the three figures above come from
     kernels: Kernels = field(default_factory=Kernels)  # fitted per-kind rooflines (calibrated hosts)
+    efficiency_by_kind: Efficiencies = field(default_factory=Efficiencies)  # per-kind shares
+    fp16_gflops: float = 0.0  # FP16 peak (tensor or matrix units where the hardware has them); 0 = unknown
+    bf16_gflops: float = 0.0  # BF16 peak; 0 = unknown or none
+    int8_gops: float = 0.0  # INT8 peak, GOP/s; 0 = unknown or none
+    precision_source: str = ""  # where the three peaks above come from
     calibrated_host: str = ""  # the machine `edgefl devices calibrate` measured (its network name)
     calibrated_threads: int = 0  # torch threads it measured with
     active_w: float = 0.0  # watts drawn training at full load (the whole device); 0 = class default
@@ -71,6 +91,15 @@ class DeviceProfile:
     @property
     def flops(self) -> float:
         return self.compute_gflops * 1e9
+
+
+    def peak(self, precision: str) -> float:
+        """Peak FLOP/s (OP/s for int8) in `precision`; 0 where the profile gives none."""
+        return {"fp32": self.compute_gflops, "fp16": self.fp16_gflops, "bf16": self.bf16_gflops,
+                "int8": self.int8_gops}[precision] * 1e9
+
+
+PRECISION_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1}  # bytes per element a device moves
 
 
 @dataclass(frozen=True)
@@ -102,6 +131,8 @@ class NetworkProfile:
 # field is not listed in POSITIVE (a figure that small is a typo and would divide into inf hours).
 UPPER = {"storage_read_mbps": 1e8, "storage_write_mbps": 1e8, "storage_latency_ms": 1e6,  # MB/s, ms
          "efficiency": 1.0}  # a fraction of peak (0 = the class default)
+MAX_KIND_EFFICIENCY = 4.0  # Winograd 3x3 convolutions do 2.25x fewer multiplies than counted
+EFFICIENCY_KINDS = ("conv", "conv3x3", "dwconv", "linear")
 MAX_FIGURE = 1e9  # MB of memory, GFLOP/s: a petabyte, an exaFLOP/s
 MIN_FIGURE = 1e-6  # the least non-zero figure: a byte, a kFLOP/s, a byte/s, a millionth of peak
 POSITIVE = ("memory_mb", "compute_gflops", "storage_read_mbps", "storage_write_mbps")
@@ -129,6 +160,11 @@ def check_profile(p: DeviceProfile | AppProfile | NetworkProfile, where: str, st
             ("active_w", not (p.active_w and p.idle_w) or p.active_w >= p.idle_w,
              "must be at least idle_w (the watts at full load include the idle draw)"),
         ]
+        checks += [(f"efficiency_by_kind.{k}", getattr(p.efficiency_by_kind, k) == 0
+                    or MIN_FIGURE <= getattr(p.efficiency_by_kind, k) <= MAX_KIND_EFFICIENCY,
+                    f"must be 0 or {MIN_FIGURE:g} to {MAX_KIND_EFFICIENCY:g} (a share of peak; above 1 "
+                    "where fast algorithms, Winograd, beat the direct FLOP count)")
+                   for k in EFFICIENCY_KINDS]
         checks += [(f"kernels.{k}", _kernel_ok(getattr(p.kernels, k)),
                     "must list up to 3 passes, each [GFLOP/s, GB/s, overhead us] with rates of "
                     f"{MIN_FIGURE:g} to {MAX_FIGURE:g} and an overhead of 0 to {MAX_FIGURE:g}")

@@ -35,7 +35,8 @@ KINDS: tuple[tuple[tuple[type[nn.Module], ...], str], ...] = (
     ((nn.Conv1d, nn.Conv2d, nn.Conv3d), "conv"),
     ((nn.Linear,), "linear"),
     ((nn.BatchNorm1d, nn.BatchNorm2d, nn.GroupNorm, nn.LayerNorm), "norm"),
-    ((nn.ReLU, nn.LeakyReLU, nn.GELU, nn.Sigmoid, nn.Tanh, nn.Softmax), "activation"),
+    ((nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.GELU, nn.SiLU, nn.Hardswish, nn.Hardsigmoid, nn.Sigmoid, nn.Tanh,
+      nn.Softmax), "activation"),
     ((nn.MaxPool2d, nn.AvgPool2d, nn.AdaptiveAvgPool2d, nn.AdaptiveMaxPool2d), "pool"),
     ((nn.Flatten, nn.Identity), "reshape"),
 )
@@ -89,7 +90,16 @@ def _weighted_inputs(atom: nn.Module, x: torch.Tensor) -> int:
 
 
 def layer_kind(module: nn.Module) -> str:
-    return next((kind for types, kind in KINDS if isinstance(module, types)), ELEMENTWISE)
+    """The module's kind; a convolution's says which kernels run it: `dwconv` (depthwise or grouped,
+    groups > 1), `conv3x3` (dense 3x3 at stride 1, which cuDNN and oneDNN may run by Winograd), or
+    `conv` (any other dense one)."""
+    kind = next((kind for types, kind in KINDS if isinstance(module, types)), ELEMENTWISE)
+    if kind == "conv" and isinstance(module, nn.Conv2d | nn.Conv1d | nn.Conv3d):
+        if module.groups > 1:
+            return "dwconv"
+        if set(module.kernel_size) == {3} and set(module.stride) == {1}:
+            return "conv3x3"
+    return kind
 
 
 class _LayerRecorder(TorchFunctionMode):

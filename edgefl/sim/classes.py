@@ -61,8 +61,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from edgefl.devices.profile import DeviceProfile
+from edgefl.devices.profile import PRECISION_BYTES, DeviceProfile
 from edgefl.sim.compute import KINDS, PASSES, Roofline, Rooflines
+from edgefl.sim.records import BYTES
 
 
 @dataclass(frozen=True)
@@ -111,15 +112,18 @@ def device_power(p: DeviceProfile) -> PowerDefaults:
                          p.read_nj_per_byte or d.read_nj_per_byte, p.write_nj_per_byte or d.write_nj_per_byte)
 
 
-def device_rooflines(p: DeviceProfile) -> Rooflines:
+def device_rooflines(p: DeviceProfile, precision: str = "fp32") -> Rooflines:
     """The device's roofline per (kind, pass): its own figures, else its class's, then any fitted
-    `[kernels]` rows on top."""
+    `[kernels]` rows on top. In another `precision` than fp32 every rate scales by that peak over
+    the FP32 one, and bandwidths by the bytes an element saves (the profile must give the peak)."""
     d = CLASS_DEFAULTS[p.device_class]
-    base = Roofline(p.flops * (p.efficiency or d.efficiency),
-                    (p.memory_bandwidth_gbps or d.bandwidth_gbps) * 1e9,
-                    (p.op_overhead_us or d.overhead_us) / 1e6)
-    table = {(k, ps): base for k in KINDS for ps in PASSES}
+    speed, wider = p.peak(precision) / p.flops, BYTES / PRECISION_BYTES[precision]
+    bandwidth = (p.memory_bandwidth_gbps or d.bandwidth_gbps) * 1e9 * wider
+    overhead = (p.op_overhead_us or d.overhead_us) / 1e6
+    efficiency = p.efficiency or d.efficiency
+    table = {(k, ps): Roofline(p.flops * speed * (getattr(p.efficiency_by_kind, k, 0.0) or efficiency),
+                               bandwidth, overhead) for k in KINDS for ps in PASSES}
     for kind in KINDS:
         for ps, (gflops, gbps, us) in zip(PASSES, getattr(p.kernels, kind), strict=False):
-            table[(kind, ps)] = Roofline(gflops * 1e9, gbps * 1e9, us / 1e6)
+            table[(kind, ps)] = Roofline(gflops * 1e9 * speed, gbps * 1e9 * wider, us / 1e6)
     return Rooflines(tuple(table.items()))

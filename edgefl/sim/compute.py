@@ -25,13 +25,14 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+from edgefl.devices.profile import CONV_KINDS
 from edgefl.devices.profile import KERNEL_KINDS as KINDS
 from edgefl.sim.records import BYTES, AtomProfile, LayerProfile
 from edgefl.sim.workload import Workload
 
 FORWARD, INPUT_GRAD, WEIGHT_GRAD = "forward", "input_grad", "weight_grad"
 PASSES = (FORWARD, INPUT_GRAD, WEIGHT_GRAD)
-MATMUL_KINDS = ("conv", "linear")  # kinds whose backward has the forward's FLOPs
+MATMUL_KINDS = (*CONV_KINDS, "linear")  # kinds whose backward has the forward's FLOPs
 VIEW = "reshape"  # a view: no bytes move, only its overhead is paid
 BATCH_OPS = 3  # gather x, gather y, add the loss to the running total
 PGD_START_OPS = 3  # uniform noise, add, clamp
@@ -50,11 +51,17 @@ class Roofline:
     def seconds(self, flops: float, nbytes: float, ops: int = 1) -> float:
         return max(flops / self.flops, nbytes / self.bandwidth) + ops * self.overhead_s
 
+    def terms(self, flops: float, nbytes: float, ops: int = 1) -> tuple[float, float, float]:
+        """The three terms of `seconds`: compute, memory (the larger of the two counts) and the
+        operators' launches."""
+        return flops / self.flops, nbytes / self.bandwidth, ops * self.overhead_s
+
 
 @dataclass(frozen=True)
 class Rooflines:
     """A device's rooflines: `table` holds ((kind, pass), Roofline) pairs; a (kind, pass) it lacks
-    falls back to (kind, forward), then to (elementwise, pass)."""
+    falls back to (kind, forward), then for a convolution kind to conv's, then to (elementwise,
+    pass)."""
 
     table: tuple[tuple[tuple[str, str], Roofline], ...]
 
@@ -64,8 +71,10 @@ class Rooflines:
 
     def get(self, kind: str, pass_: str) -> Roofline:
         table = self.lookup
-        found = table.get((kind, pass_)) or table.get((kind, FORWARD)) or table.get(("elementwise", pass_))
-        return found or table[("elementwise", FORWARD)]
+        found = table.get((kind, pass_)) or table.get((kind, FORWARD))
+        if found is None and kind in CONV_KINDS:
+            found = table.get(("conv", pass_)) or table.get(("conv", FORWARD))
+        return found or table.get(("elementwise", pass_)) or table[("elementwise", FORWARD)]
 
     @classmethod
     def uniform(cls, flops: float, bandwidth: float, overhead_s: float) -> Rooflines:
@@ -94,11 +103,6 @@ def pass_work(layer: LayerProfile, pass_: str, batch: int) -> tuple[float, float
     return flops, BYTES * batch * (layer.in_elems + layer.out_elems) + weights, 1
 
 
-def layer_seconds(layer: LayerProfile, pass_: str, batch: int, roof: Rooflines) -> float:
-    flops, nbytes, ops = pass_work(layer, pass_, batch)
-    return roof.get(layer.kind, pass_).seconds(flops, nbytes, ops)
-
-
 def layers_of(atoms: tuple[AtomProfile, ...]) -> tuple[LayerProfile, ...]:
     """Every layer of the atoms in forward order; an atom profiled without layers counts as one
     layer (a conv if it has weights)."""
@@ -108,13 +112,6 @@ def layers_of(atoms: tuple[AtomProfile, ...]) -> tuple[LayerProfile, ...]:
 def _as_layer(a: AtomProfile) -> LayerProfile:
     return LayerProfile(a.name, "conv" if a.params else "elementwise", a.macs, a.params, a.in_elems,
                         a.out_elems, a.saved_bytes, ops=1, tensors=1 if a.params else 0)
-
-
-def elementwise_seconds(elems: float, ops: int, tensors: int, roof: Rooflines) -> float:
-    """`ops` elementwise operators over `elems` elements, moving `tensors` tensors of that size."""
-    if ops == 0:
-        return 0.0
-    return roof.get("elementwise", FORWARD).seconds(0.0, BYTES * elems * tensors, ops)
 
 
 @dataclass(frozen=True)
@@ -137,45 +134,56 @@ def iteration_of(w: Workload, micro: int = 1) -> Iteration:
                      layers[-1].out_elems, micro)
 
 
+@dataclass(frozen=True)
+class Work:
+    """Operators one iteration runs `times` times: a layer's pass, or elementwise work (`label`
+    says which: the batch gather, the loss, an attack step, the optimizer)."""
+
+    label: str
+    kind: str
+    pass_: str
+    flops: float
+    nbytes: float
+    ops: int
+    times: int
+
+
+def iteration_work(it: Iteration) -> tuple[Work, ...]:
+    """Everything one local iteration runs: every pass once per micro-batch (the same FLOPs, more
+    operators), the optimizer step once per batch, and only where the iteration trains (a forward
+    pass alone updates nothing)."""
+    b, layers, m, t = it.batch // it.micro, it.layers, it.micro, it.attack_steps
+    image = b * layers[0].in_elems
+    work = [_elementwise("batch", image, BATCH_OPS, 2, m),
+            _elementwise("loss", b * it.classes, LOSS_OPS, 2, 2 * m * (t + it.train_pairs))]
+    if t:
+        work += [_elementwise("attack", image, PGD_START_OPS, 2, m),
+                 _elementwise("attack", image, PGD_STEP_OPS, 2, m * t)]
+    below = False
+    for x in layers:
+        work.append(Work(x.kind, x.kind, FORWARD, *pass_work(x, FORWARD, b),
+                         m * (t + it.train_pairs + it.extra_forwards)))
+        work.append(Work(x.kind, x.kind, INPUT_GRAD, *pass_work(x, INPUT_GRAD, b),
+                         m * (t + (it.train_pairs if below else 0))))
+        if x.params:
+            work.append(Work(x.kind, x.kind, WEIGHT_GRAD, *pass_work(x, WEIGHT_GRAD, b), m * it.train_pairs))
+            below = True
+    tensors, params = sum(x.tensors for x in layers), sum(x.params for x in layers)
+    if it.train_pairs:  # one step: per tensor 2 + 2 x slots operators over 3 + 2 x slots of its size
+        work.append(_elementwise("optimizer", params, tensors * (2 + 2 * it.slots), 3 + 2 * it.slots, 1))
+    return tuple(w for w in work if w.times and (w.ops or w.flops or w.nbytes))
+
+
+def _elementwise(label: str, elems: float, ops: int, tensors: int, times: int) -> Work:
+    """`ops` elementwise operators over `elems` elements, moving `tensors` tensors of that size."""
+    return Work(label, "elementwise", FORWARD, 0.0, BYTES * elems * tensors, ops, times)
+
+
 @functools.lru_cache(maxsize=4096)
 def iteration_seconds(it: Iteration, roof: Rooflines) -> float:
-    """Seconds of one local iteration at the device's full speed: every pass once per
-    micro-batch (the same FLOPs, more operators), the optimizer step once."""
-    b, layers = it.batch // it.micro, it.layers
-    image = b * layers[0].in_elems
-    forward = sum(layer_seconds(x, FORWARD, b, roof) for x in layers)
-    loss = 2 * elementwise_seconds(b * it.classes, LOSS_OPS, 2, roof)
-    attack = it.attack_steps * (forward + loss + sum(layer_seconds(x, INPUT_GRAD, b, roof) for x in layers)
-                                + elementwise_seconds(image, PGD_STEP_OPS, 2, roof))
-    if it.attack_steps:
-        attack += elementwise_seconds(image, PGD_START_OPS, 2, roof)
-    train = it.train_pairs * (forward + loss + backward_seconds(layers, b, roof))
-    passes = elementwise_seconds(image, BATCH_OPS, 2, roof) + attack + train + it.extra_forwards * forward
-    return it.micro * passes + optimizer_seconds(layers, it.slots, roof)
-
-
-def backward_seconds(layers: tuple[LayerProfile, ...], batch: int, roof: Rooflines) -> float:
-    """A training backward: weight gradients where a layer has weights, input gradients where a
-    layer below it has weights (nothing flows back to the image)."""
-    total, below = 0.0, False
-    for layer in layers:
-        if below:
-            total += layer_seconds(layer, INPUT_GRAD, batch, roof)
-        if layer.params:
-            total += layer_seconds(layer, WEIGHT_GRAD, batch, roof)
-            below = True
-    return total
-
-
-def optimizer_seconds(layers: tuple[LayerProfile, ...], slots: int, roof: Rooflines) -> float:
-    """One optimizer step: per parameter tensor 2 + 2 x slots operators over 3 + 2 x slots tensors
-    of its size (weight decay, momentum or Adam moments, the update)."""
-    tensors = sum(x.tensors for x in layers)
-    params = sum(x.params for x in layers)
-    if not tensors:
-        return 0.0
-    roofline = roof.get("elementwise", FORWARD)
-    return roofline.seconds(0.0, BYTES * params * (3 + 2 * slots), tensors * (2 + 2 * slots))
+    """Seconds of one local iteration at the device's full speed."""
+    return sum(w.times * roof.get(w.kind, w.pass_).seconds(w.flops, w.nbytes, w.ops)
+               for w in iteration_work(it))
 
 
 def round_seconds(it: Iteration, iterations: int, extra_flops: float, roof: Rooflines,

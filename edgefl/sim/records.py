@@ -94,9 +94,16 @@ def workspace_bytes(atoms: Sequence[AtomProfile], batch: int, adversarial: bool)
 
 def mem_req(atoms: Sequence[AtomProfile], batch: int, slots: int, adversarial: bool = True) -> float:
     """Bytes to train `atoms` without swapping (default estimator)."""
+    return sum(mem_parts(atoms, batch, slots, adversarial))
+
+
+def mem_parts(atoms: Sequence[AtomProfile], batch: int, slots: int,
+              adversarial: bool) -> tuple[float, float, float]:
+    """MemReq's parts: (parameters, gradients and optimizer state; activations saved for backward;
+    workspace)."""
     state = sum((2 + slots) * a.param_bytes for a in atoms)
     saved = batch * sum(a.saved_bytes for a in atoms)
-    return state + saved + workspace_bytes(atoms, batch, adversarial)
+    return state, saved, workspace_bytes(atoms, batch, adversarial)
 
 
 def paper_scale(slots: int) -> int:

@@ -1,0 +1,196 @@
+"""Per-kind efficiencies fitted on measured step times (issue 36), for the published evidence
+(bench/published.py) and a user's own timings (`edgefl devices fit`).
+
+A measurement is one training step (or forward pass) of a known model on a device, priced by the
+compute model every run uses (edgefl.sim.compute, through edgefl.price) with each operator's three
+terms kept apart: compute seconds at the device's full peak, memory seconds, launch overhead. The
+fit sets the sustained share of peak per layer kind and precision (conv, conv3x3, dwconv, linear;
+fp32 apart from fp16), and a factor on the per-operator overhead, so that
+
+    predicted = sum over operators of times x (max(compute / efficiency[kind], memory)
+                                               + overhead x overhead_factor)
+
+matches the measurements in log seconds (least squares). Efficiencies are hierarchical: one per
+group (a kind of hardware: every SBC, every discrete GPU) and a device's own deviation from its
+group's, each pulled toward its prior by a ridge (RIDGE_GROUP toward the class default, RIDGE_DEVICE
+toward what the device's profile says against its class: its own `efficiency`, or none), so that a
+device with few rows keeps its group's figures and a kind no row exercises keeps its prior.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from edgefl.devices.profile import DeviceProfile, Efficiencies
+from edgefl.errors import EdgeflError
+from edgefl.price import Step, iteration_for
+from edgefl.sim.classes import CLASS_DEFAULTS, device_rooflines
+from edgefl.sim.compute import iteration_work
+from edgefl.sim.records import AtomProfile
+
+FIT_KINDS = ("conv", "conv3x3", "dwconv", "linear")
+OVERHEAD = "overhead"  # the key of the (log) factor on the per-operator overhead
+RIDGE_GROUP = 0.3  # residual weight of one group log-efficiency's distance from the class default
+RIDGE_DEVICE = 1.0  # residual weight of one device log-efficiency's distance from its group's
+
+
+@dataclass(frozen=True)
+class Priced:
+    """One measurement with its step's operators priced at full peak, one array entry per operator."""
+
+    id: str
+    device: str
+    group: str
+    seconds: float  # measured, per step
+    keys: tuple[str, ...]  # each operator's efficiency key (KIND or KIND@fp16), "" for a fixed one
+    compute: np.ndarray  # seconds at the device's full peak in the step's precision, x times
+    memory: np.ndarray
+    overhead: np.ndarray
+    prior: float  # the efficiency the profile gives (or its class's)
+    class_prior: float  # its class's efficiency
+    overhead_us: float  # the per-operator overhead the profile gives (or its class)
+
+
+def priced(id_: str, group: str, seconds: float, step: Step, atoms: tuple[AtomProfile, ...],
+           device: DeviceProfile) -> Priced:
+    """A measurement of `step` on `device` taking `seconds`, priced operator by operator."""
+    full = replace(device, efficiency=1.0, efficiency_by_kind=Efficiencies())  # every kind at its peak
+    roof = device_rooflines(full, step.precision)
+    prior = device.efficiency or CLASS_DEFAULTS[device.device_class].efficiency
+    keys, rows = [], []
+    for w in iteration_work(iteration_for(step, atoms)):
+        c, m, o = roof.get(w.kind, w.pass_).terms(w.flops, w.nbytes, w.ops)
+        fitted = w.kind in FIT_KINDS
+        keys.append(key(w.kind, step.precision) if fitted else "")
+        rows.append((w.times * (c if fitted else c / prior), w.times * m, w.times * o))
+    compute, memory, overhead = (np.array(col) for col in zip(*rows, strict=True))
+    d = CLASS_DEFAULTS[device.device_class]
+    return Priced(id_, device.name, group, seconds, tuple(keys), compute, memory, overhead, prior,
+                  d.efficiency, device.op_overhead_us or d.overhead_us)
+
+
+def key(kind: str, precision: str) -> str:
+    return kind if precision == "fp32" else f"{kind}@{precision}"
+
+
+@dataclass(frozen=True)
+class Fit:
+    """Log-efficiencies by (group, key) and a device's deviations by (device, key)."""
+
+    group: dict[tuple[str, str], float]
+    device: dict[tuple[str, str], float]
+
+    def efficiency(self, p: Priced, k: str) -> float:
+        """The fitted share of peak of key `k` (the overhead's factor for OVERHEAD) on `p`'s device."""
+        group, own = (0.0, 0.0) if k == OVERHEAD else (math.log(p.class_prior),
+                                                       math.log(p.prior / p.class_prior))
+        return math.exp(self.group.get((p.group, k), group) + self.device.get((p.device, k), own))
+
+    def predict(self, p: Priced) -> float:
+        eff = np.array([self.efficiency(p, k) if k else 1.0 for k in p.keys])
+        launches = p.overhead * self.efficiency(p, OVERHEAD)
+        return float(np.sum(np.maximum(p.compute / eff, p.memory) + launches))
+
+
+def fit(rows: Sequence[Priced]) -> Fit:
+    """The hierarchical least-squares fit (module docstring) of `rows`."""
+    groups = sorted({(p.group, k) for p in rows for k in (*p.keys, OVERHEAD) if k})
+    devices = sorted({(p.device, k) for p in rows for k in (*p.keys, OVERHEAD) if k})
+    first = {p.group: p for p in reversed(rows)} | {p.device: p for p in reversed(rows)}
+    prior = np.array([0.0 if k == OVERHEAD else math.log(first[g].class_prior) for g, k in groups])
+    own = np.array([0.0 if k == OVERHEAD else math.log(first[d].prior / first[d].class_prior)
+                    for d, k in devices])
+    index = {**{("g", *g): i for i, g in enumerate(groups)},
+             **{("d", *d): len(groups) + i for i, d in enumerate(devices)}}
+    none = len(index)  # the index of a fixed operator's log-efficiency, 0
+    at = [(np.array([index[("g", p.group, k)] if k else none for k in p.keys]),
+           np.array([index[("d", p.device, k)] if k else none for k in p.keys])) for p in rows]
+    measured = np.log([p.seconds for p in rows])
+
+    launch = [(index[("g", p.group, OVERHEAD)], index[("d", p.device, OVERHEAD)]) for p in rows]
+
+    def residuals(theta: np.ndarray) -> np.ndarray:
+        full = np.append(theta, 0.0)
+        predicted = [np.sum(np.maximum(p.compute / np.exp(full[g] + full[d]), p.memory)
+                            + p.overhead * math.exp(full[og] + full[od]))
+                     for p, (g, d), (og, od) in zip(rows, at, launch, strict=True)]
+        return np.concatenate([np.log(predicted) - measured, RIDGE_GROUP * (theta[:len(groups)] - prior),
+                               RIDGE_DEVICE * (theta[len(groups):] - own)])
+
+    theta = least_squares(residuals, np.append(prior, own), method="trf").x
+    return Fit(dict(zip(groups, theta[:len(groups)], strict=True)),
+               dict(zip(devices, theta[len(groups):], strict=True)))
+
+
+def leave_one_out(rows: Sequence[Priced]) -> dict[str, float]:
+    """Each row's predicted seconds from the fit of every other row."""
+    return {p.id: fit([o for o in rows if o.id != p.id]).predict(p) for p in rows}
+
+
+def device_efficiencies(f: Fit, p: Priced) -> dict[str, float]:
+    """The fitted fp32 efficiency of each kind for `p`'s device (its group's and its own deviation)."""
+    return {k: f.efficiency(p, k) for k in FIT_KINDS if (p.group, k) in f.group}
+
+
+def device_overhead_us(f: Fit, p: Priced) -> float:
+    """The fitted per-operator overhead of `p`'s device, microseconds."""
+    return p.overhead_us * f.efficiency(p, OVERHEAD)
+
+
+def read_measurements(path: Path, device: str) -> list[dict[str, str]]:
+    """The rows of a measurements CSV (the evidence table's columns: `model` or `price_model`,
+    `batch`, `seconds_per_step`, and optionally `input`, `classes`, `price_precision` or `precision`,
+    `id`) for `device`: those whose `profile` is it, or every row of a file without that column."""
+    where = str(path)
+    try:
+        with path.open(encoding="utf-8-sig", newline="") as f:
+            rows = list(csv.DictReader(f))
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise EdgeflError(where, "file", f"cannot read it as CSV ({exc})") from None
+    mine = [r for r in rows if r.get("profile", device) == device and (r.get("use") or "fit") == "fit"]
+    for need in ("batch", "seconds_per_step"):
+        if rows and need not in rows[0]:
+            raise EdgeflError(where, need, "missing column; the file needs model (or price_model), batch "
+                              "and seconds_per_step")
+    if not mine:
+        raise EdgeflError(where, device, "no row measures this device (its `profile` column) to fit on")
+    for i, r in enumerate(mine, 2):
+        if not r.get("batch", "").isdigit() or not _positive(r.get("seconds_per_step", "")):
+            raise EdgeflError(where, f"row {r.get('id') or i}", "needs a whole batch and positive "
+                              "seconds_per_step")
+    return mine
+
+
+def _positive(text: str) -> bool:
+    try:
+        return 0 < float(text) < math.inf
+    except ValueError:
+        return False
+
+
+def profile_text(base: str, name: str, efficiencies: dict[str, float], overhead_us: float,
+                 source: str) -> str:
+    """A profile file: `base`'s text named `name`, with the fitted per-operator overhead and its
+    `[efficiency_by_kind]` table replaced by the fitted one."""
+    top: list[str] = []
+    rest: list[str] = []
+    skipping = False
+    for line in base.splitlines():
+        if line.strip().startswith("["):
+            skipping = line.strip().startswith("[efficiency_by_kind]")
+        if skipping or line.startswith("op_overhead_us"):
+            continue
+        (rest if rest or line.strip().startswith("[") else top).append(
+            f"name = {json.dumps(name)}" if line.startswith("name ") else line)
+    table = [f"{k} = {v:.4g}" for k, v in efficiencies.items()]
+    return "\n".join([*top, f"op_overhead_us = {overhead_us:.4g}   # fitted: edgefl devices fit", *rest, "",
+                      "[efficiency_by_kind]  # fitted: edgefl devices fit", *table,
+                      f"source = {json.dumps(source)}", ""])
