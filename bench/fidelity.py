@@ -26,7 +26,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = [("digits_cnn", "digits"), ("cnn3", "synthetic"), ("vgg11", "synthetic"),
-         ("resnet10", "synthetic"), ("vgg16", "synthetic")]
+         ("resnet10", "synthetic"), ("vgg16", "synthetic"), ("mobilenet_v2", "synthetic"),
+         ("smallcnn", "digits")]
 
 
 def case(model: str, dataset: str, batch: int, device: str, threads: int, repeats: int,

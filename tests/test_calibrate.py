@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -193,3 +193,23 @@ def test_a_profile_with_an_absurd_kernel_figure_is_refused(tmp_path: Path,
     phone.write_text(text + "\n[kernels]\nconv = [[115.9, 1e300, 1e308]]\n")
     assert main(["devices", "validate", str(phone)]) == 2
     assert "kernels.conv" in capsys.readouterr().err
+
+
+def test_the_fixed_costs_are_what_the_rooflines_leave_unpriced():
+    """Timed: 0.2 s for 100 plain iterations, 0.7 s with 5 PGD steps, 3 ms a client-round's set-up;
+    rooflines that price nothing leave 2 ms per iteration, (7 - 2) / 5 = 1 ms per PGD step, 3 ms per
+    round; rooflines that charge a second per operator leave nothing (never below 0)."""
+    import math
+
+    from edgefl.calibration.fixed import ITERS, measure_fixed
+    from edgefl.sim.compute import Rooflines
+
+    def timer() -> Callable[[Callable[[], object]], float]:
+        times = iter([0.2, 0.7, 0.003])
+        return lambda fn: next(times)
+
+    assert ITERS == 100
+    free = measure_fixed(Rooflines.uniform(math.inf, math.inf, 0.0), timer())
+    assert (free.iteration_us, free.attack_step_us, free.round_ms) == pytest.approx((2000.0, 1000.0, 3.0))
+    dear = measure_fixed(Rooflines.uniform(math.inf, math.inf, 1.0), timer())
+    assert (dear.iteration_us, dear.attack_step_us) == (0.0, 0.0)

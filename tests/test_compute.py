@@ -151,3 +151,11 @@ def test_bad_compute_figures_are_one_clear_error(tmp_path, line, key):
                     f"storage_latency_ms = 0.0\n{line}\n")
     with pytest.raises(EdgeflError, match=key):
         load_profile(path, DeviceProfile)
+
+
+def test_the_fixed_costs_outside_the_operators_are_charged():
+    """Per iteration, per PGD step and per client-round (issue 36), on top of the operators."""
+    it = Iteration(NET, batch=8, attack_steps=2, train_pairs=1, extra_forwards=0, slots=1, classes=2)
+    fixed = replace(OPS_ONLY, iteration_s=1.0, attack_step_s=0.5, round_s=3.0)
+    # 5 iterations of (3 + 3 + 2 x 18 + 11 + 12 = 65 operators + 1 + 2 x 0.5), the round's 3, on half
+    assert round_seconds(it, 5, 0.0, fixed, share=0.5) == (5 * (65 + 1 + 1) + 3) / 0.5

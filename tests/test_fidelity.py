@@ -28,7 +28,7 @@ def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     root = tmp_path / "profiles"
     root.mkdir()
     cal = Calibration(16000.0, Compute(100.0, 100.0), Storage(1000.0, 1000.0, 0.1, 0.1, True),
-                      ((("conv", FORWARD), Roofline(50e9, 10e9, 5e-6)),), torch.get_num_threads())
+                      ((("conv", FORWARD), Roofline(50e9, 10e9, 5e-6)),), threads=torch.get_num_threads())
     write_profile(root / "my_host.toml", render_profile("my_host", "host", cal))
     monkeypatch.setenv(catalog.ENV, str(root))  # scenarios find it along EDGEFL_PROFILE_PATH
     cat = catalog.load_catalog()

@@ -107,6 +107,16 @@ def test_a_failed_ray_task_is_one_line_naming_its_clients_and_the_setting(error,
     assert found.resumable == (error == "RaySystemError")
 
 
+def failed_on_ray(tmp_path, capsys) -> list[str]:
+    """The lines edgefl printed for a small run on a local Ray that must stop with exit 2."""
+    try:
+        assert main(["run", str(QUICKSTART), *sets(SMALL), "--out", str(tmp_path / "run"), "--quiet",
+                     "--executor", "ray"]) == 2
+    finally:
+        ray.shutdown()
+    return [line for line in capsys.readouterr().err.splitlines() if line.startswith("edgefl:")]
+
+
 def test_a_task_that_runs_its_node_out_of_memory_is_one_line_naming_its_clients(tmp_path, monkeypatch,
                                                                               capsys):
     """Ray's memory monitor kills the task (its threshold set at 1 % of the node's memory, no retries
@@ -114,12 +124,7 @@ def test_a_task_that_runs_its_node_out_of_memory_is_one_line_naming_its_clients(
     monkeypatch.setenv("RAY_memory_usage_threshold", "0.01")  # read by the local Ray edgefl starts
     monkeypatch.setenv("RAY_memory_monitor_refresh_ms", "50")
     monkeypatch.setenv("RAY_task_oom_retries", "0")
-    try:
-        assert main(["run", str(QUICKSTART), *sets(SMALL), "--out", str(tmp_path / "run"), "--quiet",
-                     "--executor", "ray"]) == 2
-    finally:
-        ray.shutdown()
-    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("edgefl:")]
+    said = failed_on_ray(tmp_path, capsys)
     assert len(said) == 1 and ": ray.workers: its Ray task ran out of memory on its node" in said[0], said
     assert said[0].startswith("edgefl: error: client")
 
@@ -131,12 +136,7 @@ def test_a_full_object_store_for_the_model_state_is_one_line(tmp_path, monkeypat
         raise ray.exceptions.ObjectStoreFullError("object store full")
 
     monkeypatch.setattr(ray, "put", put)
-    try:
-        assert main(["run", str(QUICKSTART), *sets(SMALL), "--out", str(tmp_path / "run"), "--quiet",
-                     "--executor", "ray"]) == 2
-    finally:
-        ray.shutdown()
-    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("edgefl:")]
+    said = failed_on_ray(tmp_path, capsys)
     assert said == ["edgefl: error: round 0's model state: ray.workers: Ray's object store is full; lower "
                     "ray.workers, or give each node more (ray start --object-store-memory)"], said
 

@@ -32,11 +32,12 @@ import torch
 import torch.nn.functional as F
 
 from edgefl.calibration import kernels
+from edgefl.calibration.fixed import FixedCosts, measure_fixed
 from edgefl.devices.catalog import load_profile
 from edgefl.devices.profile import KERNEL_KINDS, DeviceProfile
 from edgefl.errors import EdgeflError
 from edgefl.rundir import write_file
-from edgefl.sim.compute import FORWARD, PASSES, Roofline
+from edgefl.sim.compute import FORWARD, PASSES, Roofline, Rooflines
 
 MIB = 1 << 20
 Clock = Callable[[], float]
@@ -92,6 +93,7 @@ class Calibration:
     compute: Compute
     storage: Storage
     rooflines: Fitted = ()  # fitted per (kind, pass)
+    fixed: FixedCosts | None = None  # the fixed costs outside the operators
     threads: int = 0  # torch threads the compute figures were measured with
     cpu_time: bool = False  # compute timed on the process's CPU clock instead of the wall clock
 
@@ -265,10 +267,10 @@ def calibrate(folder: Path, sizes: Sizes, repeats: int, cpu_time: bool = False) 
     with one thread it equals wall time on an idle machine."""
     clock = time.process_time if cpu_time else time.perf_counter
     compute = measure_flops(sizes, repeats, clock)
-    return Calibration(measure_memory(), compute, measure_storage(folder, sizes, repeats),
-                       measure_rooflines(sizes, repeats, compute.peak_gflops, clock),
-                       torch.get_num_threads(),
-                       cpu_time)
+    rooflines = measure_rooflines(sizes, repeats, compute.peak_gflops, clock)
+    fixed = measure_fixed(Rooflines(rooflines), lambda fn: median_time(fn, repeats, clock))
+    return Calibration(measure_memory(), compute, measure_storage(folder, sizes, repeats), rooflines,
+                       fixed, torch.get_num_threads(), cpu_time)
 
 
 def render_profile(name: str, pool: str, c: Calibration) -> str:
@@ -314,6 +316,10 @@ def _compute_lines(c: Calibration) -> list[str]:
         lines += [f"efficiency = {_sig(efficiency)}   # conv forward",
                   f"memory_bandwidth_gbps = {_sig(elementwise.bandwidth / 1e9)}   # elementwise forward",
                   f"op_overhead_us = {_sig(max(elementwise.overhead_s * 1e6, 1e-3))}   # elementwise forward"]
+    if c.fixed:
+        lines += [f"iteration_overhead_us = {_sig(c.fixed.iteration_us)}   # outside the operators",
+                  f"attack_step_overhead_us = {_sig(c.fixed.attack_step_us)}   # per PGD step",
+                  f"round_overhead_ms = {_sig(c.fixed.round_ms)}   # per client-round"]
     lines.append("\n[kernels]  # per pass (forward, input gradient, weight gradient): "
                  "[GFLOP/s, GB/s, overhead us]")
     for kind in KERNEL_KINDS:

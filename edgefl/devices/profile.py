@@ -68,6 +68,10 @@ class DeviceProfile:
     memory_bandwidth_gbps: float = 0.0  # 0 = the class default
     efficiency: float = 0.0  # sustained share of peak FLOP/s on conv and linear layers; 0 = class default
     op_overhead_us: float = 0.0  # fixed cost per operator launch; 0 = the class default
+    # fixed costs outside the operators (`edgefl devices calibrate` measures them; 0 = none charged):
+    iteration_overhead_us: float = 0.0  # per local iteration: Python, the batch gather, the optimizer loop
+    attack_step_overhead_us: float = 0.0  # per PGD step of an iteration: the attack loop's Python
+    round_overhead_ms: float = 0.0  # per client-round: a fresh model, its state loaded, the optimizer made
     compute_source: str = ""  # where the three figures above come from
     kernels: Kernels = field(default_factory=Kernels)  # fitted per-kind rooflines (calibrated hosts)
     efficiency_by_kind: Efficiencies = field(default_factory=Efficiencies)  # per-kind shares

@@ -126,4 +126,5 @@ def device_rooflines(p: DeviceProfile, precision: str = "fp32") -> Rooflines:
     for kind in KINDS:
         for ps, (gflops, gbps, us) in zip(PASSES, getattr(p.kernels, kind), strict=False):
             table[(kind, ps)] = Roofline(gflops * 1e9 * speed, gbps * 1e9 * wider, us / 1e6)
-    return Rooflines(tuple(table.items()))
+    return Rooflines(tuple(table.items()), p.iteration_overhead_us / 1e6, p.attack_step_overhead_us / 1e6,
+                     p.round_overhead_ms / 1e3)

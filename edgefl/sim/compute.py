@@ -61,9 +61,13 @@ class Roofline:
 class Rooflines:
     """A device's rooflines: `table` holds ((kind, pass), Roofline) pairs; a (kind, pass) it lacks
     falls back to (kind, forward), then for a convolution kind to conv's, then to (elementwise,
-    pass)."""
+    pass). The fixed costs outside the operators come with them: seconds per local iteration, per
+    PGD step and per client-round."""
 
     table: tuple[tuple[tuple[str, str], Roofline], ...]
+    iteration_s: float = 0.0
+    attack_step_s: float = 0.0
+    round_s: float = 0.0
 
     @functools.cached_property
     def lookup(self) -> dict[tuple[str, str], Roofline]:
@@ -188,7 +192,9 @@ def iteration_seconds(it: Iteration, roof: Rooflines) -> float:
 
 def round_seconds(it: Iteration, iterations: int, extra_flops: float, roof: Rooflines,
                   share: float) -> float:
-    """A round's compute seconds: its iterations, plus one-off FLOPs (a Fisher pass) at the conv
-    forward rate, divided by the device `share` the co-running app leaves."""
+    """A round's compute seconds: its iterations with their fixed costs, plus one-off FLOPs (a Fisher
+    pass) at the conv forward rate and the client-round's fixed cost, divided by the device `share`
+    the co-running app leaves."""
     extra = extra_flops / roof.get("conv", FORWARD).flops
-    return (iterations * iteration_seconds(it, roof) + extra) / share
+    fixed = roof.iteration_s + it.attack_steps * roof.attack_step_s
+    return (iterations * (iteration_seconds(it, roof) + fixed) + extra + roof.round_s) / share
