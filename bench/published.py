@@ -95,8 +95,8 @@ def main() -> int:
         print(f"  {p.device:<19}{mine}")
     apart = [r for r in rows if r["use"] != "fit"]
     training = [r for r in apart if r["timed"] in TRAINING]
-    print(f"\nKept apart: {len(training)} training rows and {len(apart) - len(training)} forward rows "
-          f"(every row stays in the table):")
+    print(f"\nKept apart: {len(training)} training rows and {len(apart) - len(training)} others (forward "
+          f"passes, energy; every row stays in the table):")
     for r in training:
         p = priced_by_id.get(r["id"])
         seen = f"raw {raw.predict(p) / p.seconds:.2f}" if p else "not priced"
