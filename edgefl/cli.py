@@ -839,6 +839,7 @@ def cmd_devices_fit(args: argparse.Namespace) -> int:
 
     from edgefl.calibration.calibrate import prepare_target, write_profile
     from edgefl.calibration.fit import (
+        FIT_KINDS,
         device_efficiencies,
         device_overhead_us,
         fit,
@@ -850,6 +851,10 @@ def cmd_devices_fit(args: argparse.Namespace) -> int:
     from edgefl.price import TORCHVISION, WHERE, Step
 
     device = _device(args.device, args.scenario)
+    if any(getattr(device.kernels, k) for k in FIT_KINDS):
+        raise EdgeflError(args.device, "kernels", "a calibrated profile's [kernels] set its convolution "
+                          "and linear rates, which fitted efficiencies would not change; fit a datasheet "
+                          "profile, or calibrate this host again (edgefl devices calibrate)")
     prepare_target(args.out, 1, args.overwrite)
     rows = []
     for i, r in enumerate(read_measurements(args.measurements, args.device), 1):

@@ -89,6 +89,13 @@ def test_devices_fit_writes_a_profile_with_the_fitted_efficiencies(tmp_path, cap
         price(step, SMALL[step.model], TRUE).seconds, rel=0.05)
 
 
+def test_devices_fit_refuses_a_calibrated_profile(tmp_path, capsys):
+    table = tmp_path / "mine.csv"
+    write_rows(table, "dev_vm")
+    assert main(["devices", "fit", str(table), "--device", "dev_vm", "--out", str(tmp_path / "x.toml")]) == 2
+    assert "dev_vm: kernels: a calibrated profile's [kernels] set" in one_error_line(capsys.readouterr().err)
+
+
 @pytest.mark.parametrize(("content", "says"), [
     ("id,profile,price_model,batch\nr,raspberry_pi_5,smallcnn,8\n", "seconds_per_step: missing column"),
     ("profile,price_model,batch,seconds_per_step\ntx2,smallcnn,8,1.0\n", "raspberry_pi_5: no row measures"),
