@@ -7,8 +7,9 @@ from dataclasses import replace
 
 import pytest
 
+from edgefl.devices.classes import CLASS_DEFAULTS
 from edgefl.devices.profile import DeviceProfile, Kernels
-from edgefl.sim.classes import CLASS_DEFAULTS, device_rooflines
+from edgefl.sim.classes import device_rooflines
 from edgefl.sim.compute import (
     FORWARD,
     INPUT_GRAD,
@@ -129,6 +130,37 @@ def test_fitted_kernels_replace_the_figures_kind_by_kind():
     d = CLASS_DEFAULTS["cpu"]
     assert roof.get("conv", WEIGHT_GRAD) == Roofline(1000e9 * d.efficiency, d.bandwidth_gbps * 1e9,
                                                      d.overhead_us / 1e6)
+
+
+def test_kinds_efficiencies_precisions_and_fallbacks(tmp_path):
+    """Issue 36: a convolution kind without figures of its own is charged as conv (a calibrated
+    host's conv kernels too); per-kind efficiencies derate the peak kind by kind; another precision
+    scales the rates by its peak and the bandwidth by the bytes it saves."""
+    from edgefl.devices.profile import Efficiencies
+
+    calibrated = device_rooflines(profile(device_class="cpu", kernels=Kernels(conv=[[200.0, 8.0, 30.0]])))
+    conv = Roofline(200e9, 8e9, 30e-6)
+    assert calibrated.get("conv3x3", FORWARD) == calibrated.get("dwconv", FORWARD) == conv
+    assert calibrated.get("dwconv", INPUT_GRAD) == calibrated.get("conv", INPUT_GRAD) != conv
+    d = CLASS_DEFAULTS["gpu"]
+    shares = Efficiencies(dwconv=0.05, conv3x3=1.2)
+    kinds = device_rooflines(profile(device_class="gpu", efficiency_by_kind=shares))
+    assert kinds.get("dwconv", FORWARD).flops == pytest.approx(50e9)
+    assert kinds.get("conv3x3", WEIGHT_GRAD).flops == pytest.approx(1200e9)
+    assert kinds.get("conv", FORWARD).flops == pytest.approx(1000e9 * d.efficiency)
+    half = device_rooflines(profile(device_class="gpu", fp16_gflops=8000.0), "fp16")
+    assert half.get("conv", FORWARD) == Roofline(8000e9 * d.efficiency, 2 * d.bandwidth_gbps * 1e9,
+                                                 d.overhead_us / 1e6)
+
+
+def test_a_device_is_compared_by_the_release_figure_else_its_sustained_rate():
+    """What pools draw by, FedProphet compares and `paper` charges (issue 36: the corrected datasheet
+    peaks move none of them)."""
+    from edgefl.devices.classes import perf_flops
+
+    assert perf_flops(profile(device_class="gpu", release_gflops=1300.0)) == 1300e9
+    assert perf_flops(profile(device_class="sbc", efficiency=0.25)) == 250e9
+    assert perf_flops(profile(device_class="sbc")) == pytest.approx(1000e9 * CLASS_DEFAULTS["sbc"].efficiency)
 
 
 @pytest.mark.parametrize(("line", "key"), [

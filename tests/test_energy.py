@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 
 from edgefl.devices.catalog import ENV, load_catalog
+from edgefl.devices.classes import POWER_DEFAULTS, device_power
 from edgefl.errors import EdgeflError
 from edgefl.experiment import prepare, run
 from edgefl.scenario import load_scenario
 from edgefl.sim.availability import Always, Diurnal
 from edgefl.sim.battery import WH, Battery, Powered
-from edgefl.sim.classes import POWER_DEFAULTS, device_power
 from edgefl.sim.cost import ClientCost
 from edgefl.sim.energy import Power, client_power, phase_power, round_energy
 

@@ -29,10 +29,11 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import least_squares
 
+from edgefl.devices.classes import CLASS_DEFAULTS
 from edgefl.devices.profile import DeviceProfile, Efficiencies
 from edgefl.errors import EdgeflError
 from edgefl.price import Step, iteration_for
-from edgefl.sim.classes import CLASS_DEFAULTS, device_rooflines
+from edgefl.sim.classes import device_rooflines
 from edgefl.sim.compute import iteration_work
 from edgefl.sim.records import AtomProfile
 

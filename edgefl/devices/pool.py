@@ -22,6 +22,7 @@ from scipy.special import ndtr, ndtri
 from edgefl.config import FleetConfig, RoundConfig
 from edgefl.devices import draws
 from edgefl.devices.catalog import Catalog, used_files
+from edgefl.devices.classes import perf_flops
 from edgefl.devices.profile import DeviceProfile
 from edgefl.errors import EdgeflError
 
@@ -46,7 +47,7 @@ class DeviceState:
     device: DeviceProfile
     app: str
     memory_bytes: float
-    flops: float
+    flops: float  # P_k(t): the device's perf_flops (edgefl.devices.classes) x the share its app leaves
     network: str
     up_bps: float  # bytes/s
     down_bps: float  # bytes/s
@@ -59,7 +60,7 @@ def rng(seed: int, *stream: int) -> np.random.Generator:
 
 def device_weights(devices: list[DeviceProfile], s: float) -> np.ndarray:
     """P(device) proportional to (FLOP/s x memory bytes)^s."""
-    w = np.array([(d.flops * d.memory_bytes) ** s for d in devices])
+    w = np.array([(perf_flops(d) * d.memory_bytes) ** s for d in devices])
     return w / w.sum()
 
 
@@ -136,7 +137,7 @@ class DevicePool:
     def _tables(self) -> None:
         """Per device kind, app and network, the figures the draws combine, as arrays."""
         kinds, names = self.kinds, self.network_names
-        self.kind_flops = np.array([d.flops for d in kinds])
+        self.kind_flops = np.array([perf_flops(d) for d in kinds])  # a state's flops: x the app's share
         self.kind_memory = np.array([d.memory_bytes for d in kinds])
         self.kind_reserved = np.array([self.reserved_bytes(d) for d in kinds])
         self.kind_networks = np.array([len(d.networks) for d in kinds])

@@ -6,7 +6,7 @@ Units are in the key names. The numbers of FedProphet's pools and apps come from
 
 The compute model (edgefl.sim.compute) also reads a device's class, memory bandwidth, sustained
 efficiency and per-operator overhead (`compute_source` says where they come from); a figure a profile
-omits (0) is its class's default (edgefl.sim.classes). A calibrated host carries fitted
+omits (0) is its class's default (edgefl.devices.classes). A calibrated host carries fitted
 rooflines per layer kind and pass in its `[kernels]` table instead.
 
 The energy model (edgefl.sim.energy) reads a device's active and idle watts and storage energy per
@@ -58,13 +58,13 @@ class DeviceProfile:
     description: str
     source: str
     memory_mb: float
-    compute_gflops: float
+    compute_gflops: float  # peak FP32 FLOP/s (a datasheet's); the compute model derates it
     storage_read_mbps: float
     storage_write_mbps: float
     storage_latency_ms: float
     pools: list[str] = field(default_factory=list)
     networks: list[str] = field(default_factory=list)  # networks it may draw; omitted = every one found
-    device_class: str = "generic"  # one of DEVICE_CLASSES (edgefl.sim.classes says what each means)
+    device_class: str = "generic"  # one of DEVICE_CLASSES (edgefl.devices.classes says what each means)
     memory_bandwidth_gbps: float = 0.0  # 0 = the class default
     efficiency: float = 0.0  # sustained share of peak FLOP/s on conv and linear layers; 0 = class default
     op_overhead_us: float = 0.0  # fixed cost per operator launch; 0 = the class default
@@ -75,6 +75,9 @@ class DeviceProfile:
     compute_source: str = ""  # where the three figures above come from
     kernels: Kernels = field(default_factory=Kernels)  # fitted per-kind rooflines (calibrated hosts)
     efficiency_by_kind: Efficiencies = field(default_factory=Efficiencies)  # per-kind shares
+    # The FedProphet release's figure for a device of its pools (0 = none): what the `paper` accounting
+    # charges, the pools draw by (fleet.balance_s) and FedProphet compares (edgefl.devices.classes.perf_flops)
+    release_gflops: float = 0.0
     fp16_gflops: float = 0.0  # FP16 peak (tensor or matrix units where the hardware has them); 0 = unknown
     bf16_gflops: float = 0.0  # BF16 peak; 0 = unknown or none
     int8_gops: float = 0.0  # INT8 peak, GOP/s; 0 = unknown or none
@@ -94,6 +97,7 @@ class DeviceProfile:
 
     @property
     def flops(self) -> float:
+        """Peak FP32 FLOP/s."""
         return self.compute_gflops * 1e9
 
 

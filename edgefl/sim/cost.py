@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from edgefl.config import CostConfig
+from edgefl.devices.classes import perf_flops
 from edgefl.devices.pool import DeviceState
 from edgefl.devices.profile import DeviceProfile
 from edgefl.sim.classes import device_rooflines
@@ -166,7 +167,7 @@ def walk_compute_seconds(w: Workload, state: DeviceState, micro: int = 1) -> flo
     """Compute seconds of the round by the roofline model (in `micro` micro-batches per batch when
     the swap walk splits the batch), slowed by the co-running app's share."""
     return shared_seconds(full_speed_seconds(w, profile_rooflines(state.device), micro), state.flops,
-                          state.device.flops)
+                          perf_flops(state.device))
 
 
 @functools.lru_cache(maxsize=65536)

@@ -21,7 +21,7 @@ bytes at one storage bandwidth and never says which are reads and which writes),
 energy is 0: the walk accounting (the default) prices storage energy. One expression
 (`round_energy`) serves single clients (floats) and a round's columns (arrays), so the bulk path
 equals the per-client path to the bit. Figures and their sources: the device profiles and
-edgefl.sim.classes (power), the network profiles (radio).
+edgefl.devices.classes (power), the network profiles (radio).
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
+from edgefl.devices.classes import device_power, perf_flops
 from edgefl.devices.pool import DevicePool, DeviceState, States
 from edgefl.devices.profile import DeviceProfile, NetworkProfile
-from edgefl.sim.classes import device_power
 
 NJ = 1e-9  # joules per nanojoule
 X = TypeVar("X", float, np.ndarray)
@@ -111,7 +111,7 @@ def client_energy(pool: DevicePool, state: DeviceState, c: Priced, sent: tuple[f
     """One client's joules: `sent` is (bytes downloaded, bytes uploaded), zeros where communication
     is not counted."""
     p = client_power(state.device, pool.networks[state.network])
-    return float(round_energy(p, c, state.flops / state.device.flops, sent[0], sent[1], wait_s))
+    return float(round_energy(p, c, state.flops / perf_flops(state.device), sent[0], sent[1], wait_s))
 
 
 class FleetPower:
