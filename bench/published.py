@@ -28,16 +28,10 @@ sys.path.insert(0, str(ROOT))
 
 from edgefl.calibration.fit import Fit, Priced, fit, leave_one_out, priced  # noqa: E402
 from edgefl.devices.catalog import load_catalog  # noqa: E402
-from edgefl.models.vision import torchvision_model  # noqa: E402
-from edgefl.price import Step  # noqa: E402
-from edgefl.profiling import profile_model  # noqa: E402
+from edgefl.price import atoms_of, step_for  # noqa: E402
 
 TABLE = ROOT / "device_profiles" / "evidence" / "measurements.csv"
 TRAINING = ("train_step", "epoch", "images_per_s_train")
-
-
-def shape(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in text.split(" ")[0].split(","))
 
 
 def priced_rows(rows: list[dict[str, str]]) -> dict[str, Priced]:
@@ -47,13 +41,11 @@ def priced_rows(rows: list[dict[str, str]]) -> dict[str, Priced]:
         if not (r["price_model"] and r["profile"] and r["batch"].isdigit() and r["seconds_per_step"]
                 and devices[r["profile"]].peak(r["price_precision"])):
             continue
-        k = (r["price_model"], r["input"], r["classes"])
+        step = step_for(r["price_model"], int(r["batch"]), r["input"].split(" ")[0], int(r["classes"]),
+                        optimizer="momentum", precision=r["price_precision"])
+        k = (step.model, step.input_shape, step.classes)
         if k not in atoms:
-            name = r["price_model"].removeprefix("torchvision:")
-            atoms[k] = profile_model(torchvision_model(name, int(r["classes"]), shape(r["input"]), "bench"),
-                                     name).atoms
-        step = Step(r["price_model"], int(r["batch"]), shape(r["input"]), int(r["classes"]),
-                    optimizer="momentum", precision=r["price_precision"])
+            atoms[k] = atoms_of(step)
         out[r["id"]] = priced(r["id"], r["hardware_kind"], float(r["seconds_per_step"]), step, atoms[k],
                               devices[r["profile"]])
     return out

@@ -279,48 +279,15 @@ def _price_parser(sub: Subparsers) -> None:
 
 
 def cmd_price(args: argparse.Namespace) -> int:
-    from edgefl.price import TORCHVISION, WHERE, Step, check, lines, price
+    from edgefl.price import atoms_of, check, lines, price, step_for
 
     device = _device(args.device, args.scenario)
-    vision = args.model.startswith(TORCHVISION)
-    shape = _shape(args.input) if args.input else ((3, 224, 224) if vision else (3, 32, 32))
-    step = Step(args.model, args.batch, shape, args.classes or (1000 if vision else 10), args.pass_,
-                args.attack_steps, args.optimizer, args.precision)
+    step = step_for(args.model, args.batch, args.input, args.classes, pass_=args.pass_,
+                    attack_steps=args.attack_steps, optimizer=args.optimizer, precision=args.precision)
     check(step, device)
-    found = price(step, _profiled(step, WHERE), device)
+    found = price(step, atoms_of(step), device)
     print(json.dumps(found.as_json()) if args.json else "\n".join(lines(found)))
     return 0
-
-
-def _shape(text: str) -> tuple[int, ...]:
-    from edgefl.price import WHERE
-
-    parts = text.replace("x", ",").split(",")
-    if not all(p.strip().isdigit() for p in parts):
-        raise EdgeflError(WHERE, "--input", f"{text!r} is not C,H,W (e.g. 3,32,32)")
-    return tuple(int(p) for p in parts)
-
-
-def _profiled(step: Any, where: str) -> Any:
-    """The atoms of the step's model, profiled at its input; one line when it cannot take it."""
-    from edgefl.models import MODELS, build_model
-    from edgefl.models.vision import torchvision_model
-    from edgefl.price import TORCHVISION
-    from edgefl.profiling import profile_model
-
-    name, c = step.model, step.input_shape[0]
-    if not name.startswith(TORCHVISION) and name not in MODELS.names():
-        raise EdgeflError(where, name, f"no such model; the zoo has {', '.join(MODELS.names())}, and any "
-                          "torchvision classification model is torchvision:NAME")
-    try:
-        model = (torchvision_model(name.removeprefix(TORCHVISION), step.classes, step.input_shape, where)
-                 if name.startswith(TORCHVISION) else
-                 build_model(name, step.classes, step.input_shape, [0.5] * c, [0.25] * c))
-        return profile_model(model, name).atoms
-    except (RuntimeError, ValueError) as exc:
-        why = (str(exc).strip().splitlines() or [""])[0][:200]
-        raise EdgeflError(where, "--input", f"{name} cannot take one sample of "
-                          f"{'x'.join(map(str, step.input_shape))} ({why})") from None
 
 
 def _device(name: str, scenario: Path | None) -> Any:
@@ -848,7 +815,7 @@ def cmd_devices_fit(args: argparse.Namespace) -> int:
         profile_text,
         read_measurements,
     )
-    from edgefl.price import TORCHVISION, WHERE, Step
+    from edgefl.price import atoms_of, step_for
 
     device = _device(args.device, args.scenario)
     if any(getattr(device.kernels, k) for k in FIT_KINDS):
@@ -858,15 +825,12 @@ def cmd_devices_fit(args: argparse.Namespace) -> int:
     prepare_target(args.out, 1, args.overwrite)
     rows = []
     for i, r in enumerate(read_measurements(args.measurements, args.device), 1):
-        model = r.get("price_model") or r.get("model", "")
-        vision = model.startswith(TORCHVISION)
-        default = (3, 224, 224) if vision else (3, 32, 32)
-        shape = _shape(r["input"].split(" ")[0]) if r.get("input") else default
-        step = Step(model, int(r["batch"]), shape, int(r.get("classes") or (1000 if vision else 10)),
-                    optimizer=r.get("optimizer") or "sgd",
-                    precision=r.get("price_precision") or r.get("precision") or "fp32")
+        step = step_for(r.get("price_model") or r.get("model", ""), int(r["batch"]),
+                        r.get("input", "").split(" ")[0], int(r.get("classes") or 0),
+                        optimizer=r.get("optimizer") or "sgd",
+                        precision=r.get("price_precision") or r.get("precision") or "fp32")
         rows.append(priced(r.get("id") or f"row {i}", args.device, float(r["seconds_per_step"]), step,
-                           _profiled(step, WHERE), device))
+                           atoms_of(step), device))
     whole, loo = fit(rows), leave_one_out(rows)
     print(f"{'row':<10}{'measured s':>12}{'fitted':>9}{'LOO':>9}   (predicted / measured)")
     for p in rows:

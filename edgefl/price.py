@@ -78,6 +78,43 @@ class Price:
                 "kinds": [{**asdict(k), "bound": k.bound} for k in self.kinds]}
 
 
+def step_for(model: str, batch: int, input_: str | None, classes: int | None, **given: Any) -> Step:
+    """The step of `model` at `batch`: one sample `input_` ("C,H,W"; the default 3,32,32 for the
+    zoo, 3,224,224 for torchvision) and `classes` outputs (10 or 1000 when 0 or None)."""
+    vision = model.startswith(TORCHVISION)
+    shape = _shape(input_) if input_ else ((3, 224, 224) if vision else (3, 32, 32))
+    return Step(model, batch, shape, classes or (1000 if vision else 10), **given)
+
+
+def _shape(text: str) -> tuple[int, ...]:
+    parts = text.replace("x", ",").split(",")
+    if not all(p.strip().isdigit() for p in parts):
+        raise EdgeflError(WHERE, "--input", f"{text!r} is not C,H,W (e.g. 3,32,32)")
+    return tuple(int(p) for p in parts)
+
+
+def atoms_of(step: Step) -> tuple[AtomProfile, ...]:
+    """The atoms of the step's model (edgefl.profiling, on the CPU) at its input; one line for an
+    unknown model or an input it cannot take."""
+    from edgefl.models import MODELS, build_model
+    from edgefl.models.vision import torchvision_model
+    from edgefl.profiling import profile_model
+
+    name, c = step.model, step.input_shape[0]
+    if not name.startswith(TORCHVISION) and name not in MODELS.names():
+        raise EdgeflError(WHERE, name, f"no such model; the zoo has {', '.join(MODELS.names())}, and any "
+                          "torchvision classification model is torchvision:NAME")
+    try:
+        model = (torchvision_model(name.removeprefix(TORCHVISION), step.classes, step.input_shape, WHERE)
+                 if name.startswith(TORCHVISION) else
+                 build_model(name, step.classes, step.input_shape, [0.5] * c, [0.25] * c))
+        return profile_model(model, name).atoms
+    except (RuntimeError, ValueError) as exc:
+        why = (str(exc).strip().splitlines() or [""])[0][:200]
+        raise EdgeflError(WHERE, "--input", f"{name} cannot take one sample of "
+                          f"{'x'.join(map(str, step.input_shape))} ({why})") from None
+
+
 def check(step: Step, device: DeviceProfile) -> None:
     """One line for a step no device could run, or one this device's profile cannot price."""
     bad = [("--pass", step.pass_ in PASSES, f"must be one of {', '.join(PASSES)}"),
