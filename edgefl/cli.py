@@ -281,7 +281,7 @@ def _price_parser(sub: Subparsers) -> None:
 def cmd_price(args: argparse.Namespace) -> int:
     from edgefl.price import atoms_of, check, lines, price, step_for
 
-    device = _device(args.device, args.scenario)
+    device, _ = _device(args.device, args.scenario)
     step = step_for(args.model, args.batch, args.input, args.classes, pass_=args.pass_,
                     attack_steps=args.attack_steps, optimizer=args.optimizer, precision=args.precision)
     check(step, device)
@@ -290,8 +290,9 @@ def cmd_price(args: argparse.Namespace) -> int:
     return 0
 
 
-def _device(name: str, scenario: Path | None) -> Any:
-    """The profile `name` as the catalog `scenario` sees it; one line naming the known ones."""
+def _device(name: str, scenario: Path | None) -> tuple[Any, Path]:
+    """The profile `name` as the catalog `scenario` sees it, and its file; one line naming the known
+    ones."""
     from edgefl.devices.catalog import search_path
 
     catalog = seen_by(scenario)
@@ -300,7 +301,7 @@ def _device(name: str, scenario: Path | None) -> Any:
                                      "one elsewhere: put its folder on EDGEFL_PROFILE_PATH)")
         raise EdgeflError(":".join(map(str, search_path(scenario))), name,
                           f"no such device; known: {', '.join(sorted(catalog.devices))}{where}")
-    return catalog.devices[name]
+    return catalog.devices[name], catalog.file("devices", name)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -729,8 +730,7 @@ def cmd_devices_list(args: argparse.Namespace) -> int:
 
 
 def cmd_devices_show(args: argparse.Namespace) -> int:
-    _device(args.name, args.scenario)
-    path = seen_by(args.scenario).file("devices", args.name)
+    _, path = _device(args.name, args.scenario)
     print(f"# {path}\n{path.read_text(encoding='utf-8-sig')}", end="")
     return 0
 
@@ -817,7 +817,7 @@ def cmd_devices_fit(args: argparse.Namespace) -> int:
     )
     from edgefl.price import atoms_of, step_for
 
-    device = _device(args.device, args.scenario)
+    device, path = _device(args.device, args.scenario)
     if any(getattr(device.kernels, k) for k in FIT_KINDS):
         raise EdgeflError(args.device, "kernels", "a calibrated profile's [kernels] set its convolution "
                           "and linear rates, which fitted efficiencies would not change; fit a datasheet "
@@ -840,7 +840,7 @@ def cmd_devices_fit(args: argparse.Namespace) -> int:
     efficiencies = device_efficiencies(whole, rows[0])
     source = (f"edgefl devices fit on {args.measurements.name}: {len(rows)} rows, leave-one-out median "
               f"|log2(predicted / measured)| {error:.2f}")
-    base = seen_by(args.scenario).file("devices", args.device).read_text(encoding="utf-8-sig")
+    base = path.read_text(encoding="utf-8-sig")
     overhead = device_overhead_us(whole, rows[0])
     write_profile(args.out, profile_text(base, args.out.stem, efficiencies, overhead, source))
     print(f"leave-one-out median |log2 ratio| {error:.2f} over {len(rows)} rows; efficiencies "

@@ -14,17 +14,17 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from edgefl.config import MAX_BATCH
 from edgefl.devices.profile import PRECISION_BYTES, DeviceProfile
 from edgefl.errors import EdgeflError
 from edgefl.sim.classes import device_rooflines
-from edgefl.sim.compute import Iteration, iteration_work, layers_of
+from edgefl.sim.compute import Iteration, fixed_seconds, iteration_work, layers_of
 from edgefl.sim.records import BYTES, AtomProfile, mem_parts
 
 WHERE = "edgefl price"
 TORCHVISION = "torchvision:"
 SLOTS = {"sgd": 0, "momentum": 1, "adam": 2}  # optimizer state tensors per parameter
 PASSES = ("train", "forward")
-MAX_BATCH = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -137,16 +137,20 @@ def check(step: Step, device: DeviceProfile) -> None:
 
 
 def price(step: Step, atoms: tuple[AtomProfile, ...], device: DeviceProfile) -> Price:
-    """The step's seconds, FLOPs and MemReq on `device` (its profiled `atoms`)."""
+    """The step's seconds, FLOPs and MemReq on `device` (its profiled `atoms`): what a run charges
+    for one iteration, its fixed cost outside the operators (a calibrated host's) included."""
     check(step, device)
-    roof = device_rooflines(device, step.precision)
+    roof, it = device_rooflines(device, step.precision), iteration_for(step, atoms)
     kinds: dict[str, list[float]] = {}
-    for w in iteration_work(iteration_for(step, atoms)):
+    for w in iteration_work(it):
         compute, memory, overhead = roof.get(w.kind, w.pass_).terms(w.flops, w.nbytes, w.ops)
         bound = (compute, 0.0) if compute >= memory else (0.0, memory)
         totals = kinds.setdefault(w.label, [0.0] * 4)
         for i, x in enumerate((w.flops, *bound, overhead)):
             totals[i] += w.times * x
+    fixed = fixed_seconds(it, roof) if it.train_pairs else 0.0  # the training loop's own
+    if fixed:
+        kinds["fixed"] = [0.0, 0.0, 0.0, fixed]
     costs = tuple(KindCost(k, c + m + o, f, c, m, o) for k, (f, c, m, o) in kinds.items())
     return Price(step, device.name, sum(k.seconds for k in costs), sum(k.flops for k in costs),
                  mem_need(step, atoms), device.memory_bytes, costs)

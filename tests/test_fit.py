@@ -101,6 +101,8 @@ def test_devices_fit_refuses_a_calibrated_profile(tmp_path, capsys):
     ("profile,price_model,batch,seconds_per_step\ntx2,smallcnn,8,1.0\n", "raspberry_pi_5: no row measures"),
     ("profile,price_model,batch,seconds_per_step\nraspberry_pi_5,smallcnn,8,-1\n", "row 2: needs a whole"),
     ("profile,price_model,batch,seconds_per_step\nraspberry_pi_5,nomodel,8,1\n", "nomodel: no such model"),
+    ("profile,price_model,batch,classes,seconds_per_step\nraspberry_pi_5,smallcnn,8,ten,1\n",
+     "row 2: needs a whole"),
 ])
 def test_devices_fit_refuses_what_it_cannot_fit_in_one_line(tmp_path, capsys, content, says):
     table = tmp_path / "bad.csv"

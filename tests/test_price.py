@@ -4,6 +4,7 @@ test per option, and one line for each input it cannot price."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -138,3 +139,15 @@ def test_what_cannot_be_priced_is_one_line(args, says, capsys):
 def test_price_checks_before_it_prices():
     with pytest.raises(EdgeflError, match="--batch"):
         priced(batch=0)
+
+
+def test_a_calibrated_hosts_fixed_costs_are_in_the_train_step():
+    """What a run charges per iteration (edgefl.sim.compute.fixed_seconds): 100 us for the loop and
+    10 us per PGD step on top of the operators; a forward pass runs no training loop."""
+    host = replace(DEVICE, iteration_overhead_us=100.0, attack_step_overhead_us=10.0)
+    step = Step("toy", 2, (10, 1, 1), 10, attack_steps=3)
+    found = price(step, ATOMS, host)
+    assert found.seconds == pytest.approx(3200 / 1e9 + 100e-6 + 3 * 10e-6)
+    assert next(k for k in found.kinds if k.kind == "fixed").overhead_s == pytest.approx(130e-6)
+    forward = replace(step, attack_steps=0, pass_="forward")
+    assert price(forward, ATOMS, host).seconds == pytest.approx(400 / 1e9)

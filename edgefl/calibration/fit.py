@@ -30,14 +30,14 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from edgefl.devices.classes import CLASS_DEFAULTS
-from edgefl.devices.profile import DeviceProfile, Efficiencies
+from edgefl.devices.profile import EFFICIENCY_KINDS, DeviceProfile, Efficiencies
 from edgefl.errors import EdgeflError
 from edgefl.price import Step, iteration_for
 from edgefl.sim.classes import device_rooflines
 from edgefl.sim.compute import iteration_work
 from edgefl.sim.records import AtomProfile
 
-FIT_KINDS = ("conv", "conv3x3", "dwconv", "linear")
+FIT_KINDS = EFFICIENCY_KINDS  # the kinds a profile's [efficiency_by_kind] may set
 OVERHEAD = "overhead"  # the key of the (log) factor on the per-operator overhead
 RIDGE_GROUP = 0.3  # residual weight of one group log-efficiency's distance from the class default
 RIDGE_DEVICE = 1.0  # residual weight of one device log-efficiency's distance from its group's
@@ -64,8 +64,8 @@ def priced(id_: str, group: str, seconds: float, step: Step, atoms: tuple[AtomPr
            device: DeviceProfile) -> Priced:
     """A measurement of `step` on `device` taking `seconds`, priced operator by operator."""
     full = replace(device, efficiency=1.0, efficiency_by_kind=Efficiencies())  # every kind at its peak
-    roof = device_rooflines(full, step.precision)
-    prior = device.efficiency or CLASS_DEFAULTS[device.device_class].efficiency
+    roof, d = device_rooflines(full, step.precision), CLASS_DEFAULTS[device.device_class]
+    prior = device.efficiency or d.efficiency
     keys, rows = [], []
     for w in iteration_work(iteration_for(step, atoms)):
         c, m, o = roof.get(w.kind, w.pass_).terms(w.flops, w.nbytes, w.ops)
@@ -73,7 +73,6 @@ def priced(id_: str, group: str, seconds: float, step: Step, atoms: tuple[AtomPr
         keys.append(key(w.kind, step.precision) if fitted else "")
         rows.append((w.times * (c if fitted else c / prior), w.times * m, w.times * o))
     compute, memory, overhead = (np.array(col) for col in zip(*rows, strict=True))
-    d = CLASS_DEFAULTS[device.device_class]
     return Priced(id_, device.name, group, seconds, tuple(keys), compute, memory, overhead, prior,
                   d.efficiency, device.op_overhead_us or d.overhead_us)
 
@@ -97,8 +96,13 @@ class Fit:
 
     def predict(self, p: Priced) -> float:
         eff = np.array([self.efficiency(p, k) if k else 1.0 for k in p.keys])
-        launches = p.overhead * self.efficiency(p, OVERHEAD)
-        return float(np.sum(np.maximum(p.compute / eff, p.memory) + launches))
+        return step_seconds(p, eff, self.efficiency(p, OVERHEAD))
+
+
+def step_seconds(p: Priced, efficiency: np.ndarray, overhead_factor: float) -> float:
+    """The measurement's step at these per-operator efficiencies and overhead factor (module
+    docstring)."""
+    return float(np.sum(np.maximum(p.compute / efficiency, p.memory) + p.overhead * overhead_factor))
 
 
 def fit(rows: Sequence[Priced]) -> Fit:
@@ -120,8 +124,7 @@ def fit(rows: Sequence[Priced]) -> Fit:
 
     def residuals(theta: np.ndarray) -> np.ndarray:
         full = np.append(theta, 0.0)
-        predicted = [np.sum(np.maximum(p.compute / np.exp(full[g] + full[d]), p.memory)
-                            + p.overhead * math.exp(full[og] + full[od]))
+        predicted = [step_seconds(p, np.exp(full[g] + full[d]), math.exp(full[og] + full[od]))
                      for p, (g, d), (og, od) in zip(rows, at, launch, strict=True)]
         return np.concatenate([np.log(predicted) - measured, RIDGE_GROUP * (theta[:len(groups)] - prior),
                                RIDGE_DEVICE * (theta[len(groups):] - own)])
@@ -164,9 +167,10 @@ def read_measurements(path: Path, device: str) -> list[dict[str, str]]:
     if not mine:
         raise EdgeflError(where, device, "no row measures this device (its `profile` column) to fit on")
     for i, r in enumerate(mine, 2):
-        if not r.get("batch", "").isdigit() or not _positive(r.get("seconds_per_step", "")):
-            raise EdgeflError(where, f"row {r.get('id') or i}", "needs a whole batch and positive "
-                              "seconds_per_step")
+        if not (r.get("batch", "").isdigit() and (r.get("classes") or "0").isdigit()
+                and _positive(r.get("seconds_per_step", ""))):
+            raise EdgeflError(where, f"row {r.get('id') or i}", "needs a whole batch (and classes, where "
+                              "given) and positive seconds_per_step")
     return mine
 
 

@@ -57,7 +57,7 @@ def measure_fixed(roof: Rooflines, median: Callable[[Callable[[], object]], floa
         start = {k: v.detach().clone() for k, v in fresh.state_dict().items()}
         fresh.load_state_dict(start)
         torch.optim.SGD(fresh.parameters(), lr=0.01, momentum=0.9)
-        {k: v.detach().clone() for k, v in fresh.state_dict().items()}
+        {k: v.detach().clone() for k, v in fresh.state_dict().items()}  # the update's copy (timed)
 
     plain = max(beyond(0), 0.0)
     step = max((beyond(STEPS) - plain) / STEPS, 0.0)

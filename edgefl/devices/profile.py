@@ -100,7 +100,6 @@ class DeviceProfile:
         """Peak FP32 FLOP/s."""
         return self.compute_gflops * 1e9
 
-
     def peak(self, precision: str) -> float:
         """Peak FLOP/s (OP/s for int8) in `precision`; 0 where the profile gives none."""
         return {"fp32": self.compute_gflops, "fp16": self.fp16_gflops, "bf16": self.bf16_gflops,

@@ -49,7 +49,8 @@ class Roofline:
     overhead_s: float
 
     def seconds(self, flops: float, nbytes: float, ops: int = 1) -> float:
-        return max(flops / self.flops, nbytes / self.bandwidth) + ops * self.overhead_s
+        compute, memory, launches = self.terms(flops, nbytes, ops)
+        return max(compute, memory) + launches
 
     def terms(self, flops: float, nbytes: float, ops: int = 1) -> tuple[float, float, float]:
         """The three terms of `seconds`: compute, memory (the larger of the two counts) and the
@@ -60,9 +61,8 @@ class Roofline:
 @dataclass(frozen=True)
 class Rooflines:
     """A device's rooflines: `table` holds ((kind, pass), Roofline) pairs; a (kind, pass) it lacks
-    falls back to (kind, forward), then for a convolution kind to conv's, then to (elementwise,
-    pass). The fixed costs outside the operators come with them: seconds per local iteration, per
-    PGD step and per client-round."""
+    falls back to (kind, forward), then to (elementwise, pass). The fixed costs outside the operators
+    come with them: seconds per local iteration, per PGD step and per client-round."""
 
     table: tuple[tuple[tuple[str, str], Roofline], ...]
     iteration_s: float = 0.0
@@ -75,10 +75,8 @@ class Rooflines:
 
     def get(self, kind: str, pass_: str) -> Roofline:
         table = self.lookup
-        found = table.get((kind, pass_)) or table.get((kind, FORWARD))
-        if found is None and kind in CONV_KINDS:
-            found = table.get(("conv", pass_)) or table.get(("conv", FORWARD))
-        return found or table.get(("elementwise", pass_)) or table[("elementwise", FORWARD)]
+        found = table.get((kind, pass_)) or table.get((kind, FORWARD)) or table.get(("elementwise", pass_))
+        return found or table[("elementwise", FORWARD)]
 
     @classmethod
     def uniform(cls, flops: float, bandwidth: float, overhead_s: float) -> Rooflines:
@@ -196,5 +194,10 @@ def round_seconds(it: Iteration, iterations: int, extra_flops: float, roof: Roof
     pass) at the conv forward rate and the client-round's fixed cost, divided by the device `share`
     the co-running app leaves."""
     extra = extra_flops / roof.get("conv", FORWARD).flops
-    fixed = roof.iteration_s + it.attack_steps * roof.attack_step_s
-    return (iterations * (iteration_seconds(it, roof) + fixed) + extra + roof.round_s) / share
+    per_iteration = iteration_seconds(it, roof) + fixed_seconds(it, roof)
+    return (iterations * per_iteration + extra + roof.round_s) / share
+
+
+def fixed_seconds(it: Iteration, roof: Rooflines) -> float:
+    """One iteration's fixed cost outside its operators: the loop's, and each PGD step's."""
+    return roof.iteration_s + it.attack_steps * roof.attack_step_s
