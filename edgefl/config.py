@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import ClassVar, TypeVar
 
+from edgefl.registry import load_group
+
 # bounds on a client's local work: far above any edge device's, and what pricing stays quick and exact
 # at (a batch of 10^8, micro-batched by the swap walk, took minutes and GBs; 10^300 epochs overflowed)
 MAX_ITERS, MAX_EPOCHS, MAX_BATCH = 1_000_000, 10_000, 65_536
@@ -192,15 +194,8 @@ class SelectionConfig:
     """Which clients the server picks each round (edgefl.selection)."""
 
     policy: str = "uniform"  # uniform (seeded draw) | oort (Lai et al. 2021) | power_of_choice
-    #   (Cho et al. 2020) | memory_fit (devices whose memory this round holds the workload)
-    oort_alpha: float = 2.0  # Oort: the straggler penalty's exponent, (T / t_i)^alpha
-    oort_round_s: float = 0.0  # Oort: the preferred round duration T in seconds (0 = the percentile below)
-    oort_percentile: float = 50.0  # Oort: T as this percentile of the explored clients' durations
-    oort_epsilon: float = 0.9  # Oort: the exploration fraction in the first round
-    oort_epsilon_decay: float = 0.98  # Oort: epsilon x this per round
-    oort_epsilon_min: float = 0.2  # Oort: epsilon never decays below this
-    oort_cutoff: float = 0.95  # Oort: exploit among utilities >= this x the ((1 - eps) K)-th highest
-    power_d: int = 0  # power_of_choice: candidates d sampled by data size (0 = twice the clients picked)
+    #   (Cho et al. 2020) | memory_fit (devices whose memory this round holds the workload); a policy's
+    #   knobs are its own section ([oort], [power_of_choice])
 
 
 Check = tuple[str, bool, str]  # (key within the section, whether its value is fine, the fix)
@@ -218,6 +213,10 @@ class Knobs:
 
     def named(self) -> list[Named]:
         """Values that must name something registered (a model, a dataset...)."""
+        return []
+
+    def fits(self, s: Scenario) -> list[Check]:
+        """Checks against the rest of the scenario (a count within the fleet)."""
         return []
 
 
@@ -241,8 +240,10 @@ class KnobSections:
         return add
 
     def classes(self) -> dict[str, type[Knobs]]:
-        """Every registered section, sorted by name (so files and messages do not depend on which
-        method was imported first)."""
+        """Every registered section (plugins' methods' and policies' included), sorted by name (so
+        files and messages do not depend on which method was imported first)."""
+        load_group("edgefl.methods")
+        load_group("edgefl.policies")
         return dict(sorted(self._classes.items()))
 
     def defaults(self) -> dict[str, Knobs]:

@@ -33,11 +33,11 @@ from edgefl.config import (
     Check,
     Scenario,
 )
-from edgefl.devices.pool import selected_per_round
 from edgefl.devices.profile import MAX_FIGURE, MAX_LINK_MBPS, MIN_FIGURE
 from edgefl.errors import EdgeflError
 from edgefl.methods import METHODS  # every method's knob section registers on import
 from edgefl.methods.base import method_class, refuse_ignored
+from edgefl.selection import SELECTORS  # every policy's knob section too
 from edgefl.tomlschema import build_value, printable, read_toml, reject_unknown, toml_value
 
 NOT_FOUND = ("not found; give the path of a scenario .toml or the name of a bundled scenario "
@@ -267,7 +267,6 @@ def _fleet_checks(s: Scenario) -> list[Check]:
         ("round.buffer", 1 <= s.round.buffer <= MAX_BUFFER, f"must be 1 to {MAX_BUFFER:,}"),
         ("round.max_staleness", s.round.max_staleness >= 0, "must be non-negative"),
         ("round.concurrency", s.round.concurrency >= 1, "must be at least 1"),
-        *_selection_checks(s),
     ]
 
 
@@ -294,7 +293,7 @@ def _training_checks(s: Scenario) -> list[Check]:
         ("evaluation.eps", s.evaluation.eps >= 0, "must be non-negative"),
         ("evaluation.step_size", s.evaluation.step_size >= 0, "must be non-negative"),
         *((f"{name}.{key}", ok, fix) for name, cls in KNOBS.classes().items()
-          for key, ok, fix in s.knobs(cls).checks()),
+          for key, ok, fix in [*s.knobs(cls).checks(), *s.knobs(cls).fits(s)]),
         ("evaluation.extra", s.evaluation.attack not in s.evaluation.extra,
          f"must not repeat evaluation.attack ({s.evaluation.attack!r}, already the adv_acc column)"),
         ("evaluation.extra", len(set(s.evaluation.extra)) == len(s.evaluation.extra),
@@ -345,24 +344,6 @@ def _check_living(s: Scenario, where: str, beside: str) -> None:
         make_availability(s.fleet, s.seed, beside)
 
 
-def _selection_checks(s: Scenario) -> list[Check]:
-    c = s.selection
-    return [
-        ("selection.oort_alpha", c.oort_alpha >= 0, "must be non-negative"),
-        ("selection.oort_round_s", c.oort_round_s >= 0, "must be 0 (a percentile of the durations) or "
-         "positive (seconds)"),
-        ("selection.oort_percentile", 0 <= c.oort_percentile <= 100, "must be a percentile in [0, 100]"),
-        ("selection.oort_epsilon", 0 <= c.oort_epsilon <= 1, "must be a fraction in [0, 1]"),
-        ("selection.oort_epsilon_decay", 0 < c.oort_epsilon_decay <= 1, "must be in (0, 1]"),
-        ("selection.oort_epsilon_min", 0 <= c.oort_epsilon_min <= c.oort_epsilon,
-         "must be a fraction in [0, selection.oort_epsilon]"),
-        ("selection.oort_cutoff", 0 <= c.oort_cutoff <= 1, "must be a fraction in [0, 1]"),
-        ("selection.power_d", c.power_d == 0 or selected_per_round(s.fleet) <= c.power_d <= s.fleet.clients,
-         f"must be 0 (twice the clients picked) or between the clients picked per round "
-         f"({selected_per_round(s.fleet)}) and fleet.clients ({s.fleet.clients})"),
-    ]
-
-
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "[::1]", "::1")
 
 
@@ -400,7 +381,6 @@ def _check_names(s: Scenario, where: str, beside: str) -> None:
     from edgefl.devices.catalog import catalog_for
     from edgefl.execution.objectives import OBJECTIVES
     from edgefl.models import MODELS
-    from edgefl.selection import SELECTORS
 
     named = [
         ("method", s.method, METHODS.names()),

@@ -3,6 +3,7 @@ power-of-choice's picks (Cho et al. 2020), memory_fit's preference, seeding, and
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 from interrupt import dies_before_checkpoint
 
 from edgefl.cli import main
-from edgefl.config import FleetConfig, SelectionConfig
+from edgefl.config import FleetConfig, Scenario, SelectionConfig
 from edgefl.devices.catalog import load_catalog
 from edgefl.devices.pool import DevicePool
 from edgefl.errors import EdgeflError
@@ -34,7 +35,11 @@ def known(loss: list[float], duration: list[float], last: list[int]) -> Known:
 
 
 def pick(policy: str, a: Ask, k: Known, **cfg: float) -> Picked:
-    return SELECTORS.get(policy)(SelectionConfig(policy=policy, **cfg)).select(a, k)  # type: ignore[arg-type]
+    """`policy`'s picks with its knob section set to `cfg`."""
+    s = Scenario(selection=SelectionConfig(policy=policy))
+    if cfg:
+        s.sections[policy] = replace(s.sections[policy], **cfg)
+    return SELECTORS.get(policy)(s).select(a, k)
 
 
 def test_oort_utility_of_three_clients_by_hand():
@@ -59,19 +64,19 @@ def test_oort_exploits_the_highest_utility_and_explores_the_rest():
     the cut-off is 0.95 x 10.33 (the 2nd highest) = 9.81: clients 0 and 2, never the slow client 1."""
     k = known([1.0, 0.5, 0.5, np.nan, np.nan], [5.0, 20, 10, np.nan, np.nan], [0, 1, 1, -1, -1])
     a = ask(5, 2, [10, 20, 40, 5, 5])
-    p = pick("oort", a, k, oort_epsilon=0.5, oort_epsilon_min=0.5, oort_round_s=10.0)
+    p = pick("oort", a, k, epsilon=0.5, epsilon_min=0.5, round_s=10.0)
     assert p.clients[0] == 2 and p.clients[1] in (3, 4)
     assert p.reason == ["exploit", "explore"]
     assert p.utility[0] == pytest.approx(20.234373, abs=1e-6) and np.isnan(p.utility[1])
-    p2 = pick("oort", ask(5, 2, [10, 20, 40, 5, 5]), k, oort_epsilon=0.0, oort_epsilon_min=0.0,
-              oort_round_s=10.0)
+    p2 = pick("oort", ask(5, 2, [10, 20, 40, 5, 5]), k, epsilon=0.0, epsilon_min=0.0,
+              round_s=10.0)
     assert p2.clients.tolist() == [0, 2] and p2.reason == ["exploit"] * 2
 
 
 def test_oort_in_a_dry_run_uses_data_sizes_and_says_so():
     """No losses: U(i) = |B_i|; T is the median duration (10 s), so client 1 (20 s) is penalised."""
     k = known([np.nan] * 3, [5.0, 20, 10], [0, 1, 1])
-    p = pick("oort", ask(3, 1, [10, 20, 40], dry_run=True), k, oort_epsilon=0.0, oort_epsilon_min=0.0)
+    p = pick("oort", ask(3, 1, [10, 20, 40], dry_run=True), k, epsilon=0.0, epsilon_min=0.0)
     assert p.clients.tolist() == [2]
     assert p.utility[0] == pytest.approx(40.234373, abs=1e-6)
     assert "dry run" in p.reason[0]
@@ -81,15 +86,15 @@ def test_power_of_choice_picks_the_highest_losses_among_the_candidates():
     sizes = [1.0] * 6
     losses = [0.1, 0.9, 0.3, 0.8, 0.2, 0.5]
     k = known(losses, [1.0] * 6, [0] * 6)
-    assert pick("power_of_choice", ask(6, 2, sizes), k, power_d=6).clients.tolist() == [1, 3]
+    assert pick("power_of_choice", ask(6, 2, sizes), k, d=6).clients.tolist() == [1, 3]
     k.loss[0] = np.nan
     k.last_round[0] = -1  # never picked: ranks first
-    p = pick("power_of_choice", ask(6, 2, sizes), k, power_d=6)
+    p = pick("power_of_choice", ask(6, 2, sizes), k, d=6)
     assert p.clients.tolist() == [0, 1] and p.reason == ["no loss yet", "highest loss"]
     k.last_round[0] = 0  # picked, but never reported a loss (late every time): ranks last
     k.loss[1:] = np.nan  # and behind it the others that never reported: all six are candidates
     k.loss[5] = 0.05
-    p = pick("power_of_choice", ask(6, 2, sizes), k, power_d=6)
+    p = pick("power_of_choice", ask(6, 2, sizes), k, d=6)
     why = dict(zip(p.clients.tolist(), p.reason, strict=True))
     assert why.pop(5) == "highest loss" and list(why.values()) == ["no loss reported"]
 
@@ -112,7 +117,7 @@ def test_power_of_choice_draws_candidates_by_data_size():
     """Clients 0-2 hold no samples, so the d = 3 candidates are 3, 4, 5; of those, 4 has the highest
     loss, though 0-2 have higher ones."""
     k = known([0.9, 0.9, 0.9, 0.1, 0.5, 0.3], [1.0] * 6, [0] * 6)
-    p = pick("power_of_choice", ask(6, 1, [0, 0, 0, 1, 1, 1]), k, power_d=3)
+    p = pick("power_of_choice", ask(6, 1, [0, 0, 0, 1, 1, 1]), k, d=3)
     assert p.clients.tolist() == [4] and p.utility.tolist() == [0.5]
 
 
@@ -154,13 +159,13 @@ def test_a_bad_policy_is_one_line(tmp_path):
         load_scenario(QUICKSTART, ["selection.policy=fastest"])
     assert err.value.key == "selection.policy" and "oort" in err.value.fix
     with pytest.raises(EdgeflError) as err:
-        load_scenario(QUICKSTART, ["selection.power_d=3"])  # fewer than the 10 clients picked
-    assert err.value.key == "selection.power_d"
+        load_scenario(QUICKSTART, ['selection.policy="power_of_choice"', "power_of_choice.d=3"])  # fewer than the 10 clients picked
+    assert err.value.key == "power_of_choice.d"
 
 
 SMALL = ["rounds=4", "fleet.clients=6", "training.local_iters=4", "attack.steps=2", "evaluation.steps=1",
-         "data.test_samples=16", "threads=1", 'selection.policy="oort"', "selection.oort_epsilon=0.5",
-         "selection.oort_epsilon_min=0.3"]
+         "data.test_samples=16", "threads=1", 'selection.policy="oort"', "oort.epsilon=0.5",
+         "oort.epsilon_min=0.3"]
 
 
 def run_args(out: Path) -> list[str]:

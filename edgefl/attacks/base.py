@@ -65,7 +65,7 @@ class Attack(ABC):
     def perturb(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor: ...
 
 
-ATTACKS: Registry[type[Attack]] = Registry("attack")
+ATTACKS: Registry[type[Attack]] = Registry("attack", "edgefl.attacks")
 
 
 def make_attack(name: str, eps: float, step_size: float, steps: int) -> Attack:

@@ -62,7 +62,7 @@ class DatasetSpec:
     load: Loader
 
 
-DATASETS: Registry[DatasetSpec] = Registry("dataset")
+DATASETS: Registry[DatasetSpec] = Registry("dataset", "edgefl.datasets")
 
 
 def register(name: str, input_shape: tuple[int, ...], classes: int,

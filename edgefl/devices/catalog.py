@@ -5,7 +5,8 @@ bundled one of the same name):
 
 1. `device_profiles/` beside the scenario file,
 2. the folders of `EDGEFL_PROFILE_PATH` (colon-separated),
-3. the profiles bundled with edgefl (package data `edgefl.device_profiles`, read through
+3. the folders installed plugins give (entry points `edgefl.devices`, edgefl.registry),
+4. the profiles bundled with edgefl (package data `edgefl.device_profiles`, read through
    `importlib.resources`; in the repository they are the top-level `device_profiles/`).
 
 Each folder holds devices as `*.toml`, apps as `apps/*.toml` and networks as `networks/*.toml`.
@@ -24,6 +25,7 @@ from typing import TypeVar, cast
 
 from edgefl.devices.profile import AppProfile, DeviceProfile, NetworkProfile, check_profile
 from edgefl.errors import EdgeflError
+from edgefl.registry import plugin_device_folders
 from edgefl.tomlschema import build, read_toml
 
 ENV = "EDGEFL_PROFILE_PATH"
@@ -54,6 +56,7 @@ def search_path(scenario: Path | str | None = None) -> tuple[Path, ...]:
         if not Path(text).is_dir():
             raise EdgeflError(ENV, text, "is not a folder; give folders of profiles, colon-separated")
         dirs.append(Path(text))
+    dirs += plugin_device_folders()
     home = bundled("device_profiles").resolve()  # last, even beside a bundled scenario
     unique = dict.fromkeys(d.resolve() for d in dirs if d.resolve() != home)  # each folder once
     return (*unique, home)

@@ -115,7 +115,7 @@ def _start(exp: Experiment, out: Path, resume: bool, text: str,
 def _rounds(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, Any]:
     s = exp.scenario
     text = to_toml(s)
-    selection = Selection(s.selection, exp.pool, exp.dry_run, exp.ctx.splits,
+    selection = Selection(s, exp.pool, exp.dry_run, exp.ctx.splits,
                           workload_need(exp.method, exp.pool))
     fingerprint, saved = _start(exp, out, resume, text, selection)
     if not saved:

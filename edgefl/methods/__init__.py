@@ -4,12 +4,9 @@ Every module of this package is imported here, so a new method's file registers 
 knob section (edgefl.config.knob_section) with no other file to edit.
 """
 
-import importlib
-import pkgutil
-
 from edgefl.methods.base import METHODS, ClientPlan, ClientUpdate, Context, Method
+from edgefl.registry import import_folder
 
-for _module in pkgutil.iter_modules(__path__):
-    importlib.import_module(f"{__name__}.{_module.name}")
+import_folder(__name__, __path__)
 
 __all__ = ["METHODS", "ClientPlan", "ClientUpdate", "Context", "Method"]

@@ -243,7 +243,7 @@ def grouped(plans: Sequence[ClientPlan]) -> RoundPlan[ClientPlan]:
     return RoundPlan(list(index), which)
 
 
-METHODS: Registry[Callable[[Context], Method]] = Registry("method")  # a class or a factory
+METHODS: Registry[Callable[[Context], Method]] = Registry("method", "edgefl.methods")  # a class or a factory
 
 
 def refuse_ignored(s: Scenario, cls: type[Method] | Any, name: str, where: str) -> None:

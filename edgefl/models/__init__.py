@@ -1,9 +1,12 @@
-"""The model zoo: every model is an `AtomModel`, a sequence of atoms (timm-style registry).
+"""The model zoo, one family per file (timm-style registry): every model is an `AtomModel`, a
+sequence of atoms.
 
 Atoms are the units the cost model walks, the profiler measures and FedProphet partitions.
 """
 
-from edgefl.models import cnn, digits, mobilenet, nin, resnet, smallcnn, vgg  # noqa: F401  (register the families)
 from edgefl.models.base import MODELS, AtomModel, ModelBuilder, build_model
+from edgefl.registry import import_folder
+
+import_folder(__name__, __path__)  # each family's file registers its models
 
 __all__ = ["MODELS", "AtomModel", "ModelBuilder", "build_model"]

@@ -44,7 +44,7 @@ class AtomModel(nn.Sequential):
 
 
 ModelBuilder = Callable[[int, tuple[int, ...], Sequence[float], Sequence[float]], AtomModel]
-MODELS: Registry[ModelBuilder] = Registry("model")
+MODELS: Registry[ModelBuilder] = Registry("model", "edgefl.models")
 
 
 def build_model(

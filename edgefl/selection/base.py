@@ -17,7 +17,7 @@ from functools import cached_property
 import numpy as np
 import torch
 
-from edgefl.config import SelectionConfig
+from edgefl.config import Scenario
 from edgefl.devices.pool import DevicePool, States
 from edgefl.registry import Registry
 
@@ -108,17 +108,18 @@ class Picked:
 
 
 class Selector(ABC):
-    """A selection policy."""
+    """A selection policy. A policy with knobs declares their section in its own file
+    (`edgefl.config.knob_section`, as methods do) and reads it in `__init__` with `s.knobs(cls)`."""
 
-    def __init__(self, cfg: SelectionConfig) -> None:
-        self.cfg = cfg
+    def __init__(self, s: Scenario) -> None:  # noqa: B027  (a policy without knobs keeps nothing)
+        """Read the policy's knobs from the scenario."""
 
     @abstractmethod
     def select(self, ask: Ask, known: Known) -> Picked:
         """The round's clients, `ask.count` of them."""
 
 
-SELECTORS: Registry[type[Selector]] = Registry("selection policy")
+SELECTORS: Registry[type[Selector]] = Registry("selection policy", "edgefl.policies")
 
 
 def weighted_draw(rng: np.random.Generator, candidates: np.ndarray, weights: np.ndarray,

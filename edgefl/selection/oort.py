@@ -9,11 +9,11 @@ times (T / t_i)^alpha when it is slower than the preferred round duration T (t_i
 with R the current round and L(i) the round it was last picked (both counted from 1 here). A fraction
 epsilon (decaying each round, never below a floor) of the K picks explores clients never picked;
 the rest exploit: sampled, with probability proportional to utility, among the explored clients
-whose utility is at least `oort_cutoff` times the ((1 - epsilon) K)-th highest.
+whose utility is at least `oort.cutoff` times the ((1 - epsilon) K)-th highest.
 
 What edgefl simplifies: a client's update reports its mean training loss over its local iterations,
 not per-sample losses, so sqrt(mean Loss^2) is taken as that mean (equal when the samples' losses
-are equal, lower otherwise); T is fixed (`oort_round_s`) or a percentile of the explored durations
+are equal, lower otherwise); T is fixed (`oort.round_s`) or a percentile of the explored durations
 each round, without the paper's pacer that raises T when the utility stalls; utilities are not
 clipped for outliers; exploration draws unexplored clients in proportion to their data size, since
 the server has no speed for a client it never saw. In a dry run no loss exists: U(i) is |B_i| (a
@@ -27,9 +27,37 @@ all exploration while epsilon > 0.5 and none once it is below.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
+from edgefl.config import Check, Knobs, Scenario, knob_section
 from edgefl.selection.base import SELECTORS, Ask, Known, Picked, Selector, weighted_draw
+
+
+@knob_section("oort")
+@dataclass
+class OortConfig(Knobs):
+    """Oort's knobs (Lai et al., OSDI 2021, Alg. 1 and Sec. 4-5)."""
+
+    alpha: float = 2.0  # the straggler penalty's exponent, (T / t_i)^alpha
+    round_s: float = 0.0  # the preferred round duration T in seconds (0 = the percentile below)
+    percentile: float = 50.0  # T as this percentile of the explored clients' durations
+    epsilon: float = 0.9  # the exploration fraction in the first round
+    epsilon_decay: float = 0.98  # epsilon x this per round
+    epsilon_min: float = 0.2  # epsilon never decays below this
+    cutoff: float = 0.95  # exploit among utilities >= this x the ((1 - eps) K)-th highest
+
+    def checks(self) -> list[Check]:
+        return [
+            ("alpha", self.alpha >= 0, "must be non-negative"),
+            ("round_s", self.round_s >= 0, "must be 0 (a percentile of the durations) or positive (seconds)"),
+            ("percentile", 0 <= self.percentile <= 100, "must be a percentile in [0, 100]"),
+            ("epsilon", 0 <= self.epsilon <= 1, "must be a fraction in [0, 1]"),
+            ("epsilon_decay", 0 < self.epsilon_decay <= 1, "must be in (0, 1]"),
+            ("epsilon_min", 0 <= self.epsilon_min <= self.epsilon, "must be a fraction in [0, oort.epsilon]"),
+            ("cutoff", 0 <= self.cutoff <= 1, "must be a fraction in [0, 1]"),
+        ]
 
 
 def oort_utility(sizes: np.ndarray, loss: np.ndarray, duration_s: np.ndarray, last_round: np.ndarray,
@@ -50,20 +78,23 @@ def exploration(cfg_epsilon: float, decay: float, floor: float, round_: int) -> 
 class Oort(Selector):
     """Statistical utility times system utility, with decaying exploration."""
 
+    def __init__(self, s: Scenario) -> None:
+        self.cfg = s.knobs(OortConfig)
+
     def select(self, ask: Ask, known: Known) -> Picked:
         c, rng, sizes = self.cfg, ask.rng(), ask.sizes().astype(np.float64)
         explored = ask.candidates(np.flatnonzero(known.last_round >= 0))
         fresh = ask.candidates(np.flatnonzero(known.last_round < 0))
-        eps = exploration(c.oort_epsilon, c.oort_epsilon_decay, c.oort_epsilon_min, ask.round)
+        eps = exploration(c.epsilon, c.epsilon_decay, c.epsilon_min, ask.round)
         n_exploit = min(ask.count - min(round(eps * ask.count), len(fresh)), len(explored))
         n_explore = ask.count - n_exploit
         util = np.zeros(0)
         if len(explored):
             durations = known.duration_s[explored]
-            preferred = c.oort_round_s or float(np.percentile(durations, c.oort_percentile))
+            preferred = c.round_s or float(np.percentile(durations, c.percentile))
             loss = known.loss[explored]
             util = oort_utility(sizes[explored], np.where(np.isnan(loss), 1.0, loss), durations,
-                                known.last_round[explored], ask.round, preferred, c.oort_alpha)
+                                known.last_round[explored], ask.round, preferred, c.alpha)
         exploit = self._exploit(rng, explored, util, n_exploit)
         explore = weighted_draw(rng, fresh, sizes[fresh], n_explore)
         by_client = dict(zip(explored.tolist(), util.tolist(), strict=True))
@@ -77,6 +108,6 @@ class Oort(Selector):
         """`count` explored clients, drawn by utility among those above the cut-off."""
         if count == 0:
             return explored[:0]
-        cutoff = self.cfg.oort_cutoff * np.sort(util)[::-1][count - 1]
+        cutoff = self.cfg.cutoff * np.sort(util)[::-1][count - 1]
         above = util >= cutoff
         return weighted_draw(rng, explored[above], util[above], count)

@@ -13,18 +13,39 @@ run no loss exists, so the picks are the first m candidates of the data-size dra
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
+from edgefl.config import Check, Knobs, Scenario, knob_section
+from edgefl.devices.pool import selected_per_round
 from edgefl.selection.base import SELECTORS, Ask, Known, Picked, Selector, weighted_draw
+
+
+@knob_section("power_of_choice")
+@dataclass
+class PowerOfChoiceConfig(Knobs):
+    """Power-of-choice's knob (Cho et al. 2020, Sec. 3)."""
+
+    d: int = 0  # candidates sampled by data size (0 = twice the clients picked)
+
+    def fits(self, s: Scenario) -> list[Check]:
+        picked = selected_per_round(s.fleet)
+        return [("d", self.d == 0 or picked <= self.d <= s.fleet.clients,
+                 f"must be 0 (twice the clients picked) or between the clients picked per round ({picked}) "
+                 f"and fleet.clients ({s.fleet.clients})")]
 
 
 @SELECTORS.register("power_of_choice")
 class PowerOfChoice(Selector):
     """d candidates by data size, the m highest losses among them."""
 
+    def __init__(self, s: Scenario) -> None:
+        self.d = s.knobs(PowerOfChoiceConfig).d
+
     def candidates(self, ask: Ask) -> int:
-        """d: `power_d`, or twice the clients picked; never more than the population."""
-        return min(ask.clients, self.cfg.power_d or 2 * ask.count)
+        """d, or twice the clients picked; never more than the population."""
+        return min(ask.clients, self.d or 2 * ask.count)
 
     def select(self, ask: Ask, known: Known) -> Picked:
         sizes = ask.sizes().astype(np.float64)

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from edgefl.config import SelectionConfig
+from edgefl.config import Scenario
 from edgefl.data.partition import ClientSplit
 from edgefl.devices.pool import DevicePool, selected_per_round
 from edgefl.methods.base import Method
@@ -33,10 +33,10 @@ def workload_need(method: Method, pool: DevicePool) -> Callable[[int], float]:
 class Selection:
     """Picks each round's clients and remembers what the rounds showed."""
 
-    def __init__(self, cfg: SelectionConfig, pool: DevicePool, dry_run: bool,
+    def __init__(self, s: Scenario, pool: DevicePool, dry_run: bool,
                  splits: Sequence[ClientSplit], need: Callable[[int], float]) -> None:
-        self.cfg, self.pool, self.dry_run, self.need = cfg, pool, dry_run, need
-        self.policy = SELECTORS.get(cfg.policy)(cfg)
+        self.cfg, self.pool, self.dry_run, self.need = s.selection, pool, dry_run, need
+        self.policy = SELECTORS.get(s.selection.policy)(s)
         self.known = Known.empty(pool.fleet.clients)
         self.sizes = cache(lambda: np.array([len(s.train) for s in splits], dtype=np.int64))
 
