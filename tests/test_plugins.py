@@ -10,7 +10,6 @@ import csv
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest

@@ -1,10 +1,10 @@
-"""The README, followed in order by a newcomer, stays true (issue 13, item 3): the synopsis lists
-every flag, every example command parses, the model list is the registry, the default folders are
-the ones the code writes, and "Adding a device" runs (its dry runs) after the quickstart."""
+"""The README and the guides in docs/, followed in order by a newcomer, stay true (issue 13, item 3):
+every example command parses, the two commands are the Makefile's, the model list is the registry,
+the default folders are the ones the code writes, and "Adding a device" runs (its dry runs) after the
+quickstart. Every flag is in the generated command-line reference (tests/test_docs.py)."""
 
 from __future__ import annotations
 
-import argparse
 import re
 import shlex
 from pathlib import Path
@@ -17,16 +17,18 @@ from edgefl.models import MODELS
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
+GUIDES = {path.name: path.read_text() for path in sorted((ROOT / "docs").glob("*.md"))}
 
 
-def section(title: str) -> str:
-    start = README.index(f"## {title}\n")
-    end = README.find("\n## ", start + 1)
-    return README[start:end if end > 0 else None]
+def section(text: str, title: str) -> str:
+    """The `## title` section of a Markdown page, up to the next `## ` heading."""
+    start = text.index(f"## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start:end if end > 0 else None]
 
 
-def blocks(text: str, lang: str) -> list[str]:
-    return re.findall(rf"```{lang}\n(.*?)```", text, re.S)
+def blocks(text: str, *langs: str) -> list[str]:
+    return [b for lang in langs for b in re.findall(rf"```{lang}\n(.*?)```", text, re.S)]
 
 
 def commands(block: str) -> list[list[str]]:
@@ -43,64 +45,60 @@ def commands(block: str) -> list[list[str]]:
     return out
 
 
-def subparsers(p: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> dict[tuple[str, ...], list[str]]:
-    """Every leaf command and its flags."""
-    actions = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
-    if not actions:
-        return {path: [o for a in p._actions for o in a.option_strings
-                       if o.startswith("--") and o != "--help"]}
-    found: dict[tuple[str, ...], list[str]] = {}
-    for name, sub in actions[0].choices.items():
-        found |= subparsers(sub, (*path, name))
-    return found
-
-
-def test_the_synopsis_lists_every_command_and_flag() -> None:
-    synopsis = blocks(section("The commands"), "sh")[0]
-    lines: dict[str, str] = {}
-    for line in synopsis.splitlines():  # a continuation line belongs to the command above
-        if line.startswith("edgefl "):
-            key = line
-            lines[key] = line
-        else:
-            lines[key] += " " + line
-    for path, flags in subparsers(parser()).items():
-        text = " ".join(v for k, v in lines.items() if k.startswith("edgefl " + " ".join(path) + " ")
-                        or k == "edgefl " + " ".join(path))
-        assert text, f"edgefl {' '.join(path)} is missing from the synopsis"
-        missing = [f for f in flags if not re.search(rf"{f}\b", text)]
-        assert not missing, f"edgefl {' '.join(path)}: {missing} missing from the synopsis"
-
-
-def test_every_example_command_parses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+@pytest.mark.parametrize("page", ["README.md", *GUIDES])
+def test_every_example_command_parses(page: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(ROOT)  # the examples name files of the repository
-    synopsis = blocks(section("The commands"), "sh")[0]
-    examples = [c for b in blocks(README, "sh") if b != synopsis for c in commands(b)]
-    assert len(examples) >= 8
-    for words in examples:
+    text = README if page == "README.md" else GUIDES[page]
+    for words in (c for b in blocks(text, "sh", "bash") for c in commands(b)):
         parser().parse_args(words)  # argparse exits on an unknown flag or a wrong choice
 
 
-def test_the_model_list_is_the_registry() -> None:
-    line = re.search(r'name = "digits_cnn"\s+# the zoo: (.*?)\n\n', README, re.S)
-    assert line is not None
+def test_the_pages_hold_examples() -> None:
+    """The parse check above has something to check: the tour, and the guides' commands."""
+    assert len([c for b in blocks(README, "sh") for c in commands(b)]) >= 5
+    assert len([c for text in GUIDES.values() for b in blocks(text, "sh", "bash") for c in commands(b)]) >= 15
+
+
+def test_the_two_commands_are_the_makefiles() -> None:
+    two = blocks(section(README, "Two commands"), "sh")[0]
+    assert [line.split("#")[0].strip() for line in two.splitlines()] == ["make run", "make test"]
+    targets = re.findall(r"^([a-z-]+):", (ROOT / "Makefile").read_text(), re.M)
+    assert {"run", "test"} <= set(targets)
+
+
+def zoo_names(comment: str) -> set[str]:
+    """The model names of a comment like `digits_cnn, cnn3, vgg11/13/16 (BN), mobilenet_v2`: a
+    name may hold digits and underscores anywhere, and `stem11/13` stands for stem11 and stem13."""
     names = set()
-    for word in re.findall(r"[a-z_]+\d*(?:/\d+)*", line.group(1).replace("#", " ")):
+    for word in re.findall(r"[a-z][a-z0-9_]*(?:/\d+)*", comment.replace("#", " ")):
         stem, *more = word.split("/")
         prefix = re.sub(r"\d+$", "", stem)
         names |= {stem, *(prefix + m for m in more)}
-    assert set(MODELS.names()) <= names
+    return names
+
+
+def test_zoo_names_reads_digits_inside_a_name() -> None:
+    assert zoo_names("# the zoo: mobilenet_v2, resnet10/18, efficientnet_b0_small") == {
+        "the", "zoo", "mobilenet_v2", "resnet10", "resnet18", "efficientnet_b0_small"}
+
+
+def test_the_model_list_is_the_registry() -> None:
+    line = re.search(r'name = "digits_cnn"\s+# the zoo: (.*?)\n\n', GUIDES["scenarios.md"], re.S)
+    assert line is not None
+    assert set(MODELS.names()) <= zoo_names(line.group(1))
 
 
 def test_the_default_folders_are_the_ones_the_code_writes() -> None:
     compare = default_out(Path("scenarios/compare-digits.toml"), False, "compare-")
-    assert f"`{compare}/<method>/`" in section("Comparing methods")
-    assert "edgefl compare scenarios/compare-digits.toml" in section("Comparing methods")
-    assert default_out(Path("scenarios/quickstart.toml"), True) == Path("runs/quickstart-dry")
-    outputs = section("Outputs")
+    assert f"`{compare}/<method>/`" in GUIDES["compare.md"]
+    assert "edgefl compare scenarios/compare-digits.toml" in GUIDES["compare.md"]
+    assert f"`{compare}/comparison.md`" in README
+    dry = default_out(Path("scenarios/quickstart.toml"), True)
+    assert dry == Path("runs/quickstart-dry") and f"`{dry}/`" in README
+    outputs = GUIDES["outputs.md"]
     assert "(`runs/<scenario>` unless `--out`; a dry run's is `runs/<scenario>-dry`)" in outputs
     assert "`--overwrite`" in outputs  # what running it again needs
-    assert "`runs/quickstart/`" in section("Two commands")
+    assert "`runs/quickstart/`" in section(README, "Two commands")
 
 
 def test_adding_a_device_after_the_quickstart(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -111,7 +109,7 @@ def test_adding_a_device_after_the_quickstart(tmp_path: Path, monkeypatch: pytes
     monkeypatch.delenv(catalog.ENV, raising=False)
     assert main(["run", "quickstart", "--dry-run", "--quiet", "--set", "rounds=1"]) == 0
     edge_before = [d.name for d in catalog.load_catalog().pool("edge")]
-    text = section("Adding a device")
+    text = section(GUIDES["fleets.md"], "Adding a device")
     target = re.search(r"Save this as `([^`]+)`", text)
     assert target is not None
     (tmp_path / target.group(1)).parent.mkdir(parents=True)

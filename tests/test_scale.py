@@ -17,7 +17,7 @@ from test_safety import QUICKSTART, SMALL, full_disk, nth, sets
 from edgefl import rundir
 from edgefl.cli import main
 from edgefl.config import FleetConfig, RoundConfig
-from edgefl.data.datasets import _with_stats, to_float
+from edgefl.data.datasets import to_float, with_stats
 from edgefl.devices.pool import check_fleet_memory
 from edgefl.errors import EdgeflError
 from edgefl.execution.local import device_batches, evaluate
@@ -115,8 +115,8 @@ def test_uint8_batches_equal_the_float_dataset() -> None:
     r = np.random.default_rng(0)
     raw = r.integers(0, 256, size=(50, 3, 4, 4), dtype=np.uint8)
     labels = r.integers(10, size=50).astype(np.int64)
-    compact = _with_stats(raw, labels, raw[:20], labels[:20], 10)
-    floats = _with_stats(raw.astype(np.float32) / 255.0, labels, raw[:20].astype(np.float32) / 255.0,
+    compact = with_stats(raw, labels, raw[:20], labels[:20], 10)
+    floats = with_stats(raw.astype(np.float32) / 255.0, labels, raw[:20].astype(np.float32) / 255.0,
                          labels[:20], 10)
     assert compact.train_x.dtype == torch.uint8 and floats.train_x.dtype == torch.float32
     assert torch.equal(to_float(compact.train_x), floats.train_x)

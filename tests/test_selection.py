@@ -159,7 +159,8 @@ def test_a_bad_policy_is_one_line(tmp_path):
         load_scenario(QUICKSTART, ["selection.policy=fastest"])
     assert err.value.key == "selection.policy" and "oort" in err.value.fix
     with pytest.raises(EdgeflError) as err:
-        load_scenario(QUICKSTART, ['selection.policy="power_of_choice"', "power_of_choice.d=3"])  # fewer than the 10 clients picked
+        # fewer candidates than the 10 clients picked
+        load_scenario(QUICKSTART, ['selection.policy="power_of_choice"', "power_of_choice.d=3"])
     assert err.value.key == "power_of_choice.d"
 
 

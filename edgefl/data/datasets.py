@@ -101,7 +101,7 @@ def to_float(x: torch.Tensor) -> torch.Tensor:
     return x.float().div_(255) if x.dtype == torch.uint8 else x
 
 
-def _with_stats(x: np.ndarray, y: np.ndarray, tx: np.ndarray, ty: np.ndarray,
+def with_stats(x: np.ndarray, y: np.ndarray, tx: np.ndarray, ty: np.ndarray,
                 classes: int) -> Dataset:
     """Wrap arrays (N, C, H, W: float32 in [0, 1] or uint8) with per-channel mean/std of the
     training split; images keep their dtype."""
@@ -138,7 +138,7 @@ def digits(cfg: DataConfig, where: str) -> Dataset:
     order = np.random.default_rng(0).permutation(len(labels))  # fixed, so seeds share a test set
     cut = int(0.8 * len(order))
     tr, te = order[:cut], order[cut:]
-    return _with_stats(images[tr], labels[tr], images[te], labels[te], 10)
+    return with_stats(images[tr], labels[tr], images[te], labels[te], 10)
 
 
 @register("cifar10", (3, 32, 32), 10, 50000)
@@ -157,7 +157,7 @@ def cifar10(cfg: DataConfig, where: str) -> Dataset:
     def arrays(ds: CIFAR10) -> tuple[np.ndarray, np.ndarray]:
         return (np.ascontiguousarray(ds.data.transpose(0, 3, 1, 2)), np.asarray(ds.targets, dtype=np.int64))
 
-    return _with_stats(*arrays(train), *arrays(test), 10)
+    return with_stats(*arrays(train), *arrays(test), 10)
 
 
 @register("caltech256", (3, 224, 224), 256, 23824)
@@ -182,7 +182,7 @@ def caltech256(cfg: DataConfig, where: str) -> Dataset:
     y = np.asarray([ds.y[i] for i in keep], dtype=np.int64)
     order = np.random.default_rng(0).permutation(len(y))
     cut = int(0.8 * len(order))
-    return _with_stats(x[order[:cut]], y[order[:cut]], x[order[cut:]], y[order[cut:]], 256)
+    return with_stats(x[order[:cut]], y[order[:cut]], x[order[cut:]], y[order[cut:]], 256)
 
 
 def available_bytes() -> int:
@@ -208,7 +208,7 @@ def synthetic(cfg: DataConfig, where: str) -> Dataset:
     y = r.integers(classes, size=cfg.synthetic_train).astype(np.int64)
     tx = r.random((cfg.synthetic_test, *shape), dtype=np.float32)
     ty = r.integers(classes, size=cfg.synthetic_test).astype(np.int64)
-    return _with_stats(x, y, tx, ty, classes)
+    return with_stats(x, y, tx, ty, classes)
 
 
 def _require(where: str, name: str, folder: Path, files: list[str], download: bool) -> None:

@@ -24,7 +24,7 @@ PHASE_COLOURS = {"download": "C0", "data_access": "C1", "compute": "C2", "upload
 STATUS_MARKS = {"completed": ("C2", "o"), "dropped": ("C3", "x"), "late": ("C1", "v"),
                 "offline": ("0.3", "s")}
 Span = tuple[float, float]  # start, end (simulated seconds)
-MAX_CLIENTS = 500  # rows of one chart: 500 drew in 12 s on a 2-core machine, 100,000 never ended
+MAX_CLIENTS = 500  # rows of one chart: drawing time grows with the rows, and 100,000 never ended
 
 
 def timeline_spans(run: Path, clients: int) -> dict[int, dict[str, list[Span]]]:

@@ -10,8 +10,9 @@ evicts (jFAT swaps the model as it is, FedProphet §3). Below that, every plan t
 at each number of micro-batches that divides the batch: the atoms that do not fit whole by layers,
 and all atoms whole; the device runs the one it runs fastest (edgefl.sim.cost.plan_seconds: its
 storage time plus its compute, which more micro-batches make longer). A device can so take
-longer with a little more memory: the quickstart's jFAT round on a Raspberry Pi 4 takes 1.8 s
-just below 0.93 MB, as four micro-batches, and 8.4 s from there up, at the full batch, swapping.
+longer with a little more memory: micro-batched just below the budget where the full batch's steps
+fit, swapping at the full batch from there up (docs/time.md, "data access", gives the quickstart's
+round on a Raspberry Pi 4 as the example).
 (Below that point, too, a larger budget can cost a little more: the same plan moving the same
 bytes in more, smaller operations, each with its latency.)
 The smallest budget any schedule runs in is the largest step of the finest one: every atom whole or
