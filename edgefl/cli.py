@@ -1,4 +1,4 @@
-"""The `edgefl` command: run, compare, plot, partition, scenarios list, devices list|show|validate|calibrate.
+"""The `edgefl` command: run, compare, plot, report, partition, scenarios list, devices list|show|...
 
 Bad input ends with one line naming the file, the key and the fix, and exit code 2.
 """
@@ -140,6 +140,7 @@ def parser() -> argparse.ArgumentParser:
     _run_parser(sub, settings, training)
     _compare_parser(sub, settings, training)
     _plot_parser(sub)
+    _report_parser(sub)
     part = sub.add_parser("partition", parents=[settings],
                           help="FedProphet's modules for a scenario's model and R_min")
     part.add_argument("scenario", type=scenario_file, help="scenario file or bundled scenario name")
@@ -218,6 +219,19 @@ def _plot_parser(sub: Subparsers) -> None:
     plot.add_argument("--timeline-clients", type=int, default=10, metavar="N",
                       help="per-client timeline (Gantt chart) of each run's first N clients (0: none)")
     plot.set_defaults(func=cmd_plot)
+
+
+def _report_parser(sub: Subparsers) -> None:
+    rep = sub.add_parser("report", help="one self-contained HTML page from run directories or a "
+                         "comparison folder: summary, accuracy against simulated time, time breakdown, "
+                         "memory, timeline, energy, comparison table")
+    rep.add_argument("runs", type=Path, nargs="+", metavar="RUN_DIR",
+                     help="a run directory, or a folder edgefl compare wrote (its runs)")
+    rep.add_argument("--out", type=Path, metavar="FILE.html", help="the page (default: report.html in "
+                     "the first RUN_DIR, for several runs too; a new file, or one edgefl report wrote)")
+    rep.add_argument("--target", type=float, metavar="ACC",
+                     help="adversarial accuracy to reach, a fraction (e.g. 0.5): adds time-to-target")
+    rep.set_defaults(func=cmd_report)
 
 
 def _devices_parser(sub: Subparsers) -> None:
@@ -650,6 +664,13 @@ def cmd_plot(args: argparse.Namespace) -> int:
     if differ:
         print(f"edgefl: warning: the runs differ in {', '.join(differ)} (their scenario.toml): the figures "
               "set side by side runs of different set-ups (edgefl compare keeps them alike)", file=sys.stderr)
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from edgefl.report.html import write_report
+
+    print(write_report(args.runs, args.out, args.target))
     return 0
 
 

@@ -33,7 +33,7 @@ CHECKPOINT = "checkpoint.pt"  # edgefl.checkpoint's file, named here without imp
 # what edgefl writes into a folder of each kind (figures/ is a folder of its own kind)
 RUN_FILES = {MARKER, "scenario.toml", "metrics.csv", "clients.csv", "events.csv", "clients.parquet",
              "events.parquet", "trace.json",
-             "summary.json", CHECKPOINT, "figures"}
+             "summary.json", CHECKPOINT, "figures", "report.html"}
 FIGURE_NAMES = {"accuracy", "speedup", "breakdown", "memory", "epsilon", "timeline"}
 FIGURE_FILES = {MARKER, *(f"{n}.{ext}" for n in FIGURE_NAMES for ext in ("png", "svg"))}
 

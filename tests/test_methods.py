@@ -25,7 +25,7 @@ from torch import nn
 from edgefl.cli import main
 from edgefl.execution.local import Hooks
 from edgefl.experiment import Experiment, prepare
-from edgefl.methods.aggregate import adam_moments, gma_mask, slack_weights
+from edgefl.methods.aggregate import gma_mask, slack_weights
 from edgefl.methods.base import ClientUpdate
 from edgefl.methods.fedavg import epochs_to_iters
 from edgefl.methods.fedcurv import FedCurvAT, curvature_penalty, fisher_diagonal
@@ -274,25 +274,6 @@ def test_gma_sgd_server_applies_masked_mean_update(tau):
             assert torch.allclose(out[key], t + 2.8, atol=1e-6), key
         else:
             assert torch.equal(out[key], t), key
-
-
-def test_adam_moments_fedadam_and_fedyogi():
-    b1, b2 = 0.9, 0.99
-    z = torch.tensor([0.5, 0.5, 0.5], dtype=torch.float64)
-    v = torch.tensor([0.04, 0.25, 0.25], dtype=torch.float64)
-    g = torch.tensor([0.3, 0.3, 0.5], dtype=torch.float64)
-    # z = 0.9 x 0.5 + 0.1 x g = 0.45 + [0.03, 0.03, 0.05]
-    expected_z = torch.tensor([0.48, 0.48, 0.50], dtype=torch.float64)
-    # Adam: v = 0.99 v + 0.01 g^2 = [0.0396 + 0.0009, 0.2475 + 0.0009, 0.2475 + 0.0025]
-    za, va = adam_moments(z, v, g, b1, b2, yogi=False)
-    assert torch.allclose(za, expected_z, rtol=0, atol=1e-15)
-    assert torch.allclose(va, torch.tensor([0.0405, 0.2484, 0.25], dtype=torch.float64), rtol=0, atol=1e-15)
-    # Yogi: v - 0.01 g^2 sign(v - g^2):
-    #   0.04 < 0.09 -> 0.04 + 0.0009 = 0.0409; 0.25 > 0.09 -> 0.25 - 0.0009 = 0.2491;
-    #   0.25 = 0.5^2 -> sign 0 -> 0.25 unchanged
-    zy, vy = adam_moments(z, v, g, b1, b2, yogi=True)
-    assert torch.allclose(zy, expected_z, rtol=0, atol=1e-15)
-    assert torch.allclose(vy, torch.tensor([0.0409, 0.2491, 0.25], dtype=torch.float64), rtol=0, atol=1e-15)
 
 
 @pytest.mark.parametrize("server", ["adam", "yogi"])
@@ -592,7 +573,7 @@ def test_dyn_plan_iterations_follow_schedule(method):
 # ============================================================================== the CLI, every method
 
 METHODS = ["fedavg_at", "jfat", "fedprox_at", "scaffold_at", "fedcurv_at", "feddynat", "fedavg_dynat",
-           "sfat", "gma"]
+           "sfat", "gma", "fedadam_at", "fedyogi_at", "fedadagrad_at"]
 
 
 @pytest.mark.parametrize("method", METHODS)

@@ -1,7 +1,7 @@
 """The README and the guides in docs/, followed in order by a newcomer, stay true (issue 13, item 3):
 every example command parses, the two commands are the Makefile's, the model list is the registry,
-the default folders are the ones the code writes, and "Adding a device" runs (its dry runs) after the
-quickstart. Every flag is in the generated command-line reference (tests/test_docs.py)."""
+and the default folders are the ones the code writes (the extension guides are followed by
+tests/test_guides.py). Every flag is in the generated command-line reference (tests/test_docs.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from edgefl.cli import default_out, main, parser
-from edgefl.devices import catalog
+from edgefl.cli import default_out, parser
 from edgefl.models import MODELS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,32 +98,3 @@ def test_the_default_folders_are_the_ones_the_code_writes() -> None:
     assert "(`runs/<scenario>` unless `--out`; a dry run's is `runs/<scenario>-dry`)" in outputs
     assert "`--overwrite`" in outputs  # what running it again needs
     assert "`runs/quickstart/`" in section(README, "Two commands")
-
-
-def test_adding_a_device_after_the_quickstart(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
-    """The section's profile saved where it says, then its commands in order (the real run left out:
-    it trains), in a folder where the quickstart already ran; the quickstart's fleet is unchanged."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv(catalog.ENV, raising=False)
-    assert main(["run", "quickstart", "--dry-run", "--quiet", "--set", "rounds=1"]) == 0
-    edge_before = [d.name for d in catalog.load_catalog().pool("edge")]
-    text = section(GUIDES["fleets.md"], "Adding a device")
-    target = re.search(r"Save this as `([^`]+)`", text)
-    assert target is not None
-    (tmp_path / target.group(1)).parent.mkdir(parents=True)
-    (tmp_path / target.group(1)).write_text(blocks(text, "toml")[0])
-    ran = 0
-    for line in blocks(text, "sh")[0].splitlines():
-        if line.startswith("export "):
-            name, _, value = line.removeprefix("export ").partition("=")
-            monkeypatch.setenv(name, value.replace("$PWD", str(tmp_path)))
-        for words in commands(line):
-            if words[0] in ("run", "compare") and "--dry-run" not in words:
-                continue
-            assert main(words) == 0, capsys.readouterr().err
-            ran += 1
-    assert ran == 3  # validate, list, the dry run
-    out = capsys.readouterr().out
-    assert "raspberry_pi_5" in out and "[dry run]" in out
-    assert [d.name for d in catalog.load_catalog().pool("edge")] == edge_before

@@ -72,11 +72,3 @@ def gma_mask(deltas: Sequence[torch.Tensor], tau: float) -> torch.Tensor:
     agreement = torch.stack([d.sign() for d in deltas]).mean(0).abs()
     return torch.where(agreement >= tau, torch.ones_like(agreement), agreement)
 
-
-def adam_moments(z: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta1: float, beta2: float,
-                 yogi: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """FedAdam / FedYogi moments of the pseudo-gradient g (Reddi et al., ICLR 2021, Alg. 2)."""
-    z = beta1 * z + (1 - beta1) * g
-    g2 = g * g
-    v = v - (1 - beta2) * g2 * torch.sign(v - g2) if yogi else beta2 * v + (1 - beta2) * g2
-    return z, v

@@ -2,7 +2,8 @@
 each client's update Delta_n = w_n - w, averages them (weights s_n), and scales every coordinate by
 the soft mask m = 1 where A = |mean_n sign(Delta_n)| >= tau, else A. A drop-in aggregator: clients
 run FedAvg or FedProx (`gma.base`); the server applies the masked update with plain SGD (FedAvg),
-FedAdam or FedYogi (Reddi et al., ICLR 2021) (`gma.server`). Buffers (BN statistics) are averaged.
+server momentum (FedAvgM), FedAdagrad, FedAdam or FedYogi (Reddi et al., ICLR 2021; the server
+optimizer of edgefl.methods.fedopt) (`gma.server`). Buffers (BN statistics) are averaged.
 `gma.tau = 0` masks nothing (every agreement is >= 0): the base optimiser unmasked.
 
 Headline claim (Tenison et al., Table 2): the mask improves FedAvg, FedProx and FedAdam on non-IID
@@ -32,9 +33,10 @@ from dataclasses import dataclass
 import torch
 
 from edgefl.config import Check, Knobs, knob_section
-from edgefl.methods.aggregate import State, adam_moments, fedavg, gma_mask
-from edgefl.methods.base import METHODS, ClientUpdate, Context, Method
+from edgefl.methods.aggregate import gma_mask
+from edgefl.methods.base import METHODS, Context, Method
 from edgefl.methods.fedavg import FedAvgAT
+from edgefl.methods.fedopt import SERVER_OPTS, FedOptAT, ServerOpt
 from edgefl.methods.fedprox import FedProxAT
 
 BASES: dict[str, type[FedAvgAT]] = {"fedavg": FedAvgAT, "fedprox": FedProxAT}
@@ -47,7 +49,7 @@ class GMAConfig(Knobs):
 
     tau: float = 0.4
     base: str = "fedavg"  # client side: fedavg | fedprox
-    server: str = "sgd"  # server optimizer: sgd (FedAvg) | adam (FedAdam) | yogi (FedYogi)
+    server: str = "sgd"  # server optimizer: sgd (FedAvg) | momentum (FedAvgM) | adagrad | adam | yogi
     server_lr: float = 1.0
     beta1: float = 0.9
     beta2: float = 0.99
@@ -57,7 +59,7 @@ class GMAConfig(Knobs):
         return [
             ("tau", 0 <= self.tau <= 1, "must be in [0, 1]"),
             ("base", self.base in BASES, f"must be one of: {', '.join(BASES)}"),
-            ("server", self.server in ("sgd", "adam", "yogi"), "must be sgd, adam or yogi"),
+            ("server", self.server in SERVER_OPTS, f"must be one of: {', '.join(SERVER_OPTS)}"),
             ("server_lr", self.server_lr > 0, "must be positive"),
             ("beta1", 0 <= self.beta1 < 1, "must be in [0, 1)"),
             ("beta2", 0 <= self.beta2 < 1, "must be in [0, 1)"),
@@ -65,30 +67,15 @@ class GMAConfig(Knobs):
         ]
 
 
-class Masked(FedAvgAT):
-    state_attrs = ("moments",)
+class Masked(FedOptAT):
+    """The server optimizer of `gma.server` with every coordinate's step scaled by GMA's mask."""
 
-    def __init__(self, ctx: Context) -> None:
-        super().__init__(ctx)
-        self.moments: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
-
-    def combine(self, round_: int, updates: list[ClientUpdate]) -> State:
+    def server_opt(self) -> ServerOpt:
         cfg = self.ctx.scenario.knobs(GMAConfig)
-        new = super().combine(round_, updates)  # buffers: plain average
-        current = self.model.state_dict()
-        weights = [u.num_samples for u in updates]
-        for name, _ in self.model.named_parameters():
-            deltas = [u.state[name] - current[name] for u in updates]
-            delta = fedavg([{name: d} for d in deltas], weights)[name]
-            step = delta
-            if cfg.server != "sgd":
-                start = (torch.zeros_like(delta), torch.full_like(delta, cfg.adapt_eps**2))
-                z, v = self.moments.get(name, start)
-                z, v = adam_moments(z, v, delta, cfg.beta1, cfg.beta2, yogi=cfg.server == "yogi")
-                self.moments[name] = (z, v)
-                step = z / (v.sqrt() + cfg.adapt_eps)
-            new[name] = current[name] + cfg.server_lr * gma_mask(deltas, cfg.tau) * step
-        return new
+        return ServerOpt(cfg.server, cfg.server_lr, cfg.beta1, cfg.beta2, cfg.adapt_eps)
+
+    def scale(self, deltas: list[torch.Tensor]) -> torch.Tensor | float:
+        return gma_mask(deltas, self.ctx.scenario.knobs(GMAConfig).tau)
 
 
 @METHODS.register("gma")
