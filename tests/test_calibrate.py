@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from test_cli import one_error_line
+from support import one_error_line
 
 from edgefl.calibration.calibrate import (
     QUICK,

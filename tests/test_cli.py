@@ -7,25 +7,13 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from support import one_error_line, snapshot
 
 from edgefl.cli import main, validated
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "scenarios" / "quickstart.toml"
 PROFILES = ROOT / "device_profiles"
-
-
-def one_error_line(err: str) -> str:
-    lines = err.splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("edgefl: error:")
-    assert "Traceback" not in err
-    return lines[0]
-
-
-def snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
-    return {str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mtime_ns)
-            for p in folder.rglob("*") if p.is_file()}
 
 
 # devices -----------------------------------------------------------------------------------------

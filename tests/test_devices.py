@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from support import device_text
 
 from edgefl.devices.catalog import bundled, load_catalog, load_profile
 from edgefl.devices.classes import perf_flops
@@ -157,18 +158,6 @@ def test_exactly_the_reference_networks() -> None:
 
 # load_profile errors -----------------------------------------------------------------------------
 
-DEVICE = """\
-name = "{name}"
-description = "A test board"
-source = "made up"
-pools = ["test"]
-memory_mb = {memory_mb}
-compute_gflops = 10.0
-storage_read_mbps = 100.0
-storage_write_mbps = 50.0
-storage_latency_ms = 0.1
-networks = {networks}
-"""
 
 APP = """\
 name = "busy"
@@ -186,11 +175,6 @@ up_mbps = {up}
 down_mbps = [1.0, 2.0]
 latency_ms = [10.0, 20.0]
 """
-
-
-def device_text(name: str = "board", memory_mb: str = "100.0",
-                networks: str = '["wifi", "4g"]') -> str:
-    return DEVICE.format(name=name, memory_mb=memory_mb, networks=networks)
 
 
 def expect_error(path: Path, cls: type, key: str) -> EdgeflError:

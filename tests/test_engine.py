@@ -4,37 +4,21 @@ from __future__ import annotations
 
 import csv
 import itertools
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
-from test_fidelity import simulated_rows
+from support import round_spans, simulated_rows
 
 from edgefl.devices.pool import DeviceState
 from edgefl.devices.profile import DeviceProfile
 from edgefl.experiment import prepare, run
 from edgefl.scenario import load_scenario
 from edgefl.sim.cost import ClientCost, make_cost_model
-from edgefl.sim.engine import PHASES, Federation, RoundRecord, Span
+from edgefl.sim.engine import PHASES, Federation
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "scenarios" / "quickstart.toml"
-
-def round_spans(record: RoundRecord) -> Iterator[Span]:
-    """The per-client path's spans, as events.csv lays them out (edgefl.experiment.rounds.event_columns):
-    each client's phases back to back from the round's start (clients in order), then each waiting
-    client's wait until the straggler's upload ends."""
-    for r in record.clients:
-        c, start = r.cost, record.start_s
-        for phase, seconds in zip(PHASES, (c.download_s, c.data_access_s, c.compute_s, c.upload_s),
-                                  strict=True):
-            yield Span(r.round, r.client, phase, start, start + seconds)
-            start += seconds
-    last = max(r.finish_s for r in record.clients)
-    for r in record.clients:
-        if r.wait_s > 0:
-            yield Span(r.round, r.client, "wait", r.finish_s, last)
 
 
 DEV = DeviceProfile(name="toy", description="", source="hand", memory_mb=1.0, compute_gflops=1.0,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_quickstart import QUICKSTART, sets
+from support import QUICKSTART, sets
 
 from edgefl.calibration.calibrate import Calibration, Compute, Storage, render_profile, write_profile
 from edgefl.cli import main
@@ -34,12 +34,6 @@ def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     cat = catalog.load_catalog()
     assert cat.devices["my_host"].calibrated_host == platform.node()
     return "my_host"
-
-
-def simulated_rows(clients_csv: Path) -> list[dict[str, str]]:
-    """clients.csv less the measured wall time, which differs from run to run."""
-    with open(clients_csv, newline="") as f:
-        return [{k: v for k, v in r.items() if k != "real_compute_s"} for r in csv.DictReader(f)]
 
 
 def run(out: Path, extra: list[str]) -> tuple[dict, list[dict[str, str]]]:

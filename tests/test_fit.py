@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_cli import one_error_line
+from support import one_error_line
 
 from edgefl.calibration.fit import OVERHEAD, Fit, Priced, fit, leave_one_out, priced
 from edgefl.cli import main

@@ -28,7 +28,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
-from test_cli import one_error_line
+from support import one_error_line
 
 from edgefl.cli import main
 from edgefl.devices.profile import DeviceProfile

@@ -10,8 +10,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from test_cli import one_error_line
-from test_devices import device_text
+from support import device_text, one_error_line
 
 from edgefl.cli import _found_how, main, scenario_file
 from edgefl.config import FleetConfig

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from seeded import dry_twice
+from support import dry_twice
 
 from edgefl.cli import main
 from edgefl.devices import draws

@@ -8,9 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from interrupt import dies_before_checkpoint
-from seeded import dry_twice
-from test_fidelity import simulated_rows
+from support import dies_before_checkpoint, dry_twice, simulated_rows
 
 from edgefl.cli import main
 from edgefl.experiment import prepare, run

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torchvision.models as tv
 from fvcore.nn import FlopCountAnalysis
-from test_cli import one_error_line
+from support import one_error_line
 
 from edgefl.cli import main
 from edgefl.devices.profile import DeviceProfile

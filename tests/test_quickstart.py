@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from support import QUICKSTART, sets
 
 from edgefl.cli import main
 from edgefl.experiment import CLIENTS
 from edgefl.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
-QUICKSTART = ROOT / "scenarios" / "quickstart.toml"
 # A tiny budget. The quickstart's own sample_fraction (0.5: 10 of its 20 clients a round) is kept so
 # that its microcontrollers (8 of the 20 clients with seed 0) take part in both rounds.
 TINY = ["rounds=2", "training.local_iters=2", "attack.steps=2", "evaluation.steps=2",
@@ -24,10 +24,6 @@ PER_ROUND = 10  # round(0.5 x 20)
 REQUIRED = ["round", "sim_time_s", "compute_s", "data_access_s", "comm_s", "clean_acc", "adv_acc"]
 MICROCONTROLLERS = {"esp32_s3": 8.5e6, "stm32h747": 9.0e6}  # memory_mb in device_profiles/, bytes
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-def sets(items: list[str]) -> list[str]:
-    return [arg for item in items for arg in ("--set", item)]
 
 
 def read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:

@@ -13,7 +13,7 @@ from edgefl import rundir
 from edgefl.cli import main
 
 ray = pytest.importorskip("ray")
-from test_fidelity import simulated_rows  # noqa: E402
+from support import simulated_rows  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "scenarios" / "quickstart.toml"

@@ -18,7 +18,7 @@ from edgefl.cli import main
 
 ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
-from test_fidelity import simulated_rows  # noqa: E402
+from support import simulated_rows  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["rounds=3", "fleet.clients=6", "training.local_iters=4", "attack.steps=2", "evaluation.steps=2",

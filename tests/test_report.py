@@ -4,49 +4,21 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pytest
-from test_cli import one_error_line
+from support import JFAT_CLIENTS, PROPHET_CLIENTS, one_error_line, write_run
 
 from edgefl.cli import main
 from edgefl.errors import EdgeflError
-from edgefl.experiment import CLIENTS, METRICS
+from edgefl.experiment import CLIENTS
 from edgefl.report.compare import COLUMNS, breakdown, compare_table, load_run, write_comparison
 from edgefl.report.figures import make_figures
 from edgefl.rundir import MARKER
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-# client rows: round, mem_avail, mem_req, download, data access, compute, upload, wait (seconds);
-# per client download + data access + compute + upload + wait = round time - server time
-JFAT_CLIENTS = [(0, 1e6, 2e6, 1, 9, 80, 10, 0), (0, 4e6, 2e6, 1, 1, 38, 0, 60),  # round 0: 100 - 0
-                (1, 3e6, 2e6, 2, 18, 100, 20, 0), (1, 1.5e6, 1.5e6, 2, 2, 56, 0, 80)]  # round 1: 150 - 10
-PROPHET_CLIENTS = [(t, 2e6, 1e6, 1, 1, 36, 2, 0) for t in range(3)]  # rounds of 40, 40, 45 - 5
-
-
-def write_run(path: Path, method: str, metrics: list[dict[str, object]],
-              clients: Sequence[tuple[float, ...]]) -> Path:
-    """A run directory as `edgefl run` writes it, with only the columns the report reads filled."""
-    path.mkdir()
-    (path / "scenario.toml").write_text(
-        f'method = "{method}"\nseed = 0\n\n[fleet]\npool = "edge"\nbalance_s = 0.0\n'
-        "reserved_memory_mb = 1.0\n")
-    extra = [k for k in metrics[0] if k not in METRICS]
-    with open(path / "metrics.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, METRICS + extra, restval="")
-        writer.writeheader()
-        writer.writerows(metrics)
-    with open(path / "clients.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, CLIENTS, restval="")
-        writer.writeheader()
-        for k, (t, avail, req, down, data, comp, up, wait) in enumerate(clients):
-            writer.writerow({"round": int(t), "client": k % 2, "device": "d", "flops": 1e9 * (k + 1),
-                             "mem_avail_bytes": int(avail), "mem_req_bytes": int(req),
-                             "download_s": down, "data_access_s": data, "compute_s": comp,
-                             "upload_s": up, "wait_s": wait})
-    return path
 
 
 @pytest.fixture

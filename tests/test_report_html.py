@@ -16,7 +16,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from test_report import JFAT_CLIENTS, PROPHET_CLIENTS, write_run
+from support import JFAT_CLIENTS, PROPHET_CLIENTS, write_run
 
 from edgefl.cli import main
 from edgefl.report.html import GENERATOR

@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from interrupt import dies_before_checkpoint
-from test_fidelity import simulated_rows
+from support import dies_before_checkpoint, simulated_rows
 
 from edgefl import rundir
 from edgefl.cli import main

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from interrupt import dies_before_checkpoint
+from support import dies_before_checkpoint
 
 from edgefl import checkpoint
 from edgefl.cli import main

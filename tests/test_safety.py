@@ -15,23 +15,15 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_cli import one_error_line, snapshot
-from test_fidelity import simulated_rows
+from support import QUICKSTART, SMALL, full_disk, nth, one_error_line, sets, simulated_rows, snapshot
 
 from edgefl import rundir
 from edgefl.cli import main
 from edgefl.report.compare import load_run
 
 ROOT = Path(__file__).resolve().parents[1]
-QUICKSTART = ROOT / "scenarios" / "quickstart.toml"
-SMALL = ["rounds=3", "fleet.clients=6", "training.local_iters=4", "attack.steps=2", "evaluation.steps=2",
-         "data.test_samples=32", "threads=1"]
 LOGS = ("metrics.csv", "clients.csv", "events.csv")
 Capsys = pytest.CaptureFixture[str]
-
-
-def sets(items: list[str]) -> list[str]:
-    return [arg for item in items for arg in ("--set", item)]
 
 
 def run_args(out: Path, *extra: str) -> list[str]:
@@ -285,30 +277,6 @@ def test_a_torn_last_row_is_dropped(whole: Path, unfinished: Path) -> None:
 
 
 # storage failures mid-run ------------------------------------------------------------------------
-
-
-def full_disk(when: Callable[[str], bool], code: int = errno.ENOSPC) -> Callable[[int, bytes], None]:
-    """A `_write_all` that, for a file `when` picks, writes half the bytes and fails as a full disk
-    (or read-only storage) would."""
-    real = rundir._write_all
-
-    def write_all(fd: int, payload: bytes) -> None:
-        if when(Path(os.readlink(f"/proc/self/fd/{fd}")).name):
-            os.write(fd, payload[:len(payload) // 2])
-            raise OSError(code, os.strerror(code))
-        real(fd, payload)
-    return write_all
-
-
-def nth(name: str, n: int) -> Callable[[str], bool]:
-    """True on the n-th write (from 1) to a file whose name starts with `name`, and after it."""
-    seen = [0]
-
-    def pick(written: str) -> bool:
-        if written.lstrip(".").startswith(name):
-            seen[0] += 1
-        return seen[0] >= n
-    return pick
 
 
 @pytest.mark.parametrize(("name", "n", "code"), [

@@ -10,9 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_cli import one_error_line
-from test_engine import round_spans
-from test_safety import QUICKSTART, SMALL, full_disk, nth, sets
+from support import QUICKSTART, SMALL, full_disk, nth, one_error_line, round_spans, sets
 
 from edgefl import rundir
 from edgefl.cli import main

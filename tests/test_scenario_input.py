@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
-from test_cli import one_error_line
+from support import one_error_line
 
 from edgefl.cli import main
 from edgefl.devices.catalog import load_profile

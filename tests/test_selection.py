@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from interrupt import dies_before_checkpoint
+from support import dies_before_checkpoint
 
 from edgefl.cli import main
 from edgefl.config import FleetConfig, Scenario, SelectionConfig

@@ -1,0 +1,168 @@
+"""Helpers shared by the test modules (fixtures live in conftest.py): no test module imports another."""
+
+from __future__ import annotations
+
+import csv
+import errno
+import os
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from edgefl import checkpoint, rundir
+from edgefl.experiment import CLIENTS, METRICS, Experiment, prepare, run
+from edgefl.scenario import Scenario
+from edgefl.sim.engine import PHASES, RoundRecord, Span
+
+ROOT = Path(__file__).resolve().parents[1]
+
+def one_error_line(err: str) -> str:
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("edgefl: error:")
+    assert "Traceback" not in err
+    return lines[0]
+
+
+def snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
+    return {str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mtime_ns)
+            for p in folder.rglob("*") if p.is_file()}
+
+
+def simulated_rows(clients_csv: Path) -> list[dict[str, str]]:
+    """clients.csv less the measured wall time, which differs from run to run."""
+    with open(clients_csv, newline="") as f:
+        return [{k: v for k, v in r.items() if k != "real_compute_s"} for r in csv.DictReader(f)]
+
+
+QUICKSTART = ROOT / "scenarios" / "quickstart.toml"
+
+
+def sets(items: list[str]) -> list[str]:
+    return [arg for item in items for arg in ("--set", item)]
+
+
+DEVICE = """\
+name = "{name}"
+description = "A test board"
+source = "made up"
+pools = ["test"]
+memory_mb = {memory_mb}
+compute_gflops = 10.0
+storage_read_mbps = 100.0
+storage_write_mbps = 50.0
+storage_latency_ms = 0.1
+networks = {networks}
+"""
+
+
+def device_text(name: str = "board", memory_mb: str = "100.0",
+                networks: str = '["wifi", "4g"]') -> str:
+    return DEVICE.format(name=name, memory_mb=memory_mb, networks=networks)
+
+
+# client rows: round, mem_avail, mem_req, download, data access, compute, upload, wait (seconds);
+# per client download + data access + compute + upload + wait = round time - server time
+JFAT_CLIENTS = [(0, 1e6, 2e6, 1, 9, 80, 10, 0), (0, 4e6, 2e6, 1, 1, 38, 0, 60),  # round 0: 100 - 0
+                (1, 3e6, 2e6, 2, 18, 100, 20, 0), (1, 1.5e6, 1.5e6, 2, 2, 56, 0, 80)]  # round 1: 150 - 10
+
+
+PROPHET_CLIENTS = [(t, 2e6, 1e6, 1, 1, 36, 2, 0) for t in range(3)]  # rounds of 40, 40, 45 - 5
+
+
+def write_run(path: Path, method: str, metrics: list[dict[str, object]],
+              clients: Sequence[tuple[float, ...]]) -> Path:
+    """A run directory as `edgefl run` writes it, with only the columns the report reads filled."""
+    path.mkdir()
+    (path / "scenario.toml").write_text(
+        f'method = "{method}"\nseed = 0\n\n[fleet]\npool = "edge"\nbalance_s = 0.0\n'
+        "reserved_memory_mb = 1.0\n")
+    extra = [k for k in metrics[0] if k not in METRICS]
+    with open(path / "metrics.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, METRICS + extra, restval="")
+        writer.writeheader()
+        writer.writerows(metrics)
+    with open(path / "clients.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, CLIENTS, restval="")
+        writer.writeheader()
+        for k, (t, avail, req, down, data, comp, up, wait) in enumerate(clients):
+            writer.writerow({"round": int(t), "client": k % 2, "device": "d", "flops": 1e9 * (k + 1),
+                             "mem_avail_bytes": int(avail), "mem_req_bytes": int(req),
+                             "download_s": down, "data_access_s": data, "compute_s": comp,
+                             "upload_s": up, "wait_s": wait})
+    return path
+
+
+def round_spans(record: RoundRecord) -> Iterator[Span]:
+    """The per-client path's spans, as events.csv lays them out (edgefl.experiment.rounds.event_columns):
+    each client's phases back to back from the round's start (clients in order), then each waiting
+    client's wait until the straggler's upload ends."""
+    for r in record.clients:
+        c, start = r.cost, record.start_s
+        for phase, seconds in zip(PHASES, (c.download_s, c.data_access_s, c.compute_s, c.upload_s),
+                                  strict=True):
+            yield Span(r.round, r.client, phase, start, start + seconds)
+            start += seconds
+    last = max(r.finish_s for r in record.clients)
+    for r in record.clients:
+        if r.wait_s > 0:
+            yield Span(r.round, r.client, "wait", r.finish_s, last)
+
+
+SMALL = ["rounds=3", "fleet.clients=6", "training.local_iters=4", "attack.steps=2", "evaluation.steps=2",
+         "data.test_samples=32", "threads=1"]
+
+
+def full_disk(when: Callable[[str], bool], code: int = errno.ENOSPC) -> Callable[[int, bytes], None]:
+    """A `_write_all` that, for a file `when` picks, writes half the bytes and fails as a full disk
+    (or read-only storage) would."""
+    real = rundir._write_all
+
+    def write_all(fd: int, payload: bytes) -> None:
+        if when(Path(os.readlink(f"/proc/self/fd/{fd}")).name):
+            os.write(fd, payload[:len(payload) // 2])
+            raise OSError(code, os.strerror(code))
+        real(fd, payload)
+    return write_all
+
+
+def nth(name: str, n: int) -> Callable[[str], bool]:
+    """True on the n-th write (from 1) to a file whose name starts with `name`, and after it."""
+    seen = [0]
+
+    def pick(written: str) -> bool:
+        if written.lstrip(".").startswith(name):
+            seen[0] += 1
+        return seen[0] >= n
+    return pick
+
+
+@contextmanager
+def dies_before_checkpoint(next_round: int) -> Iterator[None]:
+    """Within: a run raises KeyboardInterrupt (exit 130 from the CLI) where it would save the
+    checkpoint whose `next_round` is `next_round`; the real save is back afterwards."""
+    real = checkpoint.save
+
+    def save(path: Path, state: dict[str, Any]) -> None:
+        if state["next_round"] == next_round:
+            raise KeyboardInterrupt
+        real(path, state)
+
+    checkpoint.save = save  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        checkpoint.save = real
+
+
+def dry_twice(s: Scenario, where: Path, out: Path, files: tuple[str, ...]) -> tuple[Experiment, list[str]]:
+    """Dry runs of `s` (read from `where`) into out/a and out/b, each of `files` written the same by
+    both: the second run's experiment and the texts of the files."""
+    texts = []
+    for name in ("a", "b"):
+        exp = prepare(s, str(where), dry_run=True)
+        run(exp, out / name, progress=False)
+        texts.append([(out / name / f).read_text() for f in files])
+    assert texts[0] == texts[1], "the same scenario and seed must give the same files"
+    return exp, texts[0]
