@@ -15,12 +15,15 @@ from edgefl.experiment import prepare, run
 from edgefl.experiment.energy import RoundEnergy, worked
 from edgefl.experiment.living import Live
 from edgefl.scenario import load_scenario
+from edgefl.selection import SELECTORS
 from edgefl.sim.availability import Always
 from edgefl.sim.bulk import Costs
 from edgefl.sim.energy import Power, round_energy
 from edgefl.sim.engine import Federation
 from edgefl.sim.links import Links
 from edgefl.sim.living import COMPLETED, LATE, Transfer, play_round
+
+POLICIES = [p for p in SELECTORS.names() if p != "uniform"]  # a living fleet draws uniform ones itself
 
 ROOT = Path(__file__).resolve().parent.parent
 # A ends its upload at 1+0+2+1 = 4 s, B at 7 s, C at 13 s
@@ -86,7 +89,7 @@ def test_living_runs_write_joules(tmp_path: Path, name: str, overrides: list[str
             assert all(r["client"] != rows[i]["client"] for r in rows[i + 1:])
 
 
-@pytest.mark.parametrize("policy", ["oort", "memory_fit", "power_of_choice"])
+@pytest.mark.parametrize("policy", POLICIES)
 def test_a_policy_picks_among_the_online_clients_seeded(tmp_path: Path, policy: str) -> None:
     path = ROOT / "scenarios" / "deadline-diurnal-digits.toml"
     s = load_scenario(path, ["rounds=5", f"selection.policy={policy}"])
@@ -103,7 +106,7 @@ def test_a_policy_picks_among_the_online_clients_seeded(tmp_path: Path, policy: 
         assert sum(int(r["round"]) == t for r in rows) == min(live.selected, online)
 
 
-@pytest.mark.parametrize("policy", ["oort", "memory_fit", "power_of_choice"])
+@pytest.mark.parametrize("policy", POLICIES)
 def test_an_async_policy_starts_online_idle_clients_seeded(tmp_path: Path, policy: str) -> None:
     """In async mode the policy picks each client among the devices online and not working: every
     download starts while its device is online, a device's jobs never overlap, the run is seeded."""
