@@ -47,12 +47,12 @@ class DataConfig:
 
 @dataclass
 class ModelConfig:
-    name: str = "digits_cnn"
+    name: str = "digits_cnn"  # a registered zoo model (edgefl.models)
 
 
 @dataclass
 class FleetConfig:
-    clients: int = 20
+    clients: int = 20  # devices in the fleet, each a client with its own data split
     sample_fraction: float = 0.5  # clients selected per round
     pool: str = "edge"  # device pool name (the `pools` key of device profiles)
     devices: list[str] = field(default_factory=list)  # explicit device list, overrides `pool`
@@ -73,12 +73,12 @@ class FleetConfig:
 @dataclass
 class TrainingConfig:
     local_iters: int = 30  # SGD iterations per client per round
-    batch_size: int = 32
+    batch_size: int = 32  # samples per local SGD iteration
     optimizer: str = "sgd"  # sgd | adam
-    lr: float = 0.05
+    lr: float = 0.05  # the local learning rate in round 0
     lr_decay: float = 0.994  # x per round
-    momentum: float = 0.9
-    weight_decay: float = 1e-4
+    momentum: float = 0.9  # SGD momentum (adam: beta1)
+    weight_decay: float = 1e-4  # L2 penalty of the local optimizer
     local_epochs: float = 0.0  # local work in epochs over the client's data (0 = use local_iters)
     objective: str = "pgd_at"  # local adversarial training: pgd_at (Madry) | trades | mart
     beta: float = 6.0  # TRADES / MART robustness weight
@@ -95,9 +95,9 @@ class AttackConfig:
     """The attack used for local adversarial training."""
 
     name: str = "pgd"  # pgd | pgd_l2 | fgsm | cw | none
-    eps: float = 8 / 255
-    step_size: float = 2 / 255
-    steps: int = 10
+    eps: float = 8 / 255  # the perturbation budget (L-inf on [0, 1] pixels; L2 radius for pgd_l2)
+    step_size: float = 2 / 255  # the attack's step
+    steps: int = 10  # gradient steps per attack (PGD-10, Madry et al.)
 
 
 @dataclass
@@ -105,7 +105,7 @@ class EvaluationConfig:
     every: int = 1  # evaluate every N rounds (and always after the last)
     attack: str = "pgd"  # the attack behind adv_acc
     extra: list[str] = field(default_factory=list)  # more attacks, a `<name>_acc` column each
-    steps: int = 20
+    steps: int = 20  # the evaluation attack's steps (PGD-20 in the papers)
     eps: float = 0.0  # 0 = the training attack's eps
     step_size: float = 0.0  # 0 = the training attack's step size
 
@@ -256,9 +256,9 @@ knob_section = KNOBS.register  # @knob_section("prox") on a method's knob datacl
 
 @dataclass
 class Scenario:
-    method: str = "jfat"
-    rounds: int = 20
-    seed: int = 0
+    method: str = "jfat"  # a registered method (docs: Methods)
+    rounds: int = 20  # federated rounds to play
+    seed: int = 0  # seeds the data split, device draws, selection and training
     device: str = "auto"  # auto | cpu | cuda | cuda:N (a GPU this machine has)
     threads: int = 0  # CPU threads for PyTorch (0 = PyTorch's default; at most 1024); 1 suits tiny models
     executor: str = "local"  # local (in-process) | ray

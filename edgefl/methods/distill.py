@@ -64,10 +64,10 @@ class DistillConfig(Knobs):
 
     family: list[str] = field(default_factory=list)  # models, largest first (empty = model.name only)
     public_samples: int = 5000  # taken from the training set before the clients' split
-    server_iters: int = 128
-    server_batch: int = 64
+    server_iters: int = 128  # the server's distillation steps per round
+    server_batch: int = 64  # public samples per distillation step
     server_lr: float = 1e-3  # Adam, as FedDF
-    temperature: float = 1.0
+    temperature: float = 1.0  # the softmax temperature of teachers and student
     diversity: float = 0.05  # FedET's lambda on the ensemble-diversity term
 
     def checks(self) -> list[Check]:

@@ -18,7 +18,7 @@ class FedAdagradConfig(FedOptConfig):
     grows, so a larger step than FedAdam's (chosen among 0.01, 0.03 and 0.1 on quickstart's digits)."""
 
     kind: ClassVar[str] = "adagrad"
-    server_lr: float = 0.1
+    server_lr: float = 0.1  # the server learning rate eta (Adagrad steps shrink: a larger start)
 
 
 @METHODS.register("fedadagrad_at")

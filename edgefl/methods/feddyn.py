@@ -50,9 +50,9 @@ from edgefl.methods.fedcurv import FedCurvAT
 class DynConfig(Knobs):
     """FedDynAT's local-epoch schedule (Shah et al. Alg. 2): E_t = floor(E0 gamma^floor(t / F))."""
 
-    e0: float = 50.0
-    gamma: float = 0.5
-    f: int = 5
+    e0: float = 50.0  # E0: the local epochs in round 0
+    gamma: float = 0.5  # the decay factor
+    f: int = 5  # F: rounds between decays
 
     def checks(self) -> list[Check]:
         return [

@@ -83,7 +83,7 @@ class FedOptConfig(Knobs):
     """The knobs every FedOpt method has; a method's section sets `kind` and its defaults."""
 
     kind: ClassVar[str]
-    server_lr: float = 0.01
+    server_lr: float = 0.01  # the server learning rate eta
     beta1: float = 0.9  # Reddi et al. §5: beta1 = 0.9 throughout
     tau: float = 1e-3  # Reddi et al. §5: the adaptivity tau = 1e-3
 

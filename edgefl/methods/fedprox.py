@@ -21,7 +21,7 @@ from edgefl.methods.fedavg import FedAvgAT
 class ProxConfig(Knobs):
     """FedProx (Li et al., MLSys 2020): mu/2 ||w - w_global||^2 on the local loss."""
 
-    mu: float = 0.01
+    mu: float = 0.01  # the proximal weight mu
 
     def checks(self) -> list[Check]:
         return [

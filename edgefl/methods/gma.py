@@ -47,12 +47,12 @@ BASES: dict[str, type[FedAvgAT]] = {"fedavg": FedAvgAT, "fedprox": FedProxAT}
 class GMAConfig(Knobs):
     """GMA (Tenison et al., TMLR): sign-agreement soft mask on the averaged update."""
 
-    tau: float = 0.4
+    tau: float = 0.4  # the agreement threshold: coordinates below it are scaled by their agreement
     base: str = "fedavg"  # client side: fedavg | fedprox
     server: str = "sgd"  # server optimizer: sgd (FedAvg) | momentum (FedAvgM) | adagrad | adam | yogi
-    server_lr: float = 1.0
-    beta1: float = 0.9
-    beta2: float = 0.99
+    server_lr: float = 1.0  # the server learning rate eta
+    beta1: float = 0.9  # the first moment's decay (momentum, adagrad, adam, yogi)
+    beta2: float = 0.99  # the second moment's decay (adam, yogi)
     adapt_eps: float = 1e-3  # tau of Reddi et al.'s adaptive optimizers
 
     def checks(self) -> list[Check]:

@@ -54,7 +54,7 @@ class SFATConfig(Knobs):
     """SFAT (Zhu et al., ICLR 2023): the k_hat lowest-loss clients weighted (1 + a) / (1 - a)."""
 
     alpha: float = 1 / 6  # (1 + a) / (1 - a) = 1.4 on CIFAR-10; 1/11 on CIFAR-100 and SVHN
-    k_hat: int = 1
+    k_hat: int = 1  # how many lowest-loss clients are boosted
     base: str = "fedavg"  # fedavg | fedprox | scaffold
 
     def checks(self) -> list[Check]:
