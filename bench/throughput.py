@@ -27,7 +27,11 @@ by `FedAvgAT.train_group` (edgefl.execution.grouped). The two alternate in one p
 itself runs on 2 (`threads`). Printed per thread count: the median seconds per round of each and
 the median of the per-repeat ratios one-by-one / grouped, and their range, and the ratio of the two
 sides' best rounds (as the bare loop's timing counts: other work only slows a round down).
-`--part processes` times the grouped round on two threads with its two parts in worker processes
+`--part stacked` times the grouped round through the hand-made grouped network against the same
+round through torch.func (`StackedModel`, what models the hand-made one does not cover take), and
+`--part pool` with its parts in worker processes against one part on all the threads, each on the
+last of `--group-threads`, alternating, printed the same way. `--part processes` times the
+grouped round on two threads with its two parts in worker processes
 (edgefl.execution.workers) against the same parts as Python threads of this process (edgefl before
 stop 34), alternating, printed the same way. While /tmp/edgefl-quiet exists (another timing on
 this machine) the bench waits before each timing; `--hold-quiet` makes the bench hold that file
@@ -260,6 +264,31 @@ def bench_processes(repeats: int, clients: int) -> None:
     print(f"{'':>7} {compared(secs['threads'], secs['processes'])}")
 
 
+def bench_paths(part: str, repeats: int, clients: int, threads: int) -> None:
+    """The grouped round two ways on `threads` torch threads, alternating: `stacked`: the hand-made
+    `GroupedNet` against torch.func's `StackedModel`; `pool`: parts in worker processes against one
+    part on all the threads (no worker)."""
+    runs, what = round_sides(clients)
+    patch, label = {"stacked": (("groupable", lambda m: False), "torch.func"),
+                    "pool": (("part_count", lambda n, d: 1), "one part")}[part]
+    kept = getattr(grouped, patch[0])
+
+    def run_with(value: Any) -> Callable[[], object]:
+        def run() -> object:
+            setattr(grouped, patch[0], value)
+            try:
+                return runs["grouped"]()
+            finally:
+                setattr(grouped, patch[0], kept)
+        return run
+
+    torch.set_num_threads(threads)
+    secs = alternate({label: run_with(patch[1]), "edgefl": run_with(kept)}, repeats)
+    print(f"grouped round, {label} vs edgefl's ({what}, {threads} torch threads); median of {repeats}")
+    print(f"{'':>7} {label + ' s':>12} {'edgefl s':>10} {'speed-up':>8} {'range':>13} {'best':>6}")
+    print(f"{'':>7} {compared(secs[label], secs['edgefl'])}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", default="auto", help="auto (CUDA when available) | cpu | cuda | cuda:N")
@@ -270,9 +299,11 @@ def main() -> None:
     ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     ap.add_argument("--channels-last", action="store_true")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (0 = torch's default)")
-    ap.add_argument("--part", choices=["bare", "grouped", "both", "processes"], default="both",
+    ap.add_argument("--part", choices=["bare", "grouped", "both", "processes", "stacked", "pool"],
+                    default="both",
                     help="edgefl vs the bare loop, grouped vs one-by-one, or both; or the grouped round's "
-                         "parts as processes vs threads")
+                         "parts as processes vs threads, its hand-made network vs torch.func (stacked), "
+                         "or its parts in worker processes vs one part (pool)")
     ap.add_argument("--group-threads", type=int, nargs="+", default=[1, 2],
                     help="torch CPU threads for grouped vs one-by-one")
     ap.add_argument("--group-repeats", type=int, default=7)
@@ -280,6 +311,10 @@ def main() -> None:
     ap.add_argument("--hold-quiet", action="store_true",
                     help="hold /tmp/edgefl-quiet during grouped vs one-by-one (see the docstring)")
     args = ap.parse_args()
+    if args.part in ("stacked", "pool"):
+        with quiet(args.hold_quiet):
+            bench_paths(args.part, args.group_repeats, args.clients, args.group_threads[-1])
+        return
     if args.part == "processes":
         with quiet(args.hold_quiet):
             bench_processes(args.group_repeats, args.clients)

@@ -22,11 +22,10 @@ from typing import Any
 from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.structure.files import File, Files
 
-from edgefl import scenario as scenario_module
 from edgefl.cli import parser
 from edgefl.config import KNOBS, Scenario
 from edgefl.errors import EdgeflError
-from edgefl.scenario import schema, validate
+from edgefl.scenario import range_checks, schema, validate
 from edgefl.tomlschema import toml_value
 
 SCENARIO_PAGE, CLI_PAGE = "reference/scenario.md", "reference/cli.md"
@@ -89,14 +88,12 @@ def default_of(f: dataclasses.Field[Any]) -> Any:
 
 
 def ranges() -> dict[str, list[str]]:
-    """Key -> what its range checks ask, from every `*_checks` function of edgefl.scenario run on the
-    defaults (the ones `validate` runs; a key checked in two of them is listed once)."""
+    """Key -> what its range checks ask (edgefl.scenario.range_checks on the defaults; a key checked
+    twice is listed once)."""
     found: dict[str, list[str]] = {}
-    for name, func in inspect.getmembers(scenario_module, inspect.isfunction):
-        if name.endswith("_checks") and func.__module__ == scenario_module.__name__:
-            for key, _, fix in func(Scenario()):
-                if fix not in found.setdefault(key, []):
-                    found[key].append(fix)
+    for key, _, fix in range_checks(Scenario()):
+        if fix not in found.setdefault(key, []):
+            found[key].append(fix)
     return found
 
 

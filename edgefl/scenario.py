@@ -31,6 +31,7 @@ from edgefl.config import (
     MAX_STEPS,
     MAX_THREADS,
     Check,
+    Named,
     Scenario,
 )
 from edgefl.devices.profile import MAX_FIGURE, MAX_LINK_MBPS, MIN_FIGURE
@@ -183,13 +184,18 @@ def schema() -> dict[str, Any]:
 def validate(s: Scenario, where: str, beside: str | None = None) -> None:
     """Range checks and known-name checks, each failing on the first bad key (profiles and a trace
     found beside `beside`, default `where`)."""
-    checks = [*_run_checks(s), *_data_checks(s), *_fleet_checks(s), *_training_checks(s), *_cost_checks(s)]
-    for key, ok, fix in checks:
+    for key, ok, fix in range_checks(s):
         if not ok:
             raise EdgeflError(where, key, fix)
     _check_names(s, where, beside or where)
     check_device(s.device, where)
     _check_living(s, where, beside or where)
+
+
+def range_checks(s: Scenario) -> list[Check]:
+    """Every range check of a scenario, in the order `validate` runs them (the docs' reference lists
+    what each asks)."""
+    return [*_run_checks(s), *_data_checks(s), *_fleet_checks(s), *_training_checks(s), *_cost_checks(s)]
 
 
 def _run_checks(s: Scenario) -> list[Check]:
@@ -374,11 +380,10 @@ def _is_range(values: list[float], low: float, high: float) -> bool:
     return len(values) == 2 and low <= values[0] <= values[1] <= high
 
 
-def _check_names(s: Scenario, where: str, beside: str) -> None:
-    """Names that must exist in a registry or along the scenario's profile search path."""
+def registry_names(s: Scenario) -> list[Named]:
+    """Every key of `s` that names something registered, with its value and the names known."""
     from edgefl.attacks import ATTACKS
     from edgefl.data import DATASETS, PARTITIONS
-    from edgefl.devices.catalog import catalog_for
     from edgefl.execution.objectives import OBJECTIVES
     from edgefl.models import MODELS
 
@@ -393,6 +398,17 @@ def _check_names(s: Scenario, where: str, beside: str) -> None:
         ("evaluation.attack", s.evaluation.attack, ATTACKS.names()),
     ]
     named += [("evaluation.extra", a, ATTACKS.names()) for a in s.evaluation.extra]
+    named += [("compare.rounds", m, METHODS.names()) for m in s.compare.rounds]
+    return named + [(f"{name}.{key}", value, known) for name, cls in KNOBS.classes().items()
+                    for key, value, known in s.knobs(cls).named()]
+
+
+def _check_names(s: Scenario, where: str, beside: str) -> None:
+    """Names that must exist in a registry or along the scenario's profile search path."""
+    from edgefl.attacks import ATTACKS
+    from edgefl.devices.catalog import catalog_for
+
+    named = registry_names(s)
     trainers = [n for n in ATTACKS.names() if ATTACKS.get(n).trains]
     if s.attack.name in ATTACKS.names() and s.attack.name not in trainers:
         raise EdgeflError(where, "attack.name", f"{s.attack.name} is an evaluation attack (give it as "
@@ -400,9 +416,6 @@ def _check_names(s: Scenario, where: str, beside: str) -> None:
     if s.training.objective == "trades" and s.attack.name == "fgsm":
         raise EdgeflError(where, "attack.name", "TRADES raises KL(f(x) || f(x')), which is flat at x' = x, "
                           "where FGSM starts (it has no random start); train TRADES with pgd, pgd_l2 or cw")
-    named += [("compare.rounds", m, METHODS.names()) for m in s.compare.rounds]
-    named += [(f"{name}.{key}", value, known) for name, cls in KNOBS.classes().items()
-              for key, value, known in s.knobs(cls).named()]
     catalog = catalog_for(beside)
     named += [("fleet.devices", d, sorted(catalog.devices)) for d in s.fleet.devices]
     named += [("fleet.apps", a, sorted(catalog.apps)) for a in s.fleet.apps]

@@ -1,4 +1,5 @@
-"""Grouped training (edgefl.execution.grouped) repeats one-by-one training.
+"""Grouped training (edgefl.execution.grouped) repeats one-by-one training, through the hand-made
+grouped network (Sequential CNNs) and through torch.func (any other model: a ResNet here).
 
 G clients of one small CNN (conv + BatchNorm + ReLU + max-pool + linear head), each from its own
 start state (weights and BN running statistics differ) on its own data (sizes differ), trained
@@ -31,10 +32,12 @@ from edgefl.execution.grouped import (
     GroupedFlatten,
     GroupedNet,
     OneChannelConv,
+    StackedModel,
     State,
     cpu_parts,
     group_sums,
     groupable,
+    grouped_network,
     train_group,
 )
 from edgefl.execution.local import (
@@ -46,10 +49,12 @@ from edgefl.execution.local import (
     train_local,
 )
 from edgefl.execution.objectives import OBJECTIVES
+from edgefl.executors import executor
 from edgefl.executors.executor import LocalExecutor, train_timed_group
 from edgefl.experiment import prepare
 from edgefl.methods import ClientPlan, ClientUpdate, fedavg
 from edgefl.methods.fedavg import FedAvgAT
+from edgefl.models import build_model
 from edgefl.models.base import plain_cnn
 from edgefl.scenario import load_scenario
 from edgefl.sim.records import AtomProfile, mem_req
@@ -113,15 +118,15 @@ def test_grouped_training_repeats_one_by_one(objective: str, optimizer: str, att
 
 
 def assert_as_one_by_one(got: tuple[list[State], list[float]], want: tuple[list[State], list[float]],
-                         data: list[tuple[State, torch.Tensor, torch.Tensor]]) -> None:
-    """Grouped training's (states, losses) `got` equal one-by-one's `want` to TOL, and every trained
-    tensor moved from the client's start."""
+                         data: list[tuple[State, torch.Tensor, torch.Tensor]], rtol: float = 0) -> None:
+    """Grouped training's (states, losses) `got` equal one-by-one's `want` to TOL (and `rtol`), and
+    every trained tensor moved from the client's start."""
     assert got[1] == pytest.approx(want[1], abs=0, rel=LOSS_TOL)
     for state, wanted, (start, _, _) in zip(got[0], want[0], data, strict=True):
         assert list(state) == list(wanted)
         for key, value in wanted.items():
             assert not torch.equal(value, start[key]) or "num_batches" in key or "norm" in key
-            torch.testing.assert_close(state[key], value, atol=TOL, rtol=0, msg=key)
+            torch.testing.assert_close(state[key], value, atol=TOL, rtol=rtol, msg=key)
 
 
 def test_batch_counters_stay_per_client() -> None:
@@ -149,14 +154,80 @@ def test_folded_batchnorm_is_worked_out_anew_after_each_mode_switch() -> None:
     assert torch.allclose(cached, net(x).detach(), rtol=0, atol=TOL)  # unfrozen: folded afresh each pass
 
 
-def test_models_with_other_layers_are_not_grouped() -> None:
+def test_models_with_other_layers_take_torch_func_or_are_refused() -> None:
+    """The hand-made network takes Sequential CNNs; a residual block goes through torch.func; a
+    layer that draws random numbers (Dropout) or a cumulative-average BatchNorm cannot group."""
     assert groupable(new_model())
+    assert isinstance(grouped_network(new_model(), [new_model().state_dict()] * 2), GroupedNet)
+    resnet = build_model("resnet10", 3, (3, 8, 8), [0.5] * 3, [0.3] * 3)
+    assert not groupable(resnet)
+    assert isinstance(grouped_network(resnet, [resnet.state_dict()] * 2), StackedModel)
     odd = nn.Sequential(nn.Conv2d(1, 2, 3), nn.Dropout(0.5))
-    assert not groupable(odd)
+    with pytest.raises(ValueError, match=r"layer 1 \(Dropout\) draws random numbers"):
+        grouped_network(odd, [odd.state_dict()] * 2)
     with pytest.raises(ValueError, match="grouped form"):
         GroupedNet(odd, [odd.state_dict()] * 2)
-    # BatchNorm as a cumulative average (momentum None) steps by each client's own batch counter
-    assert not groupable(nn.Sequential(nn.Conv2d(1, 2, 3), nn.BatchNorm2d(2, momentum=None)))
+    cumulative = nn.Sequential(nn.Conv2d(1, 2, 3), nn.BatchNorm2d(2, momentum=None))
+    assert not groupable(cumulative)
+    with pytest.raises(ValueError, match="momentum None"):
+        grouped_network(cumulative, [cumulative.state_dict()] * 2)
+
+
+def resnet_clients(n: int) -> tuple[Callable[[], nn.Module], list[tuple[State, torch.Tensor, torch.Tensor]]]:
+    """A small float64 ResNet10 on 3x8x8 images (residual blocks, downsampling shortcuts) and n
+    clients' perturbed start states (BN statistics and batch counters apart) and data."""
+    def model() -> nn.Module:
+        torch.manual_seed(1)
+        return build_model("resnet10", 3, (3, 8, 8), [0.4] * 3, [0.3] * 3).double()
+
+    out = []
+    torch.manual_seed(6)
+    for k in range(n):
+        state = {key: (v + 0.05 * torch.randn_like(v)).abs() if v.dim() == 1 else
+                 v + 0.05 * torch.randn_like(v) if v.is_floating_point() else v + 2 * k
+                 for key, v in model().state_dict().items()}
+        size = 10 + 5 * k
+        out.append((state, torch.rand(size, 3, 8, 8, dtype=torch.float64), torch.randint(3, (size,))))
+    return model, out
+
+
+@pytest.mark.parametrize(("objective", "optimizer"), [("pgd_at", "sgd"), ("trades", "adam")])
+def test_a_resnet_trains_grouped_through_torch_func_as_one_by_one(objective: str, optimizer: str) -> None:
+    """Residual blocks group by torch.func's vmap: states (weights, each client's BN running
+    statistics and batch counter) and losses as `train_local` one by one. Float64 summation order
+    differs between the vmapped and the single kernels: 2e-9 on a running variance of 244 and 3e-10
+    on a weight after three Adam steps (Adam scales a near-zero gradient's rounding up to a step),
+    so 1e-9 relative on top of TOL; a wrong batch, start or statistic moves them by 1e-2 or more."""
+    model, data = resnet_clients(3)
+    cfg = TrainingConfig(optimizer=optimizer, momentum=0.9, weight_decay=1e-3)
+    atk, obj = make_attack("pgd", 0.1, 0.03, 2), OBJECTIVES.get(objective)(2.0)
+    want_states, want_losses = [], []
+    for k, (state, x, y) in enumerate(data):
+        one = model()
+        one.load_state_dict(state)
+        gen = seed_everything(0, 7, k)
+        want_losses.append(train_local(one, x, y, make_optimizer(list(one.parameters()), cfg, 0.1),
+                                       ITERS, BATCH, atk, gen, obj))
+        want_states.append(copy.deepcopy(one.state_dict()))
+    jobs = [ClientJob(s, x, y, client_seed(0, 7, k)) for k, (s, x, y) in enumerate(data)]
+    torch.set_num_threads(1)  # one part: the three clients stacked in one StackedModel
+    got = train_group(model(), jobs, cfg, 0.1, ITERS, BATCH, atk, obj)
+    assert_as_one_by_one(got, (want_states, want_losses), data, rtol=1e-9)
+    counters = [int(s["layer1_1.bn1.num_batches_tracked"]) for s in got[0]]  # each its own: 0, 2, 4 at start
+    assert counters == [2 * k + ITERS * obj.train_pairs for k in range(3)]
+
+
+def test_a_run_whose_clients_cannot_group_says_why_once(capsys: pytest.CaptureFixture[str]) -> None:
+    """FedProx adds to local training: with grouping on, its clients train one by one and the run
+    says so once on stderr, naming the method."""
+    exp = prepare(load_scenario(QUICKSTART, ['method="fedprox_at"']), str(QUICKSTART), dry_run=True)
+    plan = ClientPlan(Workload(exp.ctx.profile.atoms, 32, 3, 3, 1, 0.0, 0.0), exp.ctx.attack_for(0), 0.05)
+    plans = dict.fromkeys(range(4), plan)
+    for _ in range(2):
+        assert [list(g) for g in executor.groups(exp.method, 0, plans)] == [[0], [1], [2], [3]]
+    err = capsys.readouterr().err
+    assert err == ("edgefl: note: clients train one by one, not grouped: method FedProxAT changes local "
+                   "training beyond what grouped training does\n")
 
 
 def test_a_batchnorm_without_affine_or_running_statistics_groups() -> None:
@@ -229,8 +300,13 @@ class Keyed:
                                    scenario=SimpleNamespace(training=TrainingConfig(group_clients=group_clients)))
         self.trained: list[list[int]] = []
 
+    groups = True
+
     def group_key(self, round_: int, client: int, plan: ClientPlan) -> str | None:
         return {1: "a", 3: "a", 4: "a", 2: "b"}.get(client)
+
+    def global_model(self) -> nn.Module:
+        return nn.Linear(1, 1)
 
     def train(self, round_: int, client: int, plan: ClientPlan) -> ClientUpdate:
         self.trained.append([client])

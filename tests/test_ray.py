@@ -177,7 +177,7 @@ def test_a_cluster_failing_mid_run_is_one_line_and_the_run_resumes_to_the_same_f
 def test_a_run_begun_on_ray_resumes_in_process_to_the_same_files(tmp_path):
     """Its driver lost at round 1's checkpoint (killed: the cluster's work is gone with it); `--resume
     --executor local` goes on in-process and ends with the files of a run that never stopped."""
-    from interrupt import dies_before_checkpoint
+    from support import dies_before_checkpoint
 
     out, whole = tmp_path / "ray", tmp_path / "local"
     run = ["run", str(QUICKSTART), *sets([*SMALL, "rounds=3"]), "--quiet"]

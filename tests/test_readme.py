@@ -16,7 +16,8 @@ from edgefl.models import MODELS
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
-GUIDES = {path.name: path.read_text() for path in sorted((ROOT / "docs").glob("*.md"))}
+DOCS = ROOT / "docs"
+GUIDES = {str(path.relative_to(DOCS)): path.read_text() for path in sorted(DOCS.rglob("*.md"))}
 
 
 def section(text: str, title: str) -> str:

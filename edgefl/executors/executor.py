@@ -12,16 +12,19 @@ measured time is shared out among its clients by their FLOPs as `real_compute_s`
 
 from __future__ import annotations
 
+import sys
 import time
+import weakref
 from collections.abc import Callable, Hashable
 from dataclasses import replace
 from typing import Protocol
 
 import torch
+from tqdm import tqdm
 
-from edgefl.execution.grouped import start_parts
 from edgefl.execution.local import timed
 from edgefl.methods import ClientPlan, ClientUpdate, Method
+from edgefl.profiling.layers import why_not_grouped
 
 
 class Executor(Protocol):
@@ -48,7 +51,8 @@ class LocalExecutor:
 
 def groups(method: Method, round_: int, plans: dict[int, ClientPlan]) -> list[dict[int, ClientPlan]]:
     """The round's clients split into the groups that train together, in the order of `plans`:
-    one client each unless `training.group_clients` is on and the method gives them a key."""
+    one client each unless `training.group_clients` is on and the method gives them a key (one
+    without a key: `say_alone`)."""
     if not method.ctx.scenario.training.group_clients:
         return [{k: p} for k, p in plans.items()]
     keyed: dict[Hashable, dict[int, ClientPlan]] = {}
@@ -56,6 +60,7 @@ def groups(method: Method, round_: int, plans: dict[int, ClientPlan]) -> list[di
     for k, p in plans.items():
         key = method.group_key(round_, k, p)
         if key is None:
+            say_alone(method, p)
             out.append({k: p})
         elif key in keyed:
             keyed[key][k] = p
@@ -63,6 +68,30 @@ def groups(method: Method, round_: int, plans: dict[int, ClientPlan]) -> list[di
             keyed[key] = {k: p}
             out.append(keyed[key])
     return out
+
+
+TOLD: weakref.WeakSet[Method] = weakref.WeakSet()  # the methods (one a run) `say_alone` spoke for
+
+
+def say_alone(method: Method, plan: ClientPlan) -> None:
+    """Say once per method (per run) on stderr why its clients train one by one although
+    `training.group_clients` is on."""
+    if method in TOLD:
+        return
+    TOLD.add(method)
+    tqdm.write(f"edgefl: note: clients train one by one, not grouped: {why_alone(method, plan)}",
+               file=sys.stderr)
+
+
+def why_alone(method: Method, plan: ClientPlan) -> str:
+    """Why `method` gave a client with `plan` no group key."""
+    name = type(method).__name__
+    if not method.groups:
+        return f"method {name} changes local training beyond what grouped training does"
+    if plan.attack is not None and not plan.attack.groupable:
+        return f"the training attack {type(plan.attack).__name__} cannot attack a group's stacked batches"
+    reason = why_not_grouped(method.global_model())
+    return f"its model's {reason}" if reason else f"method {name} gave the client no group key"
 
 
 def train_timed_group(method: Method, round_: int, plans: dict[int, ClientPlan],
@@ -73,7 +102,6 @@ def train_timed_group(method: Method, round_: int, plans: dict[int, ClientPlan],
         (k, p), = plans.items()
         return [train_timed(method, round_, k, p, clock)]
     device: torch.device = method.ctx.device
-    start_parts(len(plans), device)
     updates, seconds = timed(device, lambda: method.train_group(round_, plans), clock)
     flops = [p.workload.flops() for p in plans.values()]
     return [replace(u, real_compute_s=seconds * f / sum(flops)) for u, f in zip(updates, flops, strict=True)]

@@ -108,6 +108,8 @@ class Method(ABC):
     ignores: tuple[str, ...] = ()  # scenario keys it does not use: a value other than the default is refused
     modes: tuple[str, ...] = ("sync", "deadline")  # the round modes it runs in (`round.mode`; async
     #   needs updates that are whole models: edgefl.experiment.living rebases stale ones)
+    groups = False  # its clients can train together (`group_key`, `train_group`)
+    bulk_plans = False  # `plan_round` plans clients with the same plan once, not `plan` per client
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx

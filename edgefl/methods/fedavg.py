@@ -37,17 +37,16 @@ import numpy as np
 import torch
 
 from edgefl.devices.pool import DeviceState
-from edgefl.execution.grouped import ClientJob, groupable, train_group
+from edgefl.execution.grouped import ClientJob, train_group
 from edgefl.execution.local import TrainSettings, client_seed
 from edgefl.execution.objectives import OBJECTIVES, Objective
 from edgefl.methods.aggregate import State, bn_keys, fedavg, keep_local, state_bytes
 from edgefl.methods.base import METHODS, ClientModel, ClientPlan, ClientUpdate, Context, Method
+from edgefl.profiling.layers import why_not_grouped
 from edgefl.sim.bulk import RoundPlan
 from edgefl.sim.records import mem_req, optimizer_slots
 from edgefl.sim.workload import Workload
 
-# the training steps grouped training does as FedAvgAT does: a subclass overriding one trains one by one
-PLAIN = ("train", "client_model", "local_objective", "hooks", "after_local", "optimizer")
 GROUP_BYTES = 4 * 2**30  # the most training memory (mem_req) one group of clients may take at once
 
 
@@ -56,6 +55,10 @@ class FedAvgAT(Method):
     fedbn = False
     state_attrs: tuple[str, ...] = ("model", "local_states")
     modes: tuple[str, ...] = ("sync", "deadline", "async")  # a client's update is the whole model
+    groups = True  # a subclass that changes `train`, `client_model`, `local_objective`, `hooks`,
+    #   `after_local` or `optimizer` sets it False
+    bulk_plans = True  # a subclass that changes `plan`, `iterations`, `extra_bytes`, `extra_flops` or
+    #   `kept_bytes` sets it False
 
     def __init__(self, ctx: Context) -> None:
         super().__init__(ctx)
@@ -67,7 +70,7 @@ class FedAvgAT(Method):
         self.local_bytes = state_bytes(self.model.state_dict(), self.local_keys)
         self.slots = optimizer_slots(t.optimizer, t.momentum)
         self.objective = OBJECTIVES.get(t.objective)(t.beta)
-        self.groupable = groupable(self.model)
+        self.not_grouped = why_not_grouped(self.model)  # None when the model groups
 
     # --- hooks ------------------------------------------------------------------------------
     def iterations(self, round_: int, client: int) -> int:
@@ -104,10 +107,10 @@ class FedAvgAT(Method):
 
     def plan_round(self, round_: int, clients: np.ndarray,
                    states: Mapping[int, DeviceState]) -> RoundPlan[ClientPlan]:
-        """In bulk, unless a subclass plans per client otherwise: clients differ only in their local
-        iterations and whether they hold their own BatchNorm (FedBN), so one `plan` per distinct pair
-        serves every client that has it."""
-        if self.overrides(PLAN_HOOKS):
+        """In bulk, unless a subclass plans per client otherwise (`bulk_plans`): clients differ only
+        in their local iterations and whether they hold their own BatchNorm (FedBN), so one `plan`
+        per distinct pair serves every client that has it."""
+        if not self.bulk_plans:
             return super().plan_round(round_, clients, states)
         ks, n, t = clients.tolist(), len(clients), self.ctx.scenario.training
         iters = (np.fromiter((self.iterations(round_, k) for k in ks), np.int64, n) if t.local_epochs
@@ -116,11 +119,6 @@ class FedAvgAT(Method):
         _, first, which = np.unique(2 * iters + held, return_index=True, return_inverse=True)
         plans = [self.plan(round_, ks[i], states[ks[i]]) for i in first]
         return RoundPlan(plans, which.reshape(-1).astype(np.int64))
-
-    def overrides(self, names: tuple[str, ...]) -> bool:
-        """Whether this method's class replaces any of FedAvgAT's `names` (then the shortcuts that
-        assume FedAvgAT's behaviour, bulk planning and grouped training, step aside)."""
-        return any(getattr(type(self), name) is not getattr(FedAvgAT, name) for name in names)
 
     def kept_bytes(self, client: int) -> float:
         """What the client already holds locally (FedBN), so it does not download it."""
@@ -145,10 +143,10 @@ class FedAvgAT(Method):
         return model, self.objective
 
     def group_key(self, round_: int, client: int, plan: ClientPlan) -> Hashable | None:
-        """Plain local training (no hooks, nothing after it, the scenario's optimizer) of a model
-        with a grouped form, under an attack that can be grouped (`Attack.groupable`), groups
-        clients by their iterations and batch size."""
-        if self.overrides(PLAIN) or not self.groupable:
+        """Plain local training (`groups`: no hooks, nothing after it, the scenario's optimizer) of
+        a model that groups (edgefl.profiling.layers.why_not_grouped), under an attack that can be
+        grouped (`Attack.groupable`), groups clients by their iterations and batch size."""
+        if not self.groups or self.not_grouped:
             return None
         if plan.attack is not None and not plan.attack.groupable:
             return None
@@ -186,9 +184,6 @@ class FedAvgAT(Method):
 
     def global_model(self) -> torch.nn.Module:
         return self.model
-
-
-PLAN_HOOKS = ("plan", "iterations", "extra_bytes", "extra_flops", "kept_bytes")  # what shapes a workload
 
 
 @METHODS.register("jfat")

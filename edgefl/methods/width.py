@@ -39,18 +39,15 @@ from edgefl.errors import EdgeflError
 from edgefl.methods.aggregate import State, state_bytes
 from edgefl.methods.base import ClientModel, ClientPlan, ClientUpdate, Context
 from edgefl.methods.fedavg import FedAvgAT
-from edgefl.models.base import AtomModel, Normalize
+from edgefl.models.base import AtomModel
 from edgefl.models.resnet import BasicBlock
 from edgefl.profiling import profile_model
+from edgefl.profiling.layers import narrowable_names, narrows
 from edgefl.sim.records import ModelProfile
 
 Index = tuple[torch.Tensor, ...]  # kept positions along a global tensor's leading dimensions
 IndexMap = dict[str, Index]  # state key -> its Index; a key not listed is held whole
 Kept = dict[int, torch.Tensor]  # a hidden layer's channel count C -> the channels kept
-PASS_THROUGH = (nn.ReLU, nn.MaxPool2d, nn.AvgPool2d, nn.AdaptiveAvgPool2d, nn.Dropout, nn.Identity,
-                Normalize)
-SUPPORTED = ("Conv2d (groups 1), BatchNorm2d, Linear, ReLU, pooling, Dropout, Flatten and residual "
-             "basic blocks")
 ROUNDING = 1e-9  # r C a hair above an integer (0.3 x 10 = 3.0000000000000004) keeps that integer
 
 
@@ -184,7 +181,7 @@ class _Narrow:
         if isinstance(m, nn.Flatten) and m.start_dim == 1:
             positions = math.prod(x.shape[2:])  # channel c's features sit at c x positions + p
             return (chan[:, None] * positions + torch.arange(positions)).reshape(-1)
-        if isinstance(m, PASS_THROUGH):
+        if narrows(m) == "pass":
             return chan
         raise Unnarrowable(f"layer {key} ({type(m).__name__})")
 
@@ -209,7 +206,8 @@ def check_narrowable(model: AtomModel, where: str, name: str, method: str) -> No
         extract(model, {c: torch.arange(c) for c in hidden_counts(model)})
     except Unnarrowable as exc:
         raise EdgeflError(where, "model.name", f"{method} cannot narrow {name}'s {exc}; width-reduced "
-                          f"sub-models support {SUPPORTED}: choose another model or method") from None
+                          f"sub-models support {narrowable_names()} (Conv2d of groups 1) and residual "
+                          f"basic blocks: choose another model or method") from None
 
 
 # --- the server's partial average ------------------------------------------------------------------
@@ -244,6 +242,7 @@ class WidthMethod(FedAvgAT):
     """FedAvgAT's local adversarial training on a sub-model sized to the client's memory; each
     subclass picks the channels (`channels`)."""
     modes = ("sync", "deadline")  # not async: updates are sub-models
+    groups = bulk_plans = False  # client_model; plan
 
     def __init__(self, ctx: Context) -> None:
         super().__init__(ctx)

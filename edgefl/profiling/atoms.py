@@ -28,19 +28,8 @@ with warnings.catch_warnings():  # fvcore scripts a few helpers with torch.jit, 
     from fvcore.nn import FlopCountAnalysis
 
 from edgefl.models.base import AtomModel
+from edgefl.profiling.layers import ELEMENTWISE, WEIGHTED_KINDS, layer_kind
 from edgefl.sim.records import AtomProfile, LayerProfile, ModelProfile
-
-WEIGHTED = (nn.Conv2d, nn.Linear, nn.BatchNorm2d, nn.BatchNorm1d)
-KINDS: tuple[tuple[tuple[type[nn.Module], ...], str], ...] = (
-    ((nn.Conv1d, nn.Conv2d, nn.Conv3d), "conv"),
-    ((nn.Linear,), "linear"),
-    ((nn.BatchNorm1d, nn.BatchNorm2d, nn.GroupNorm, nn.LayerNorm), "norm"),
-    ((nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.GELU, nn.SiLU, nn.Hardswish, nn.Hardsigmoid, nn.Sigmoid, nn.Tanh,
-      nn.Softmax), "activation"),
-    ((nn.MaxPool2d, nn.AvgPool2d, nn.AdaptiveAvgPool2d, nn.AdaptiveMaxPool2d), "pool"),
-    ((nn.Flatten, nn.Identity), "reshape"),
-)
-ELEMENTWISE = "elementwise"  # any other leaf (input normalisation, dropout) or functional operator
 
 
 def profile_model(model: AtomModel, name: str = "", batch: int = 2) -> ModelProfile:
@@ -76,30 +65,17 @@ def profile_model(model: AtomModel, name: str = "", batch: int = 2) -> ModelProf
 
 
 def _weighted_inputs(atom: nn.Module, x: torch.Tensor) -> int:
-    """Summed input sizes of the conv/BN/linear layers; an input two layers share (a residual
-    block's conv1 and its shortcut conv) counts once."""
+    """Summed input sizes of the layers with weights (conv, norm, linear: edgefl.profiling.layers);
+    an input two layers share (a residual block's conv1 and its shortcut conv) counts once."""
     seen: dict[int, torch.Tensor] = {}  # kept alive so a freed address is not reused
 
     def hook(_m: nn.Module, inputs: tuple[torch.Tensor, ...], _out: torch.Tensor) -> None:
         seen.setdefault(inputs[0].untyped_storage().data_ptr(), inputs[0])
 
-    with _hooked([m.register_forward_hook(hook) for m in atom.modules() if isinstance(m, WEIGHTED)]), \
-            torch.no_grad():
+    weighted = [m for m in atom.modules() if layer_kind(m) in WEIGHTED_KINDS]
+    with _hooked([m.register_forward_hook(hook) for m in weighted]), torch.no_grad():
         atom(x.clone())
     return sum(t.numel() for t in seen.values())
-
-
-def layer_kind(module: nn.Module) -> str:
-    """The module's kind; a convolution's says which kernels run it: `dwconv` (depthwise or grouped,
-    groups > 1), `conv3x3` (dense 3x3 at stride 1, which cuDNN and oneDNN may run by Winograd), or
-    `conv` (any other dense one)."""
-    kind = next((kind for types, kind in KINDS if isinstance(module, types)), ELEMENTWISE)
-    if kind == "conv" and isinstance(module, nn.Conv2d | nn.Conv1d | nn.Conv3d):
-        if module.groups > 1:
-            return "dwconv"
-        if set(module.kernel_size) == {3} and set(module.stride) == {1}:
-            return "conv3x3"
-    return kind
 
 
 class _LayerRecorder(TorchFunctionMode):
