@@ -28,15 +28,11 @@ itself runs on 2 (`threads`). Printed per thread count: the median seconds per r
 the median of the per-repeat ratios one-by-one / grouped, and their range, and the ratio of the two
 sides' best rounds (as the bare loop's timing counts: other work only slows a round down).
 `--part stacked` times the grouped round through the hand-made grouped network against the same
-round through torch.func (`StackedModel`, what models the hand-made one does not cover take), and
-`--part pool` with its parts in worker processes against one part on all the threads, each on the
-last of `--group-threads`, alternating, printed the same way. `--part processes` times the
-grouped round on two threads with its two parts in worker processes
-(edgefl.execution.workers) against the same parts as Python threads of this process (edgefl before
-stop 34), alternating, printed the same way. While /tmp/edgefl-quiet exists (another timing on
-this machine) the bench waits before each timing; `--hold-quiet` makes the bench hold that file
-itself for its grouped timings (it then holds it with its process id, waits for no one else's,
-and removes it at the end).
+round through torch.func (`StackedModel`, what models the hand-made one does not cover take), on
+the last of `--group-threads`, alternating, printed the same way. While /tmp/edgefl-quiet exists
+(another timing on this machine) the bench waits before each timing; `--hold-quiet` makes the bench
+hold that file itself for its grouped timings (it then holds it with its process id, waits for no
+one else's, and removes it at the end).
 
 Run:
     .venv/bin/python bench/throughput.py                        # both cases, auto device
@@ -57,8 +53,7 @@ import os
 import platform
 import statistics
 import time
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,10 +65,9 @@ from torch import nn
 
 from edgefl.attacks import make_attack
 from edgefl.config import TrainingConfig
-from edgefl.execution import grouped, workers
+from edgefl.execution import grouped
 from edgefl.execution.local import TrainSettings, make_optimizer, resolve_device, synchronize, train_local
 from edgefl.execution.objectives import PGDAT
-from edgefl.execution.workers import one_torch_thread
 from edgefl.experiment import prepare
 from edgefl.methods import ClientPlan
 from edgefl.methods.fedavg import FedAvgAT
@@ -238,52 +232,23 @@ def bench_grouped(threads: list[int], repeats: int, clients: int) -> None:
         print(f"{n:>7} {compared(secs['one-by-one'], secs['grouped'])}")
 
 
-def thread_parts(fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]]) -> list[Any]:
-    """`workers.run_parts` as edgefl had it before its worker processes: every part a Python
-    thread of this process, on one torch thread."""
-    with one_torch_thread(), ThreadPoolExecutor(len(calls)) as pool:
-        return list(pool.map(lambda args: fn(*args), calls))
-
-
-def bench_processes(repeats: int, clients: int) -> None:
-    """The grouped round on two torch threads, its two parts as worker processes (edgefl's
-    `run_parts`) against Python threads (`thread_parts`): the same work and the same bits."""
+def bench_stacked(repeats: int, clients: int, threads: int) -> None:
+    """The grouped round two ways on `threads` torch threads, alternating: the hand-made `GroupedNet`
+    against torch.func's `StackedModel`."""
     runs, what = round_sides(clients)
+    label, kept = "torch.func", grouped.groupable
 
-    def parts_as(run_parts: Callable[..., list[Any]]) -> Callable[[], object]:
+    def run_with(value: Callable[[Any], bool]) -> Callable[[], object]:
         def run() -> object:
-            grouped.run_parts = run_parts
-            return runs["grouped"]()
-        return run
-
-    torch.set_num_threads(2)
-    secs = alternate({"threads": parts_as(thread_parts), "processes": parts_as(workers.run_parts)}, repeats)
-    grouped.run_parts = workers.run_parts
-    print(f"grouped round, parts as threads vs processes ({what}, 2 torch threads); median of {repeats}")
-    print(f"{'':>7} {'threads s':>12} {'processes s':>10} {'speed-up':>8} {'range':>13} {'best':>6}")
-    print(f"{'':>7} {compared(secs['threads'], secs['processes'])}")
-
-
-def bench_paths(part: str, repeats: int, clients: int, threads: int) -> None:
-    """The grouped round two ways on `threads` torch threads, alternating: `stacked`: the hand-made
-    `GroupedNet` against torch.func's `StackedModel`; `pool`: parts in worker processes against one
-    part on all the threads (no worker)."""
-    runs, what = round_sides(clients)
-    patch, label = {"stacked": (("groupable", lambda m: False), "torch.func"),
-                    "pool": (("part_count", lambda n, d: 1), "one part")}[part]
-    kept = getattr(grouped, patch[0])
-
-    def run_with(value: Any) -> Callable[[], object]:
-        def run() -> object:
-            setattr(grouped, patch[0], value)
+            grouped.groupable = value  # type: ignore[assignment]
             try:
                 return runs["grouped"]()
             finally:
-                setattr(grouped, patch[0], kept)
+                grouped.groupable = kept  # type: ignore[assignment]
         return run
 
     torch.set_num_threads(threads)
-    secs = alternate({label: run_with(patch[1]), "edgefl": run_with(kept)}, repeats)
+    secs = alternate({label: run_with(lambda m: False), "edgefl": run_with(kept)}, repeats)
     print(f"grouped round, {label} vs edgefl's ({what}, {threads} torch threads); median of {repeats}")
     print(f"{'':>7} {label + ' s':>12} {'edgefl s':>10} {'speed-up':>8} {'range':>13} {'best':>6}")
     print(f"{'':>7} {compared(secs[label], secs['edgefl'])}")
@@ -299,11 +264,9 @@ def main() -> None:
     ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     ap.add_argument("--channels-last", action="store_true")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (0 = torch's default)")
-    ap.add_argument("--part", choices=["bare", "grouped", "both", "processes", "stacked", "pool"],
-                    default="both",
+    ap.add_argument("--part", choices=["bare", "grouped", "both", "stacked"], default="both",
                     help="edgefl vs the bare loop, grouped vs one-by-one, or both; or the grouped round's "
-                         "parts as processes vs threads, its hand-made network vs torch.func (stacked), "
-                         "or its parts in worker processes vs one part (pool)")
+                         "hand-made network vs torch.func (stacked)")
     ap.add_argument("--group-threads", type=int, nargs="+", default=[1, 2],
                     help="torch CPU threads for grouped vs one-by-one")
     ap.add_argument("--group-repeats", type=int, default=7)
@@ -311,13 +274,9 @@ def main() -> None:
     ap.add_argument("--hold-quiet", action="store_true",
                     help="hold /tmp/edgefl-quiet during grouped vs one-by-one (see the docstring)")
     args = ap.parse_args()
-    if args.part in ("stacked", "pool"):
+    if args.part == "stacked":
         with quiet(args.hold_quiet):
-            bench_paths(args.part, args.group_repeats, args.clients, args.group_threads[-1])
-        return
-    if args.part == "processes":
-        with quiet(args.hold_quiet):
-            bench_processes(args.group_repeats, args.clients)
+            bench_stacked(args.group_repeats, args.clients, args.group_threads[-1])
         return
     if args.part != "bare":
         with quiet(args.hold_quiet):

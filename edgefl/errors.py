@@ -28,19 +28,8 @@ def _rebuilt(cls: type[EdgeflError], args: tuple[Any, ...], fields: dict[str, An
     return error
 
 
-class WorkerDied(EdgeflError):
-    """A process that trained a part of the round died (killed, or out of memory): the round is lost,
-    the run's checkpoint is not."""
-
-    resumable = True
-
-    def __init__(self, pid: int, code: int) -> None:
-        super().__init__(f"training worker process {pid}", "exit", f"it died (exit code {code}: killed, "
-                         "or out of memory) and the round in progress was lost")
-
-
 class Terminated(KeyboardInterrupt):
-    """SIGTERM (`kill PID`), met as Ctrl-C is: the round in progress is abandoned, the workers stop,
+    """SIGTERM (`kill PID`), met as Ctrl-C is: the round in progress is abandoned,
     the last checkpoint stays."""
 
 

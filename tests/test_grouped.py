@@ -13,11 +13,10 @@ statistic would show as 1e-2 or more); losses are summed in float32 by both, so 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
 
 import pytest
 import torch
@@ -26,7 +25,6 @@ from torch import nn
 from edgefl.attacks import make_attack
 from edgefl.attacks.base import Attack, client_streams, uniform_like
 from edgefl.config import TrainingConfig
-from edgefl.execution import grouped
 from edgefl.execution.grouped import (
     ClientJob,
     GroupedFlatten,
@@ -34,7 +32,6 @@ from edgefl.execution.grouped import (
     OneChannelConv,
     StackedModel,
     State,
-    cpu_parts,
     group_sums,
     groupable,
     grouped_network,
@@ -502,36 +499,16 @@ def test_only_single_input_channel_convolutions_take_the_depthwise_input_gradien
     assert not OneChannelConv.fits(nn.Conv2d(3, 12, 3, padding=1, groups=3, padding_mode="reflect"))
 
 
-@pytest.mark.parametrize(("threads", "jobs", "sizes"),
-                         [(1, 3, [3]), (2, 3, [1, 2]), (2, 1, [1]), (4, 10, [2, 3, 2, 3])])
-def test_a_cpu_group_splits_into_one_part_per_torch_thread(threads: int, jobs: int, sizes: list[int]) -> None:
-    torch.set_num_threads(threads)
-    x = torch.zeros(4, 1, 6, 6)
-    parts = cpu_parts([ClientJob({}, x, torch.zeros(4), k) for k in range(jobs)])
-    assert [len(p) for p in parts] == sizes
-    assert [j.seed for p in parts for j in p] == list(range(jobs))  # consecutive, in order
-
-
-def test_grouped_training_in_parts_on_two_threads_repeats_one_by_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two torch threads: the 3 clients train in two parts (1 and 2 clients) at once, the second
-    in a worker process (edgefl.execution.workers), and still end where one-by-one training ends
-    them; torch is left on two threads."""
+def test_grouped_training_on_two_threads_repeats_one_by_one() -> None:
+    """Two torch threads: the 3 clients train as one group in this process and end where one-by-one
+    training ends them; torch is left on two threads."""
     cfg, atk, obj = TrainingConfig(momentum=0.9), make_attack("pgd", 0.1, 0.03, 3), OBJECTIVES.get("pgd_at")()
     data = clients(3)
     want = one_by_one(data, cfg, atk, obj)
     jobs = [ClientJob(s, x, y, client_seed(0, 7, k)) for k, (s, x, y) in enumerate(data)]
-    sizes: list[int] = []  # clients of each part
-    run_parts = grouped.run_parts
-
-    def spy(fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]]) -> list[Any]:
-        sizes.extend(len(args[1]) for args in calls)
-        return run_parts(fn, calls)
-
-    monkeypatch.setattr(grouped, "run_parts", spy)
     torch.set_num_threads(2)
     got = train_group(new_model(), jobs, cfg, 0.1, ITERS, BATCH, atk, obj)
     assert torch.get_num_threads() == 2
-    assert sizes == [1, 2]
     assert_as_one_by_one(got, want, data)
 
 

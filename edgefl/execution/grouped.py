@@ -22,11 +22,11 @@ edgefl.attacks.base.client_streams) come from each client's own generator, seede
 training seeds it, so grouped training repeats one-by-one training (Madry et al.'s PGD-AT loop in
 edgefl.execution.local) up to floating-point summation order.
 
-On the CPU a group trains in as many parts as torch has threads, at once, each part on one torch
-thread, all but the first in worker processes (`train_group`, edgefl.execution.workers). In the
-hand-made network a first convolution with one input channel per client (grey images) takes its
-input gradient, which attacks need, as a depthwise convolution (`OneChannelConv`); and flattening
-hands its gradient back channels_last (`GroupedFlatten`), as the grouped network keeps its tensors.
+A group trains in this process on torch's threads (a pool of worker processes, one part each,
+gained under 10 %: docs/benchmarks.md). In the hand-made network a first convolution with one input
+channel per client (grey images) takes its input gradient, which attacks need, as a depthwise
+convolution (`OneChannelConv`); and flattening hands its gradient back channels_last
+(`GroupedFlatten`), as the grouped network keeps its tensors.
 """
 
 from __future__ import annotations
@@ -48,7 +48,6 @@ from edgefl.config import TrainingConfig
 from edgefl.data.datasets import to_float
 from edgefl.execution.local import FP32, TrainSettings, batch_indices, make_optimizer, tail_mean
 from edgefl.execution.objectives import Objective
-from edgefl.execution.workers import ready, run_parts
 from edgefl.models.base import Normalize
 from edgefl.profiling.layers import why_not_grouped
 
@@ -448,58 +447,11 @@ def train_group(
     """Train the clients of `jobs` together, each from its own state on its own data (copies of
     `template`, a model of their architecture on their device); returns each one's final state and
     mean training loss, as `train_local` would have one by one. All clients
-    use `min(batch, len(x))` samples per step, which must be the same for every client.
-
-    On the CPU with n > 1 torch threads the clients are split into up to n parts (`cpu_parts`)
-    that train at once, each on one torch thread, the first in this process and each other in a
-    worker process of its own (edgefl.execution.workers): the small operators of an edge model
-    then run without an OpenMP team to wake and join around each one, on half the data per core.
-    A client's result depends only on its own work, so the parts give what one group gives, up to
-    floating-point summation order (a part's kernels may sum in another order than a larger
-    group's: 3e-7 apart after a quickstart round, float32)."""
+    use `min(batch, len(x))` samples per step, which must be the same for every client. The clients
+    are one grouped network (`GroupedNet` where the model is `groupable`, a `StackedModel`
+    otherwise), trained in this process on torch's threads."""
     if len({min(batch, len(j.x)) for j in jobs}) != 1:
         raise ValueError("clients of one group must share their batch size")
-    parts = cpu_parts(jobs)
-    if len(parts) == 1:
-        return train_part(template, jobs, cfg, lr, iters, batch, attack, objective, settings)
-    done = run_parts(train_part, [(template, part, cfg, lr, iters, batch, attack, objective, settings)
-                                  for part in parts])
-    return [s for states, _ in done for s in states], [loss for _, losses in done for loss in losses]
-
-
-def cpu_parts(jobs: Sequence[ClientJob]) -> list[Sequence[ClientJob]]:
-    """`jobs` in `part_count` consecutive parts of sizes differing by at most one."""
-    n = part_count(len(jobs), jobs[0].x.device)
-    return [jobs[i * len(jobs) // n:(i + 1) * len(jobs) // n] for i in range(n)]
-
-
-def part_count(clients: int, device: torch.device) -> int:
-    """min(torch threads, clients) on the CPU; one part on an accelerator."""
-    return min(torch.get_num_threads(), clients) if device.type == "cpu" else 1
-
-
-def start_parts(clients: int, device: torch.device) -> None:
-    """The worker processes `train_group` uses for a group of `clients` on `device`, up and
-    answering, so that their start-up (a fresh Python importing torch) is not timed as training."""
-    ready(part_count(clients, device) - 1)
-
-
-def grouped_network(template: nn.Module, states: Sequence[State]) -> GroupedNet | StackedModel:
-    """The clients of `states` as one network: the hand-made `GroupedNet` where it applies."""
-    if groupable(template):
-        return GroupedNet(template, states)
-    reason = why_not_grouped(template)
-    if reason:
-        raise ValueError(f"the model cannot train grouped: its {reason}")
-    return StackedModel(template, states)
-
-
-def train_part(
-    template: nn.Module, jobs: Sequence[ClientJob], cfg: TrainingConfig, lr: float, iters: int, batch: int,
-    attack: Attack | None, objective: Objective, settings: TrainSettings,
-) -> tuple[list[State], list[float]]:
-    """`train_group`'s work for one part: its clients as one grouped network (`GroupedNet` where
-    the model is `groupable`, a `StackedModel` otherwise)."""
     net = grouped_network(template, [job.state for job in jobs])
     optimizer = make_optimizer(list(net.parameters()), cfg, lr)
     per_client = objective.per_client(len(jobs))
@@ -516,3 +468,13 @@ def train_part(
             optimizer.step()
             history[i] = losses.detach()
     return net.states(), [tail_mean(history[:, g], job.tail) for g, job in enumerate(jobs)]
+
+
+def grouped_network(template: nn.Module, states: Sequence[State]) -> GroupedNet | StackedModel:
+    """The clients of `states` as one network: the hand-made `GroupedNet` where it applies."""
+    if groupable(template):
+        return GroupedNet(template, states)
+    reason = why_not_grouped(template)
+    if reason:
+        raise ValueError(f"the model cannot train grouped: its {reason}")
+    return StackedModel(template, states)
