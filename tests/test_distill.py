@@ -15,6 +15,7 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -81,7 +82,7 @@ def test_plan_trains_the_member_that_fits_the_client_memory() -> None:
         assert plan.workload.atoms == m.profiles[chosen].atoms
         assert plan.workload.upload_bytes == plan.workload.download_bytes == m.bytes[chosen]
         assert plan.member == chosen
-        m.planned(0, {0: plan})
+        m.plan_round(0, np.array([0]), {0: s})
         assert m.members == {0: chosen}  # what server_flops charges
 
 

@@ -6,6 +6,8 @@ import csv
 import json
 from pathlib import Path
 
+import numpy as np
+
 from edgefl.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,7 +82,7 @@ def test_paper_accounting_prices_the_clients_own_sample_count():
         s = load_scenario(QUICKSTART, [f"cost.accounting=\"{accounting}\"", "fleet.clients=6"])
         exp = prepare(s, str(QUICKSTART), dry_run=True)
         state = exp.pool.state(3, 0)
-        exp.method.begin_round(0, {3: state})
+        exp.method.plan_round(0, np.array([3]), {3: state})
         w = _counted(exp, 3, exp.method.plan(0, 3, state).workload)
         assert w.samples == (len(exp.ctx.splits[3].train) if counted else 0)
         assert not counted or 0 < w.samples < 1437

@@ -329,7 +329,7 @@ def test_last_module_through_the_method(digits: Experiment):
     assert len(modules) >= 2
     slow = device_state(digits, 1e12, 1e9)
     fast = device_state(digits, 1e12, 100e9)
-    method.begin_round(0, {0: slow, 1: fast})
+    method.plan_round(0, np.array([0, 1]), {0: slow, 1: fast})
     assert method.perf_min == 1e9
     assert method.last_module(slow) == 0
     # the whole backbone's FLOPs are well within 100 x module 1's
@@ -361,7 +361,7 @@ def test_workloads_carry_the_assigned_modules_and_head(digits: Experiment):
     last = len(method.modules) - 1
     slow = device_state(digits, 1e12, 1e9)
     fast = device_state(digits, 1e12, 100e9)
-    method.begin_round(0, {0: slow, 1: fast})
+    planned = method.plan_round(0, np.array([0, 1]), {0: slow, 1: fast})
     state = method.net.state_dict()
     mods = method.modules
     t = digits.scenario.training
@@ -383,7 +383,7 @@ def test_workloads_carry_the_assigned_modules_and_head(digits: Experiment):
     q = method.plan(0, 1, fast)
     w = q.workload
     assert (p.last, q.last) == (0, last)
-    method.planned(0, {0: p, 1: q})
+    assert planned.by_client(np.array([0, 1])) == {0: p, 1: q}
     assert method.assignment == {0: 0, 1: last}
     assert w.atoms == tuple(atoms)
     everything = tensor_bytes(state, [k for k in state if k.startswith("model.")])
@@ -593,12 +593,12 @@ def test_clean_warm_up_at_the_start_of_every_module(digits: Experiment):
     method.stage.warmup = 2
     fast = device_state(digits, 1e12, 100e9)
     for r in range(4):
-        method.begin_round(r, {0: fast})
+        method.plan_round(r, np.array([0]), {0: fast})
         assert method.plan(r, 0, fast).workload.attack_steps == (0 if r < 2 else 2)
     method.dry = True  # no d* to measure
     method.next_module(4)
     for r in range(4, 7):  # the next module warms up again
-        method.begin_round(r, {0: fast})
+        method.plan_round(r, np.array([0]), {0: fast})
         assert method.m == 1
         assert method.plan(r, 0, fast).workload.attack_steps == (0 if r < 6 else 2)
 

@@ -42,9 +42,7 @@ def test_the_streamed_events_are_the_per_client_engines_spans(tmp_path: Path) ->
     fed, cost_model, expected, m = Federation(), make_cost_model(s.cost), [], exp.method
     for t in range(3):  # the experiment's round, with the reference engine
         states = {k: exp.pool.state(k, t) for k in exp.pool.sampled(t).tolist()}
-        m.begin_round(t, states)
-        plans = {k: m.plan(t, k, st) for k, st in states.items()}
-        m.planned(t, plans)
+        plans = m.plan_round(t, np.array(list(states)), states).by_client(np.array(list(states)))
         jobs = [(k, st, cost_model.cost(plans[k].workload, st)) for k, st in states.items()]
         expected += [{"round": str(x.round), "client": str(x.client), "phase": x.phase,
                       "start_s": repr(x.start_s), "end_s": repr(x.end_s)}

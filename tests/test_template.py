@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -47,7 +48,7 @@ def test_a_penalty_hook_moves_every_familys_training_alike(path: Path, overrides
                                                           member: str) -> None:
     exp = prepare(load_scenario(path, [*ONE_STEP, *overrides]), str(path))
     state = replace(exp.pool.state(0, 0), memory_bytes=0.5e6)  # a narrow sub-model, a small member
-    exp.method.begin_round(0, {0: state})
+    exp.method.plan_round(0, np.array([0]), {0: state})
     plan = exp.method.plan(0, 0, state)
     assert (plan.fraction < 1, plan.member) == (narrow, member)
     plain = exp.method.train(0, 0, plan)

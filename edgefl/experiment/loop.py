@@ -33,7 +33,6 @@ from edgefl.experiment.resume import Resumed, resume_state
 from edgefl.experiment.rounds import (
     RoundTable,
     bulk_round,
-    by_client,
     client_columns,
     each_round,
     event_columns,
@@ -336,7 +335,7 @@ def _trained(exp: Experiment, executor: Executor, table: RoundTable, clients: li
         selection.record(t, *shown, {})
         return table, "", np.full(n, np.nan)
     arriving = set(clients)
-    updates = executor.train(t, {k: p for k, p in by_client(table.plan, table.states.clients).items()
+    updates = executor.train(t, {k: p for k, p in table.plan.by_client(table.states.clients).items()
                                  if k in arriving})
     selection.record(t, *shown, {u.client: u.loss for u in updates})
     seed_everything(s.seed, t, SERVER)  # the server's stream: the same wherever the clients trained

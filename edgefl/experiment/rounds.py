@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from edgefl.devices.pool import DevicePool, DeviceState, StateMap, States
 from edgefl.experiment.energy import RoundEnergy
-from edgefl.methods.base import ClientPlan, Method, grouped
+from edgefl.methods.base import ClientPlan, Method
 from edgefl.runlog import Columns
 from edgefl.selection import Picked
 from edgefl.sim.bulk import Costs, Pricer, RoundPlan
@@ -95,9 +95,7 @@ def priced(pool: DevicePool, method: Method, pricer: Pricer, t: int, clients: np
     """Round t's `clients` (ascending) drawn, planned and priced in bulk."""
     states = pool.states(clients, t)
     view = StateMap(pool, states)
-    method.begin_round(t, view)
     plan = method.plan_round(t, states.clients, view)
-    method.planned(t, by_client(plan, states.clients))
     return states, plan, pricer.price(plan, states)
 
 
@@ -130,17 +128,10 @@ def planned_jobs(pool: DevicePool, method: Method, pricer: Pricer, t: int, clien
     """Round t's `clients` drawn, planned and priced client by client: their states, the round's
     plan and each client's (client, state, cost)."""
     states = {k: pool.state(k, t) for k in clients.tolist()}
-    method.begin_round(t, states)
-    plan = grouped([method.plan(t, k, st) for k, st in states.items()])
-    method.planned(t, by_client(plan, clients))
+    plan = method.plan_round(t, clients, states)
     jobs = [(k, st, pricer.model.cost(pricer.counted(k, plan.workload(i)), st))
             for i, (k, st) in enumerate(states.items())]
     return states, plan, jobs
-
-
-def by_client(plan: RoundPlan[ClientPlan], clients: np.ndarray) -> dict[int, ClientPlan]:
-    """Each client's plan, by client id (`clients` in the plan's order)."""
-    return {k: plan.plan(i) for i, k in enumerate(clients.tolist())}
 
 
 def names(codes: np.ndarray, table: list[str]) -> pa.Array:

@@ -141,16 +141,9 @@ class Method(ABC):
         """Called as round t starts, before its clients are picked (a selection policy may price
         the round's `plan` to pick them): what the server does between rounds."""
 
-    def begin_round(self, round_: int, states: Mapping[int, DeviceState]) -> None:  # noqa: B027
-        """Called with every selected client's state before any `plan` of the round."""
-
     @abstractmethod
     def plan(self, round_: int, client: int, state: DeviceState) -> ClientPlan:
         """What the client runs this round: its workload for the cost model and what `train` needs."""
-
-    def planned(self, round_: int, plans: Mapping[int, ClientPlan]) -> None:  # noqa: B027
-        """The round's plans, once all are made: what the server keeps of them for its own
-        accounting and records (`server_flops`, `round_info`); `train` never reads it."""
 
     # --- the client's round: one template, the steps each method may override ---------------------
     def train(self, round_: int, client: int, plan: ClientPlan) -> ClientUpdate:
@@ -171,10 +164,12 @@ class Method(ABC):
 
     def plan_round(self, round_: int, clients: np.ndarray,
                    states: Mapping[int, DeviceState]) -> RoundPlan[ClientPlan]:
-        """Every selected client's plan: `plan` client by client (a method may plan in bulk, equal
-        to this)."""
+        """The round's plans for its selected `clients` (ascending), whose states are `states`: `plan`
+        client by client. The one hook of a round's planning: a method that reads the whole round
+        (the slowest client's speed) or keeps what it planned for its own accounting and records
+        (`server_flops`, `round_info`; `train` never reads it) overrides it around `super()`, and
+        a method may plan in bulk (`bulk_plans`), equal to this."""
         return grouped([self.plan(round_, k, states[k]) for k in clients.tolist()])
-
     @abstractmethod
     def client_model(self, round_: int, client: int, plan: ClientPlan) -> ClientModel:
         """A fresh copy of the model the client starts from, and what its update carries beside

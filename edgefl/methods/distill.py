@@ -38,6 +38,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -50,6 +51,7 @@ from edgefl.methods.base import ClientModel, ClientPlan, ClientUpdate, Context
 from edgefl.methods.fedavg import FedAvgAT
 from edgefl.models import MODELS, AtomModel, build_model
 from edgefl.profiling import profile_model
+from edgefl.sim.bulk import RoundPlan
 from edgefl.sim.records import ModelProfile
 from edgefl.sim.workload import Workload, train_pass_flops
 
@@ -242,9 +244,12 @@ class DistillAT(FedAvgAT):
                              state.memory_bytes)
         return replace(base, workload=options[name], member=name)
 
-    def planned(self, round_: int, plans: Mapping[int, ClientPlan]) -> None:
-        """The round's members, for `server_flops`."""
-        self.members = {k: p.member for k, p in plans.items()}
+    def plan_round(self, round_: int, clients: np.ndarray,
+                   states: Mapping[int, DeviceState]) -> RoundPlan[ClientPlan]:
+        """Each client's plan; the round's members are kept for `server_flops`."""
+        plans = super().plan_round(round_, clients, states)
+        self.members = {k: p.member for k, p in plans.by_client(clients).items()}
+        return plans
 
     def server_flops(self, round_: int, clients: Collection[int] | None = None) -> float:
         """Every distilled member's distillation, with each arriving client's model as a teacher."""

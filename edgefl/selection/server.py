@@ -20,7 +20,7 @@ from edgefl.selection.base import SELECTORS, Ask, Known, Picked
 def workload_need(method: Method, pool: DevicePool) -> Callable[[int], float]:
     """The memory (bytes) the cost model charges for the method's plan of a client in round t that
     has the fleet's largest memory (the workload as the method wants it, unshrunk), planned after
-    the method's `start_round(t)` and before its `begin_round`: a plan that reads the round's picked
+    the method's `start_round(t)` and before its `plan_round`: a plan that reads the round's picked
     clients (FedProphet's slowest, for DMA) sees the latest round's."""
 
     def need(round_: int) -> float:

@@ -61,6 +61,10 @@ class RoundPlan(Generic[P]):
     def workload(self, i: int) -> Workload:
         return self.plan(i).workload
 
+    def by_client(self, clients: np.ndarray) -> dict[int, P]:
+        """Each client's plan, by client id (`clients` in the plan's order)."""
+        return {k: self.plan(i) for i, k in enumerate(clients.tolist())}
+
     @property
     def workloads(self) -> list[Workload]:
         return [p.workload for p in self.plans]

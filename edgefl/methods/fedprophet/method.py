@@ -39,6 +39,7 @@ from edgefl.methods.fedprophet.coordinator import (
 )
 from edgefl.methods.fedprophet.knobs import FedProphetConfig
 from edgefl.methods.fedprophet.partition import aux_head, partition_model
+from edgefl.sim.bulk import RoundPlan
 from edgefl.sim.records import optimizer_slots
 from edgefl.sim.workload import Workload
 
@@ -96,7 +97,7 @@ class FedProphet(Method):
         self.best: tuple[State, dict[int, State], float, float, float] | None = None
         self.val = (0.0, 0.0)
         self.perf_min = 0.0
-        self.assignment: dict[int, int] = {}  # client -> M_k this round (`planned`, for round_info)
+        self.assignment: dict[int, int] = {}  # client -> M_k this round (`plan_round`, for round_info)
         self.final = False
         self.switch = False  # module m is fixed; the next round starts module m + 1
         self.dry = False  # a dry run: no data to measure d* on
@@ -108,8 +109,14 @@ class FedProphet(Method):
         if self.switch:
             self.next_module(round_)
 
-    def begin_round(self, round_: int, states: Mapping[int, DeviceState]) -> None:
-        self.perf_min = min(s.flops for s in states.values())
+    def plan_round(self, round_: int, clients: np.ndarray,
+                   states: Mapping[int, DeviceState]) -> RoundPlan[ClientPlan]:
+        """DMA reads the round's slowest client (perf_min); the round's M_k per client is kept for
+        `round_info` (max_assigned)."""
+        self.perf_min = min(states[k].flops for k in clients.tolist())
+        plans = super().plan_round(round_, clients, states)
+        self.assignment = {k: p.last for k, p in plans.by_client(clients).items()}
+        return plans
 
     def last_module(self, state: DeviceState) -> int:
         """DMA (Eq. 12-13) for one client."""
@@ -139,10 +146,6 @@ class FedProphet(Method):
             iterations=t.local_iters, attack_steps=attack.gradient_steps if attack else 0, slots=self.slots,
             download_bytes=down, upload_bytes=up)
         return ClientPlan(workload, self.client_attack(round_), self.lr(round_), last=last)
-
-    def planned(self, round_: int, plans: Mapping[int, ClientPlan]) -> None:
-        """The round's M_k per client, for `round_info` (max_assigned)."""
-        self.assignment = {k: p.last for k, p in plans.items()}
 
     def sent_bytes(self, last: int, holds: bool) -> tuple[int, int]:
         """(download, upload) bytes of a client training modules m..last (one holding its own BatchNorm
