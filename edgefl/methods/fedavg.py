@@ -14,17 +14,8 @@ sent), `iterations` (local work per round) or `combine` (the aggregation). The c
 the Method template (edgefl.methods.base): FedAvgAT gives its model (the global one with the
 client's own BN under FedBN) and objective (`training.objective`).
 
-jFAT and FedAvg-AT agree on IID data, as they should (FedBN only changes which BatchNorm a client
-starts from, and on IID data every client's statistics are alike). On digits
-(`bench/claims.py iid`: scenarios/skew-digits.toml with an IID split, K = 5, 2 local epochs,
-30 rounds; seeds 0, 1, 2; mean +- std of the final round; clients trained together, the
-default) edgefl reproduces it:
-
-    FedAvg-AT  clean 98.6 +- 0.3  PGD-20 68.2 +- 1.0  (per seed 67.2, 69.2, 68.3)
-    jFAT       clean 98.4 +- 0.4  PGD-20 68.5 +- 0.4  (per seed 68.9, 68.1, 68.6)
-
-(One by one, measured before grouped training existed: 98.6 +- 0.3 / 68.3 +- 1.5 and 98.2 +- 0.2 /
-68.5 +- 1.0.)
+jFAT and FedAvg-AT agree on IID data, as they should; checked on digits (`bench/claims.py iid`):
+docs/claims.md.
 """
 
 from __future__ import annotations

@@ -9,30 +9,8 @@ Fixed after a line-by-line reading: the Fisher was the square of each batch's me
 a digits client's ~230 samples fit one batch of 256, so F_j was the squared full-data gradient,
 near zero once the client had trained, and FedCurvAT was FedAvgAT in all but name.
 
-Headline claim (Shah et al. §4.2, Table 2): FedCurvAT beats FedAvgAT on a skewed split, more so
-at large E. On digits (`bench/claims.py feddyn`: scenarios/skew-digits.toml, skew s = 2, K = 5,
-20 rounds, lambda = 5; seeds 0, 1, 2; final round):
-
-    FedAvgAT  E = 1  clean 81.2 +- 9.8   PGD-20 30.8 +- 0.6
-    FedAvgAT  E = 4  clean 95.7 +- 2.4   PGD-20 59.4 +- 1.4
-    FedCurvAT E = 1  clean 37.0 +- 45.4  PGD-20 18.2 +- 12.8  (seeds 1 and 2 diverge to NaN)
-    FedCurvAT E = 4  clean 97.8 +- 0.7   PGD-20 59.9 +- 1.3
-
-(FedAvgAT's clients train together by default, `training.group_clients`; one by one it gave
-85.9 +- 5.0 / 29.5 +- 2.0 at E = 1 and 96.4 +- 1.5 / 59.5 +- 1.6 at E = 4. FedCurvAT trains one by
-one.) At E = 4 the direction holds (clean +2.1, PGD-20 +0.5) but within the seed spread: not a
-clear reproduction. At E = 1, lambda = 5 (the paper's value for NIN and VGG) is too stiff for this
-model: the penalty's curvature lambda sum_j F_j, with the true per-sample Fisher of an untrained
-model, exceeds what SGD at lr 0.05 with momentum 0.9 can follow, and training diverges in round
-1-2 (E = 4 survives because four epochs fit the model before the first penalty). The paper
-grid-searches lambda from 0 to 100 (§8.1); the same E = 1 runs at lambda = 0.5
-(`bench/claims.py feddyn --arms "fedcurv_at E=1" --set curv.lam=0.5`) train and beat FedAvgAT's
-robust accuracy by more than the spread (and its clean accuracy, which one by one was 85.9):
-
-    FedCurvAT E = 1, lambda = 0.5  clean 83.1 +- 3.4  PGD-20 36.2 +- 4.0  (FedAvgAT: 81.2, 30.8)
-
-So the method reproduces the claim's robust half once lambda suits the model, as the paper's own
-tuning does; the setting (lambda = 5 on digits_cnn at E = 1) was at fault, not the method.
+Its paper's headline claim, checked on digits (`bench/claims.py feddyn`), and what edgefl measured:
+docs/claims.md.
 """
 
 from __future__ import annotations

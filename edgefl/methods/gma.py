@@ -6,24 +6,8 @@ server momentum (FedAvgM), FedAdagrad, FedAdam or FedYogi (Reddi et al., ICLR 20
 optimizer of edgefl.methods.fedopt) (`gma.server`). Buffers (BN statistics) are averaged.
 `gma.tau = 0` masks nothing (every agreement is >= 0): the base optimiser unmasked.
 
-Headline claim (Tenison et al., Table 2): the mask improves FedAvg, FedProx and FedAdam on non-IID
-data. The paper's "robust" means generalisation (in-distribution and out-of-distribution test
-accuracy), not adversarial robustness; edgefl checks both under local adversarial training. On
-digits (`bench/claims.py gma`: scenarios/gma-digits.toml with Dirichlet(0.3) over 10 clients,
-5 a round, 10 local PGD-10 steps, 30 rounds; tau 0.4 against tau 0; server lr 1 for FedAvg and
-FedProx, FedAdam at 0.01; seeds 0, 1, 2; final round) edgefl reproduces it, clean and PGD-20:
-
-    FedAvg   clean 87.0 +- 2.8  PGD-20 45.6 +- 3.9   +GMA  clean 91.7 +- 2.9  PGD-20 49.6 +- 1.3
-    FedProx  clean 86.6 +- 2.7  PGD-20 45.4 +- 5.3   +GMA  clean 91.0 +- 3.2  PGD-20 49.7 +- 3.1
-    FedAdam  clean 92.1 +- 4.9  PGD-20 43.2 +- 0.6   +GMA  clean 93.2 +- 2.0  PGD-20 46.1 +- 1.3
-
-The mask helps every base on the mean, and on every seed's PGD-20 but two (FedAvg seed 1, 49.2
-against 50.0; FedProx seed 1, equal at 51.4); the FedAdam gain (+2.9 PGD-20, +1.1 clean) is the
-smallest and, for clean accuracy, within the spread. FedAvg's clients (and GMA's on it) train
-together by default (`training.group_clients`, edgefl.execution.grouped), which sums in another
-order than one by one; before grouped training existed the same bench gave FedAvg 86.3 +- 2.5 /
-44.3 +- 5.2, +GMA 92.3 +- 2.5 / 49.5 +- 2.0, FedAdam 91.6 +- 4.5 / 42.4 +- 1.8, +GMA 93.1 +- 2.6 /
-45.6 +- 1.7 (FedProx, which trains one by one, is unchanged), and the mask then helped FedAvg on every seed.
+Its paper's headline claim, checked on digits (`bench/claims.py gma`), and what edgefl measured:
+docs/claims.md.
 """
 
 from __future__ import annotations

@@ -6,31 +6,8 @@ against 1 for the others, times N_k, normalised; BatchNorm is averaged plainly, 
 Round 0 averages plainly. The client side is the base optimiser's (`sfat.base`: FedAvg, FedProx or
 SCAFFOLD).
 
-Headline claim (Zhu et al. Table 3): SFAT beats FAT (FedAvg-AT) on a non-IID split, natural and
-robust. On digits (`bench/claims.py sfat`: scenarios/skew-digits.toml, skew s = 2, K = 5, all
-clients every round, 2 local epochs, PGD-10 at eps 0.2, 30 rounds, alpha = 1/6, k_hat = 1;
-seeds 0, 1, 2; mean +- std of the final round) edgefl reproduces the robust half, within the
-seed spread, and not the natural half:
-
-    FedAvg-AT  clean 92.9 +- 3.0  PGD-20 52.1 +- 5.0  (per seed 55.6, 46.4, 54.4)
-    SFAT       clean 91.5 +- 6.2  PGD-20 54.1 +- 3.2  (per seed 56.7, 50.6, 55.0)
-
-PGD-20 is 2.0 points higher on average, near the paper's margin on CIFAR-10, and higher on every
-seed (by 0.6 to 4.2), but FedAvg-AT's seeds spread by 5 points; clean accuracy is 1.4 points lower.
-(Ranked by the whole round's mean loss instead of the last epoch's, before the release was followed
-there, SFAT gave 91.7 +- 5.4 / 55.1 +- 1.5.) Clients of one round are trained together by default
-(`training.group_clients`, edgefl.execution.grouped), which sums in another order than one-by-one
-training; over 30 rounds that moves each run by seed-noise sizes. One by one the same bench gave,
-before grouped training existed, FedAvg-AT 94.4 +- 1.5 / 53.4 +- 5.9 (58.3, 46.9, 55.0) and SFAT
-90.6 +- 6.5 / 55.7 +- 1.7 (53.9, 56.1, 57.2): +2.3 PGD-20 on average with SFAT lower on seed 0, and
-3.8 clean points lower (`--seeds 0 --set training.group_clients=false` still gives 58.3 and 53.9).
-
-Read line by line against App. D Alg. 1 (the loss ranking N_k/N L_k, the k_hat-th smallest as the
-threshold, ties included, the (1 + alpha) / (1 - alpha) boost times N_k, normalised, BN averaged
-as FedAvg) the aggregation matches; the one addition is the plain average of round 0. So the
-setting is the suspect, not the method: 30 rounds of 8x8 digits with 5 clients against the
-paper's 100 rounds of CIFAR-10 at E = 10, where seed noise (5-6 points for FedAvg-AT here) is
-larger than the effect.
+Its paper's headline claim, checked on digits (`bench/claims.py sfat`), and what edgefl measured:
+docs/claims.md.
 """
 
 from __future__ import annotations
