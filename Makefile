@@ -11,6 +11,8 @@ $(BIN)/edgefl: pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	# Plain torch + torchvision from the registry: a matching pair that also runs on a CPU.
 	$(BIN)/pip install --quiet -e ".[dev]"
+	# AutoAttack's library without its stale requests pin (pyproject.toml's autoattack extra says why)
+	$(BIN)/pip install --quiet --no-deps "torchattacks>=3.5"
 	touch $@
 
 setup: $(BIN)/edgefl

@@ -55,7 +55,7 @@ class AutoAttack(Attack):
         try:
             import torchattacks
         except ImportError as error:
-            fix = "AutoAttack needs the torchattacks package: pip install torchattacks"
+            fix = "AutoAttack needs the torchattacks package: pip install 'edgefl[autoattack]'"
             raise EdgeflError("evaluation", "attack", fix) from error
         if self.version == "apgd-ce":
             return torchattacks.APGD(model, norm="Linf", eps=self.eps, steps=self.iterations, n_restarts=1,
