@@ -49,7 +49,7 @@ from edgefl.execution.objectives import OBJECTIVES
 from edgefl.executors import executor
 from edgefl.executors.executor import LocalExecutor, train_timed_group
 from edgefl.experiment import prepare
-from edgefl.methods import ClientPlan, ClientUpdate, fedavg
+from edgefl.methods import METHODS, ClientPlan, ClientUpdate, fedavg
 from edgefl.methods.fedavg import FedAvgAT
 from edgefl.models import build_model
 from edgefl.models.base import plain_cnn
@@ -332,13 +332,21 @@ def test_a_group_time_is_shared_by_flops() -> None:
     assert [u.real_compute_s for u in updates] == pytest.approx([1.0, 2.0, 3.0])
 
 
-@pytest.mark.parametrize(("method", "grouped"), [
-    ("jfat", True), ("fedavg_at", True), ("sfat", True), ("gma", True), ("fedavg_dynat", True),
-    ("fedprox_at", False), ("scaffold_at", False), ("fedcurv_at", False), ("heterofl_at", False),
-    ("feddf_at", False), ("fedprophet", False)])
+# every registered method: those that add to local training (hooks, work after it, their own optimizer
+# or loop) train one by one
+GROUPS = {"jfat": True, "fedavg_at": True, "sfat": True, "gma": True, "fedavg_dynat": True,
+          "fedadam_at": True, "fedyogi_at": True, "fedadagrad_at": True, "fedprox_at": False,
+          "scaffold_at": False,
+          "fedcurv_at": False, "feddynat": False, "heterofl_at": False, "feddrop_at": False,
+          "fedrolex_at": False, "feddf_at": False, "fedet_at": False, "fedprophet": False}
+
+
+def test_every_method_says_whether_it_groups() -> None:
+    assert sorted(GROUPS) == METHODS.names()
+
+
+@pytest.mark.parametrize(("method", "grouped"), sorted(GROUPS.items()))
 def test_which_methods_train_in_groups(method: str, grouped: bool) -> None:
-    """Methods that add to local training (hooks, work after it, their own optimizer or loop)
-    train one by one."""
     exp = prepare(load_scenario(QUICKSTART, [f'method="{method}"']), str(QUICKSTART), dry_run=True)
     w = ClientPlan(Workload(exp.ctx.profile.atoms, 32, 3, 3, 1, 0.0, 0.0), exp.ctx.attack_for(0), 0.05)
     assert (exp.method.group_key(0, 0, w) is not None) is grouped
