@@ -193,7 +193,7 @@ def test_autoattack_without_torchattacks_says_how_to_install(monkeypatch: pytest
     monkeypatch.setitem(sys.modules, "torchattacks", None)  # import torchattacks raises ImportError
     with pytest.raises(EdgeflError) as info:
         AutoAttack()(linear([[0.0] * 4] * 10), torch.full((2, 1, 2, 2), 0.5), torch.tensor([0, 1]))
-    assert "pip install torchattacks" in str(info.value)
+    assert "pip install 'edgefl[autoattack]'" in str(info.value)
 
 
 def test_autoattack_rejects_non_images_and_too_few_classes(fake_torchattacks):
