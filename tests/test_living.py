@@ -110,6 +110,8 @@ def test_an_interrupted_client_is_not_trained_and_its_upload_span_is_empty(tmp_p
     events = list(csv.DictReader((tmp_path / "out" / "events.csv").open()))
     cut = {r["client"] for r in offline}
     assert all(float(e["end_s"]) <= 2.0 for e in events if e["client"] in cut)
+    # a phase the client never entered has no row: each of its spans begins before it went offline
+    assert all(float(e["start_s"]) < 2.0 for e in events if e["client"] in cut and e["phase"] != "offline")
     assert sum(e["phase"] == "offline" for e in events) == len(offline)
     metrics = next(csv.DictReader((tmp_path / "out" / "metrics.csv").open()))
     assert (int(metrics["offline"]), int(metrics["completed"])) == (len(offline), len(clients) - len(offline))

@@ -197,22 +197,25 @@ def event_columns(r: RoundTable) -> Columns:
 
 
 def stopped_events(r: RoundTable, starts: list[np.ndarray], ends: list[np.ndarray]) -> Columns:
-    """A living fleet's events: each client's phases cut where it stopped, a zero-length span named
-    after the status of a client stopped early (offline, late, dropped) where it stopped, and each
-    completed client's wait until the round closed."""
+    """A living fleet's events: each client's phases cut where it stopped (none for a phase a stopped
+    client never entered), a zero-length span named after the status of a client stopped early
+    (offline, late, dropped) where it stopped, and each completed client's wait until the round
+    closed."""
     assert r.status is not None
     n, stop = len(r.states.clients), r.finish_s
-    cut_s = [np.minimum(x, stop) for x in starts], [np.minimum(x, stop) for x in ends]
+    began = (r.status == COMPLETED)[:, None] | (np.stack(starts, axis=1) < stop[:, None])  # (client, phase)
+    rows = began.reshape(-1)
+    cut_s = [np.stack([np.minimum(x, stop) for x in xs], axis=1).reshape(-1)[rows] for xs in (starts, ends)]
     early = np.flatnonzero(r.status != COMPLETED)
     waiting = np.flatnonzero((r.wait_s > 0) & (r.status == COMPLETED))
     close = stop + r.wait_s
     tail = np.concatenate([early, waiting])
-    return {"round": np.full(4 * n + len(tail), r.round),
-            "client": np.concatenate([np.repeat(r.states.clients, 4), r.states.clients[tail]]),
-            "phase": names(np.concatenate([np.tile(np.arange(4), n), 5 + r.status[early],
+    return {"round": np.full(int(rows.sum()) + len(tail), r.round),
+            "client": np.concatenate([np.repeat(r.states.clients, 4)[rows], r.states.clients[tail]]),
+            "phase": names(np.concatenate([np.tile(np.arange(4), n)[rows], 5 + r.status[early],
                                            np.full(len(waiting), 4)]), [*PHASES, "wait", *STATUSES]),
-            "start_s": np.concatenate([np.stack(cut_s[0], axis=1).reshape(-1), stop[tail]]),
-            "end_s": np.concatenate([np.stack(cut_s[1], axis=1).reshape(-1), close[tail]])}
+            "start_s": np.concatenate([cut_s[0], stop[tail]]),
+            "end_s": np.concatenate([cut_s[1], close[tail]])}
 
 
 def metrics_row(r: RoundTable, loss: float | str, info: dict[str, Any]) -> dict[str, Any]:
