@@ -12,6 +12,7 @@ an object rather than a module registers that object under the entry point's nam
 from __future__ import annotations
 
 import importlib
+import inspect
 import pkgutil
 from collections.abc import Callable, Iterable
 from importlib import metadata
@@ -105,7 +106,7 @@ def _load(point: metadata.EntryPoint) -> None:
     registry = _REGISTRIES.get(point.group)  # made by the plugin's import of edgefl, or a lookup
     if registry is None:
         raise PluginError(point, f"it imports nothing that holds edgefl's {GROUPS[point.group]} registry")
-    if not _is_module(obj) and point.name not in registry._items:
+    if not inspect.ismodule(obj) and point.name not in registry._items:
         registry.register(point.name)(obj)
     if point.name not in registry._items:
         raise PluginError(point, f"loading it registered no {registry.kind} named {point.name!r}")
@@ -113,11 +114,9 @@ def _load(point: metadata.EntryPoint) -> None:
 
 def _folder_of(point: metadata.EntryPoint, obj: Any) -> Path:
     files = getattr(obj, "__path__", None)
-    if not _is_module(obj) or not files:
+    if not inspect.ismodule(obj) or not files:
         raise PluginError(point, "an edgefl.devices entry point must name a package whose folder holds "
                           "device profiles (*.toml)")
     return Path(next(iter(files)))
 
 
-def _is_module(obj: Any) -> bool:
-    return type(obj).__name__ == "module"

@@ -134,13 +134,20 @@ def drop_stale(out_dir: Path, written: list[Path], names: set[str]) -> None:
 def save(fig: Figure, stem: Path) -> list[Path]:
     """`stem`.png and `stem`.svg, through rundir's safe writer (make_figures closes the figure); laid
     out by matplotlib's constrained layout, which makes room for legends beside the axes."""
-    fig.set_layout_engine("constrained")
     paths = [stem.with_suffix(".png"), stem.with_suffix(".svg")]
     for path in paths:
-        buffer = io.BytesIO()
-        fig.savefig(buffer, dpi=120, format=path.suffix[1:], bbox_inches="tight")
-        write_file(path, buffer.getvalue())
+        write_file(path, render(fig, path.suffix[1:]))
     return paths
+
+
+def render(fig: Figure, fmt: str) -> bytes:
+    """`fig` as `fmt` (png, svg) bytes, laid out by matplotlib's constrained layout; an SVG carries no
+    date, so the same figure gives the same bytes."""
+    fig.set_layout_engine("constrained")
+    buffer = io.BytesIO()
+    fig.savefig(buffer, dpi=120, format=fmt, bbox_inches="tight",
+                metadata={"Date": None} if fmt == "svg" else None)
+    return buffer.getvalue()
 
 
 def run_labels(runs: list[Run]) -> list[str]:

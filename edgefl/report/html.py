@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import html
-import io
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -48,6 +47,7 @@ from edgefl.report.figures import (
     energy_panel,
     epsilon_figure,
     memory_figure,
+    render,
     run_labels,
     speedup_figure,
 )
@@ -174,12 +174,9 @@ def _figure(fig: Figure | None, alt: str, caption: str = "") -> str:
     if fig is None:
         return ""
     try:
-        fig.set_layout_engine("constrained")  # as edgefl.report.figures `save` lays them out
-        buffer = io.BytesIO()
-        fig.savefig(buffer, format="svg", bbox_inches="tight", metadata={"Date": None})
+        data = base64.b64encode(render(fig, "svg")).decode("ascii")
     finally:
         plt.close(fig)
-    data = base64.b64encode(buffer.getvalue()).decode("ascii")
     text = f"<figcaption>{_e(caption)}</figcaption>" if caption else ""
     return f'<figure><img alt="{_e(alt)}" src="data:image/svg+xml;base64,{data}">{text}</figure>'
 
