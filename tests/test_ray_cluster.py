@@ -32,7 +32,7 @@ SMALL = ["rounds=3", "fleet.clients=6", "training.local_iters=4", "attack.steps=
 def cluster() -> Iterator[Any]:
     """A head of one CPU and two worker nodes of one CPU each; shut down after the test."""
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    c.workers = [c.add_node(num_cpus=1), c.add_node(num_cpus=1)]
+    c.workers = [c.add_node(num_cpus=1, node_name=f"worker{i}") for i in range(2)]
     c.wait_for_nodes()
     try:
         yield c
@@ -86,14 +86,20 @@ def test_a_run_on_a_cluster_that_loses_a_node_mid_round_gives_the_in_process_fil
 
 # The driver of the head-kill test, in a process of its own: Ray's core ends a driver whose head is
 # gone by itself about a minute later (even after ray.shutdown(), now and then), which must not end
-# the test run. It kills the head's processes (by pid) when it first waits for a round's tasks once
-# round 0 is checkpointed, then runs edgefl; exit 3 if the kill never came.
+# the test run. It joins the cluster through worker1's raylet, as a driver on a machine that outlives
+# the head (Ray would pick the head's raylet on this machine, and a driver whose own raylet is killed
+# is ended by Ray at once, with exit 1 and no word, as a driver on a head machine that dies would
+# be). It kills the head's processes (by pid) when it first waits for a round's tasks once round 0
+# is checkpointed, then runs edgefl; exit 3 if the kill never came.
 HEADLESS_DRIVER = """
 import json, os, signal, sys
 from pathlib import Path
 import ray
+from ray._private import services
 from edgefl.cli import main
 pids, checkpoint, args = json.loads(sys.argv[1])
+node_for = services.get_node_to_connect_for_driver
+services.get_node_to_connect_for_driver = lambda gcs, **kw: node_for(gcs, **{**kw, "node_name": "worker1"})
 real_wait, done = ray.wait, []
 def wait(refs, *more, **kw):
     if not done and Path(checkpoint).exists():
