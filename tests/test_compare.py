@@ -178,7 +178,7 @@ def test_an_interrupted_async_run_is_started_again_not_resumed(tmp_path, capsys,
     args = ["compare", str(ROOT / "scenarios" / "async-digits.toml"), "--methods", "jfat", "--out",
             str(tmp_path / "cmp"), "--quiet", "--set", "rounds=3", "--set", "training.local_iters=2",
             "--set", "attack.steps=1", "--set", "evaluation.steps=1", "--set", "data.test_samples=32"]
-    real = AsyncRounds.next
+    real = AsyncRounds.play
 
     def interrupted(self: AsyncRounds, t: int) -> Any:
         if t == 1:
@@ -186,7 +186,7 @@ def test_an_interrupted_async_run_is_started_again_not_resumed(tmp_path, capsys,
         return real(self, t)
 
     with monkeypatch.context() as patch:
-        patch.setattr(AsyncRounds, "next", interrupted)
+        patch.setattr(AsyncRounds, "play", interrupted)
         assert main(args) == 130
     run = tmp_path / "cmp" / "jfat"
     assert (run / "metrics.csv").exists() and not (run / "checkpoint.pt").exists()

@@ -441,7 +441,7 @@ def test_a_battery_runs_out_where_its_work_has_spent_the_charge() -> None:
     fed, drains = Federation(), energy.drains(gathered, plan, costs, 0.0)
     outcomes = [Outcome(int(k)) for k in phones]
     for i, o in enumerate(outcomes):
-        start_client(fed.env, phases(costs.cost(i)), Always(), o, lambda _: None, None, drains[i])
+        start_client(fed.env, phases(costs.cost(i)), math.inf, o, lambda _: None, None, drains[i])
     fed.env.run()
     out = np.array([o.stop_s if o.status == OFFLINE else np.inf for o in outcomes])
     idle = np.zeros(len(phones))
@@ -477,7 +477,7 @@ def test_drains_by_hand() -> None:
         drains = energy.drains(s, list(range(n)), Costs.of([cost] * n), now)  # type: ignore[arg-type]
         outcomes = [Outcome(k) for k in range(n)]
         for o, d in zip(outcomes, drains, strict=True):
-            start_client(fed.env, phases(cost), Always(), o, lambda _: None, None, d)
+            start_client(fed.env, phases(cost), math.inf, o, lambda _: None, None, d)
         fed.env.run()
         return [o.stop_s - now if o.status == OFFLINE else math.inf for o in outcomes]
 

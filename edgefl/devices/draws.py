@@ -40,11 +40,16 @@ def key(*words: int) -> int:
     return h
 
 
+def keys(prefix: int, ids: np.ndarray) -> np.ndarray:
+    """key(*words before the id, ids[i]) for every id (ids >= 0), where `prefix` is key(*the words
+    before the id)."""
+    return mix_array(ids.astype(np.uint64) + np.uint64((prefix + GOLDEN) & MASK))
+
+
 def words(prefix: int, ids: np.ndarray, draws: int) -> np.ndarray:
     """Words of shape (len(ids), draws): row i, column j is key(*words before the id, ids[i], j), where
     `prefix` is key(*the words before the id)."""
-    h = mix_array(ids.astype(np.uint64) + np.uint64((prefix + GOLDEN) & MASK))
-    return mix_array(h[:, None] + np.arange(draws, dtype=np.uint64) + np.uint64(GOLDEN))
+    return mix_array(keys(prefix, ids)[:, None] + np.arange(draws, dtype=np.uint64) + np.uint64(GOLDEN))
 
 
 def uniform(w: np.ndarray) -> np.ndarray:

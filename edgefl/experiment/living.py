@@ -34,7 +34,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from itertools import islice
 
 import numpy as np
 import torch
@@ -110,13 +109,23 @@ def fleet_availability(exp: Experiment, energy: RoundEnergy) -> Availability:
     return avail if energy.battery is None else Powered(avail, energy.battery)
 
 
+FIRST_LOOK = 64  # online_pick asks this many clients first, then four times as many each time
+
+
 def online_pick(avail: Availability, order: np.ndarray, now: float, count: int,
                 busy: set[int] | None = None) -> tuple[list[int], float]:
     """The first `count` clients of `order` online at `now` (and not busy), and, if none is, when
-    the first of them comes online."""
-    free = [k for k in order.tolist() if not busy or k not in busy]
-    picked = list(islice((k for k in free if avail.online(k, now)), count))
-    return picked, (now if picked else min((avail.online_at(k, now) for k in free), default=math.inf))
+    the first of them comes online. The clients are asked in growing slices of `order`, so that an
+    async slot picking one looks at a few, and a round picking thousands at a few slices."""
+    free = order if not busy else order[~np.isin(order, np.fromiter(busy, np.int64, len(busy)))]
+    picked: list[int] = []
+    begin, size = 0, max(FIRST_LOOK, count)
+    while begin < len(free) and len(picked) < count:
+        part = free[begin:begin + size]
+        picked += part[avail.online_many(part, now)][:count - len(picked)].tolist()
+        begin, size = begin + size, 4 * size
+    return picked, (now if picked else min((avail.online_at(k, now) for k in free.tolist()),
+                                           default=math.inf))
 
 
 NEVER_ONLINE = ("no device of the fleet comes online again (a trace without online intervals for them, "
@@ -139,7 +148,7 @@ def select_online(live: Live, pool: DevicePool, fed: Federation, t: int, where: 
         fed.env.run(until=max(when, math.nextafter(fed.now, math.inf)))
         picked, when = online_pick(live.avail, order, fed.now, live.selected)
     if choose is not None:
-        return choose(np.array([live.avail.online(k, fed.now) for k in range(pool.fleet.clients)]))
+        return choose(live.avail.online_many(np.arange(pool.fleet.clients), fed.now))
     return np.array(sorted(picked), dtype=np.int64)
 
 
@@ -217,7 +226,7 @@ class Pending:
 
 
 class AsyncRounds:
-    """FedBuff on the experiment: `next()` plays on to the next aggregation and gives its table,
+    """FedBuff on the experiment: `play(t)` plays on to aggregation t and gives its table,
     its mean loss and each ended client's measured training seconds. A selection policy other than
     uniform picks each client among the devices online and not working (`Selection.pick` of one);
     the server's links are shared by the transfers in flight; a battery that runs out mid-work
@@ -239,7 +248,7 @@ class AsyncRounds:
                                energy.sharing, s.rounds)
         self.written = 0  # the aggregation of the last table `next` gave
 
-    def next(self, t: int) -> tuple[RoundTable, float | str, np.ndarray]:
+    def play(self, t: int) -> tuple[RoundTable, float | str, np.ndarray]:
         """Aggregation t (the t-th row: an async run is never resumed, so rows and aggregations
         are counted alike)."""
         while not self.done:
@@ -262,7 +271,8 @@ class AsyncRounds:
             return when
         if not self.selection.logged:
             return picked[0], math.nan, "uniform"
-        free = np.array([k not in busy and self.avail.online(k, now) for k in range(s.fleet.clients)])
+        every = np.arange(s.fleet.clients)
+        free = ~np.isin(every, np.fromiter(busy, np.int64, len(busy))) & self.avail.online_many(every, now)
         p = self.selection.pick(version, free, 1, draw=self.starts)
         return int(p.clients[0]), float(p.utility[0]), p.reason[0]
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Callable, Collection
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -23,21 +22,14 @@ from edgefl import checkpoint, rundir
 from edgefl.attacks import make_attack
 from edgefl.config import RayConfig
 from edgefl.errors import EdgeflError
-from edgefl.execution.local import SERVER, evaluate, seed_everything
+from edgefl.execution.local import evaluate
 from edgefl.executors.executor import Executor, LocalExecutor
 from edgefl.executors.ray import RayExecutor
 from edgefl.experiment.energy import RoundEnergy
-from edgefl.experiment.living import AsyncRounds, Live, completed, live_round
+from edgefl.experiment.players import make_player
 from edgefl.experiment.prepare import Experiment, Rebuild
 from edgefl.experiment.resume import Resumed, resume_state
-from edgefl.experiment.rounds import (
-    RoundTable,
-    bulk_round,
-    client_columns,
-    each_round,
-    event_columns,
-    metrics_row,
-)
+from edgefl.experiment.rounds import client_columns, event_columns, metrics_row
 from edgefl.experiment.rows import (
     CLIENTS,
     EVENTS,
@@ -55,9 +47,8 @@ from edgefl.experiment.rows import (
 )
 from edgefl.report.trace import TraceSample
 from edgefl.rundir import CHECKPOINT, WriteFailed, write_file
-from edgefl.runlog import Columns, CsvLog, Log, log_names
+from edgefl.runlog import CsvLog, Log, log_names
 from edgefl.scenario import Scenario, to_toml
-from edgefl.selection import Picked
 from edgefl.selection.server import Selection, workload_need
 from edgefl.sim.availability import trace_file
 from edgefl.sim.bulk import Pricer
@@ -129,7 +120,7 @@ def _rounds(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[st
         if energy.battery is not None:
             energy.battery.restore(saved.state.get("battery"), str(out / CHECKPOINT), fed.now)
     started = time.perf_counter()
-    play, ending = _player(exp, _executor(exp, text), fed, pricer, energy, selection)
+    player = make_player(exp, _executor(exp, text), fed, pricer, energy, selection)
     kept = saved.logs if saved else {}
     names = log_names(output_format(s))
     sample = TraceSample(s.fleet.clients, s.output.trace_clients, s.seed)
@@ -146,7 +137,7 @@ def _rounds(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[st
             if exp.method.finished():  # ended before its last round (FedProphet's last module)
                 break
             exp.method.start_round(t)
-            table, loss, real = play(t, None if s.living else selection.pick(t))
+            table, loss, real = player.play(t)
             diverged = diverged or _warn_diverged(t, loss)  # said once
             row = metrics_row(table, loss, exp.method.round_info())
             last = t + 1 == s.rounds or exp.method.finished()
@@ -165,7 +156,7 @@ def _rounds(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[st
             if resumable(exp) and ((t + 1) % s.checkpoint_every == 0 or last):
                 wall_s = before_s + time.perf_counter() - started
                 _save(out, t + 1, exp, rows, selection, fed, fingerprint, energy, logs, wall_s)
-        tail = ending()
+        tail = player.ending()
         if tail is not None:
             events.write_columns(tail)
             sample.add_columns(tail)
@@ -283,66 +274,6 @@ def _counted(exp: Experiment, client: int, w: Workload) -> Workload:
     """The workload as the cost model prices it: with the client's sample count where it charges
     each epoch's short last batch (the `paper` accounting, as the FedProphet release does)."""
     return exp.ctx.cost.counted(w, lambda: len(exp.ctx.splits[client].train))
-
-
-Played = tuple[RoundTable, float | str, np.ndarray]  # a round's table, mean loss, measured seconds
-
-
-Player = Callable[[int, Picked | None], Played]  # plays round t (on the clients picked)
-
-
-def _player(exp: Experiment, executor: Executor, fed: Federation, pricer: Pricer, energy: RoundEnergy,
-            selection: Selection) -> tuple[Player, Callable[[], Columns | None]]:
-    """What plays round t: the default rounds of the clients `selection` picked (on the shared links),
-    a living fleet's rounds (with batteries), or FedBuff's aggregations; and what the run's end adds
-    to events.csv (FedBuff: the clients no aggregation logged, `AsyncRounds.ending`)."""
-    s, m = exp.scenario, exp.method
-
-    def server_s(t: int, arrived: Collection[int] | None = None) -> float:
-        return s.cost.server_s + m.server_flops(t, arrived) / (s.cost.server_gflops * 1e9)
-
-    if s.round.mode == "async":
-        rounds = AsyncRounds(exp, executor, fed, pricer, server_s, energy, selection)
-        return (lambda t, _: rounds.next(t)), rounds.ending
-    live = Live.of(exp, energy) if s.living else None
-
-    def play(t: int, picked: Picked | None) -> Played:
-        if live is None:
-            assert picked is not None
-            table = (bulk_round if exp.bulk else each_round)(exp.pool, m, pricer, fed, t, lambda: server_s(t),
-                                                             picked.clients, energy)
-            table.picked = picked
-            return _trained(exp, executor, table, table.states.clients.tolist(), selection)
-        choose = None if not selection.logged else (
-            lambda online: selection.pick(t, online, live.selected))
-        table = live_round(exp, live, pricer, fed, t, lambda arrived: server_s(t, arrived), energy, choose)
-        return _trained(exp, executor, table, completed(table), selection)
-
-    return play, lambda: None
-
-
-def _trained(exp: Experiment, executor: Executor, table: RoundTable, clients: list[int],
-             selection: Selection) -> Played:
-    """Train `clients` of the round (those whose updates arrive: not offline, late, or dropped) and
-    aggregate: the round's table, its mean training loss and each client's
-    measured training seconds (NaN where none was); `selection` records what the round showed."""
-    s, m, t = exp.scenario, exp.method, table.round
-    n = len(table.states.clients)
-    ran = np.ones(n, dtype=bool) if table.dropped is None else ~table.dropped  # a battery too low: not run
-    shown = table.states.clients[ran], table.seen_s()[ran]
-    if exp.dry_run or not clients:
-        m.skip(t, clients)
-        selection.record(t, *shown, {})
-        return table, "", np.full(n, np.nan)
-    arriving = set(clients)
-    updates = executor.train(t, {k: p for k, p in table.plan.by_client(table.states.clients).items()
-                                 if k in arriving})
-    selection.record(t, *shown, {u.client: u.loss for u in updates})
-    seed_everything(s.seed, t, SERVER)  # the server's stream: the same wherever the clients trained
-    m.aggregate(t, updates)
-    measured = {u.client: u.real_compute_s for u in updates}
-    return (table, round(sum(u.loss for u in updates) / len(updates), 5),
-            np.array([measured.get(k, np.nan) for k in table.states.clients.tolist()]))
 
 
 def start_or_resume(exp: Experiment, out: Path, progress: bool) -> dict[str, Any]:

@@ -19,7 +19,9 @@
   unpickler that accepts no class or function at all (plain dicts, lists and numbers only).
 
 An `Availability` answers `online(k, t)`, `offline_at(k, t)` (when an online client next goes
-offline; inf if never) and `online_at(k, t)` (when an offline client next comes online).
+offline; inf if never) and `online_at(k, t)` (when an offline client next comes online), and the
+first two for an array of clients at once (`online_many`, `offline_many`: the diurnal pattern in
+closed form over the arrays, a trace client by client).
 """
 
 from __future__ import annotations
@@ -31,9 +33,10 @@ import json
 import math
 import pickle
 import warnings
+from abc import ABC, abstractmethod
 from bisect import bisect_right
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -50,6 +53,10 @@ DAY_S = 86400.0
 
 
 class Availability(Protocol):
+    def online_many(self, clients: np.ndarray, t: float) -> np.ndarray: ...
+
+    def offline_many(self, clients: np.ndarray, t: float) -> np.ndarray: ...
+
     def online(self, client: int, t: float) -> bool: ...
 
     def offline_at(self, client: int, t: float) -> float: ...
@@ -57,54 +64,74 @@ class Availability(Protocol):
     def online_at(self, client: int, t: float) -> float: ...
 
 
-class Always:
-    """Every device online all the time."""
+class OneByMany(ABC):
+    """`online` and `offline_at` of one client as `online_many` and `offline_many` of one."""
+
+    @abstractmethod
+    def online_many(self, clients: np.ndarray, t: float) -> np.ndarray: ...
+
+    @abstractmethod
+    def offline_many(self, clients: np.ndarray, t: float) -> np.ndarray: ...
 
     def online(self, client: int, t: float) -> bool:
-        return True
+        return bool(self.online_many(np.array([client]), t)[0])
 
     def offline_at(self, client: int, t: float) -> float:
-        return math.inf
+        return float(self.offline_many(np.array([client]), t)[0])
+
+
+class Always(OneByMany):
+    """Every device online all the time."""
+
+    def online_many(self, clients: np.ndarray, t: float) -> np.ndarray:
+        return np.ones(len(clients), dtype=bool)
+
+    def offline_many(self, clients: np.ndarray, t: float) -> np.ndarray:
+        return np.full(len(clients), math.inf)
 
     def online_at(self, client: int, t: float) -> float:
         return t
 
 
 @dataclass(frozen=True)
-class Diurnal:
+class Diurnal(OneByMany):
     """Online while charging at night, local time shifted per device (see the module docstring)."""
 
     seed: int
     start_h: float
     hours: float
     spread_h: float
-    _offsets: dict[int, float] = field(default_factory=dict, compare=False, repr=False)  # offset_h's
 
     def offsets_h(self, clients: np.ndarray) -> np.ndarray:
         """o_k: each device's time-zone offset in hours."""
-        keys = [draws.key(self.seed, AVAILABILITY, int(k)) for k in clients.tolist()]
-        return self.spread_h * (draws.uniform(np.array(keys, dtype=np.uint64)) - 0.5)
+        keys = draws.keys(draws.key(self.seed, AVAILABILITY), clients)
+        return self.spread_h * (draws.uniform(keys) - 0.5)
 
     def offset_h(self, client: int) -> float:
-        """o_k of one device, hashed once per availability (not kept beyond it)."""
-        if client not in self._offsets:
-            self._offsets[client] = float(self.offsets_h(np.array([client]))[0])
-        return self._offsets[client]
+        return float(self.offsets_h(np.array([client]))[0])
 
-    def _into(self, client: int, t: float) -> float:
-        """Hours since the device's last online_start (local), in [0, 24)."""
-        return (t / 3600 + self.offset_h(client) - self.start_h) % 24
+    def _into(self, clients: np.ndarray, t: float | np.ndarray) -> np.ndarray:
+        """Hours since each device's last online_start (local), in [0, 24)."""
+        return np.mod(t / 3600 + self.offsets_h(clients) - self.start_h, 24)
 
-    def online(self, client: int, t: float) -> bool:
-        return self.hours >= 24 or self._into(client, t) < self.hours
+    def online_many(self, clients: np.ndarray, t: float | np.ndarray) -> np.ndarray:
+        if self.hours >= 24:
+            return np.ones(len(clients), dtype=bool)
+        return np.asarray(self._into(clients, t) < self.hours)
 
-    def offline_at(self, client: int, t: float) -> float:
-        return math.inf if self.hours >= 24 else t + (self.hours - self._into(client, t)) * 3600
+    def offline_many(self, clients: np.ndarray, t: float) -> np.ndarray:
+        if self.hours >= 24:
+            return np.full(len(clients), math.inf)
+        return t + (self.hours - self._into(clients, t)) * 3600
 
     def online_at(self, client: int, t: float) -> float:
-        if self.online(client, t):
-            return t
-        return first_online(lambda at: self.online(client, at), t + (24 - self._into(client, t)) * 3600)
+        return float(self.online_at_many(np.array([client]), t)[0])
+
+    def online_at_many(self, clients: np.ndarray, t: float) -> np.ndarray:
+        """When each device is next online: `t` if it is now, else its window's next start (the first
+        float from there at which `online_many` holds: first_online)."""
+        at = np.where(self.online_many(clients, t), t, t + (24 - self._into(clients, t)) * 3600)
+        return first_online(lambda u: self.online_many(clients, u), at)
 
     def online_seconds(self, clients: np.ndarray, a: np.ndarray, b: np.ndarray | float) -> np.ndarray:
         """Seconds each client is online in [a_k, b] (a_k <= b): F(b - s_k) - F(a_k - s_k), with
@@ -142,6 +169,12 @@ class Intervals:
         spans, _, tau = self._local(client, t)
         return self._holding(spans, tau) >= 0
 
+    def online_many(self, clients: np.ndarray, t: float) -> np.ndarray:
+        return np.array([self.online(k, t) for k in clients.tolist()], dtype=bool)
+
+    def offline_many(self, clients: np.ndarray, t: float) -> np.ndarray:
+        return np.array([self.offline_at(k, t) for k in clients.tolist()], dtype=np.float64)
+
     def offline_at(self, client: int, t: float) -> float:
         """The end of the run of touching intervals holding t, followed across the period's end
         (an interval ending at the period and one starting at 0 touch); inf if they fill it."""
@@ -165,7 +198,7 @@ class Intervals:
         j = bisect_right(spans, (tau, math.inf))  # the first interval starting after tau
         period = self.periods[client % len(self.periods)]
         at = base + spans[j][0] if j < len(spans) else base + period + spans[0][0]
-        return first_online(lambda u: self.online(client, u), at)
+        return float(first_online(lambda u: np.array([self.online(client, float(u[0]))]), np.array([at]))[0])
 
 
 def _run_end(spans: list[tuple[float, float]], k: int) -> tuple[float, int]:
@@ -175,13 +208,16 @@ def _run_end(spans: list[tuple[float, float]], k: int) -> tuple[float, int]:
     return spans[k][1], k
 
 
-def first_online(online: Callable[[float], bool], at: float) -> float:
-    """`at`, or the first float after it at which `online` holds: a window's start worked out in
-    floating point may land a few ulps before the window, where `online` still says no."""
+def first_online(online: Callable[[np.ndarray], np.ndarray], at: np.ndarray) -> np.ndarray:
+    """`at`, or, element by element, the first float after it at which `online` holds: a window's
+    start worked out in floating point may land a few ulps before the window, where `online` still
+    says no."""
+    at = at.astype(np.float64)
     for _ in range(1 << 16):
-        if online(at):
-            return at
-        at = math.nextafter(at, math.inf)
+        early = ~online(at)
+        if not early.any():
+            break
+        at[early] = np.nextafter(at[early], math.inf)
     return at
 
 

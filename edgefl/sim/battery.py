@@ -37,7 +37,7 @@ import numpy as np
 from edgefl.config import EnergyConfig
 from edgefl.devices.pool import DevicePool, rng
 from edgefl.errors import EdgeflError
-from edgefl.sim.availability import Availability, Diurnal
+from edgefl.sim.availability import Availability, Diurnal, OneByMany
 
 BATTERY = 41  # the random stream of the starting charges (edgefl.devices.pool.rng)
 WH = 3600.0  # joules per watt-hour
@@ -82,20 +82,40 @@ class Battery:
 
     def plugged(self, client: int, t: float) -> bool:
         """Whether the client's device is on its charger at `t`."""
-        return self.charger is not None and self.charger.online(client, t)
+        return bool(self.plugged_many(np.array([client]), t)[0])
+
+    def plugged_many(self, clients: np.ndarray, t: float) -> np.ndarray:
+        """Whether each client's device is on its charger at `t`."""
+        if self.charger is None:
+            return np.zeros(len(clients), dtype=bool)
+        return self.charger.online_many(clients, t)
 
     def plugged_at(self, client: int, t: float) -> float:
         """When the device is next on its charger: `t` if it is now (inf: it has none)."""
-        return math.inf if self.charger is None else self.charger.online_at(client, t)
+        return float(self.plugged_at_many(np.array([client]), t)[0])
+
+    def plugged_at_many(self, clients: np.ndarray, t: float) -> np.ndarray:
+        """`plugged_at` of each client."""
+        if self.charger is None:
+            return np.full(len(clients), math.inf)
+        return self.charger.online_at_many(clients, t)
 
     def unplugged_at(self, client: int, t: float) -> float:
         """When a device on its charger at `t` (`plugged`) comes off it."""
+        return float(self.unplugged_many(np.array([client]), t)[0])
+
+    def unplugged_many(self, clients: np.ndarray, t: float) -> np.ndarray:
+        """`unplugged_at` of each client."""
         assert self.charger is not None, "only a device on its charger is unplugged"
-        return self.charger.offline_at(client, t)
+        return self.charger.offline_many(clients, t)
 
     def powered(self, client: int, t: float) -> bool:
         """Whether the device can run at `t`: charge left, or on its charger."""
-        return bool(self.level(np.array([client]), t)[0] > 0) or self.plugged(client, t)
+        return bool(self.powered_many(np.array([client]), t)[0])
+
+    def powered_many(self, clients: np.ndarray, t: float) -> np.ndarray:
+        """Whether each client's device can run at `t`: charge left, or on its charger."""
+        return np.asarray((self.level(clients, t) > 0) | self.plugged_many(clients, t))
 
     def powered_at(self, client: int, t: float) -> float:
         """When the device can next run: `t` if it can now, else when it is next plugged in (inf:
@@ -156,18 +176,18 @@ class Battery:
 
 
 @dataclass(frozen=True)
-class Powered:
+class Powered(OneByMany):
     """The fleet's availability with its batteries: a device whose battery is empty is offline
     until it is plugged in (then it has charge at once: the charger's watts are positive)."""
 
     avail: Availability
     battery: Battery
 
-    def online(self, client: int, t: float) -> bool:
-        return self.avail.online(client, t) and self.battery.powered(client, t)
+    def online_many(self, clients: np.ndarray, t: float) -> np.ndarray:
+        return np.asarray(self.avail.online_many(clients, t) & self.battery.powered_many(clients, t))
 
-    def offline_at(self, client: int, t: float) -> float:
-        return self.avail.offline_at(client, t)
+    def offline_many(self, clients: np.ndarray, t: float) -> np.ndarray:
+        return self.avail.offline_many(clients, t)
 
     def online_at(self, client: int, t: float) -> float:
         powered = self.battery.powered_at(client, t)

@@ -83,16 +83,17 @@ def round_energy(p: Power[Any], c: Priced, share: Any, down_bytes: Any, up_bytes
             + p.radio_w * comm)
 
 
-def phase_power(p: Power[float], c: Priced, share: float, down_bytes: float,
-                up_bytes: float) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, float]]:
+def phase_power(p: Power[Any], c: Priced, share: Any, down_bytes: Any,
+                up_bytes: Any) -> tuple[tuple[Any, ...], tuple[Any, ...], tuple[Any, Any]]:
     """`round_energy`'s work joules, phase by phase (download, data access, compute, upload), as
     watts over each phase's seconds and joules spread over them (edgefl.experiment.energy `worked`
     prorates them so): the idle power in every phase, the radio's base power in the transfers,
     training's extra power in the compute; a transfer's bytes, and the storage bytes over data access
-    and compute together. Also the radio's joules per byte (download, upload)."""
+    and compute together. Also the radio's joules per byte (download, upload). For a client (floats)
+    or a round (arrays)."""
     storage = NJ * (c.read_bytes * p.read_nj + c.write_bytes * p.write_nj)
     busy = c.data_access_s + c.compute_s
-    walk = c.data_access_s / busy if busy > 0 else 0.0
+    walk = np.divide(c.data_access_s, busy, out=np.zeros_like(busy, dtype=np.float64), where=busy > 0)
     transfer_w = p.idle_w + p.radio_w
     watts = (transfer_w, p.idle_w, p.idle_w + (p.active_w - p.idle_w) * share, transfer_w)
     spread = (NJ * down_bytes * p.down_nj, storage * walk, storage * (1 - walk), NJ * up_bytes * p.up_nj)

@@ -31,6 +31,7 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import simpy
 
 from edgefl.sim.availability import Availability
@@ -259,15 +260,14 @@ def _unplug(env: simpy.Environment, proc: simpy.Process, at: float) -> Generator
         proc.interrupt(OFFLINE)
 
 
-def start_client(env: simpy.Environment, phases: Sequence[float], avail: Availability, out: Outcome,
+def start_client(env: simpy.Environment, phases: Sequence[float], off: float, out: Outcome,
                  reported: Callable[[Outcome], None], net: Net | None = None,
                  drain: Drain | None = None) -> simpy.Process:
-    """The client's process, with the interrupt of its device going offline before it would finish
-    (on shared links, when it finishes is not known in advance: whenever it goes offline), and with
-    a `drain`, of its battery running out (`_watch`)."""
+    """The client's process, with the interrupt of its device going offline at `off` before it would
+    finish (on shared links, when it finishes is not known in advance: whenever it goes offline),
+    and with a `drain`, of its battery running out (`_watch`)."""
     meter = None if drain is None else Meter(env, drain)
     proc = env.process(_work(env, phases, out, reported, net, meter))
-    off = avail.offline_at(out.client, float(env.now))
     if off < (math.inf if net is not None else busy_end(float(env.now), *phases)):
         env.process(_unplug(env, proc, off))
     if meter is not None:
@@ -313,8 +313,9 @@ def play_round(fed: Federation, jobs: Sequence[tuple[int, Sequence[float]]], ava
                 enough.succeed()
 
         batteries = [None] * len(jobs) if drains is None else drains
-        procs = [start_client(env, phases, avail, o, reported, net, drain)
-                 for (_, phases), o, net, drain in zip(jobs, outcomes, nets, batteries, strict=True)]
+        offs = avail.offline_many(np.array([k for k, _ in jobs], dtype=np.int64), start).tolist()
+        procs = [start_client(env, phases, off, o, reported, net, drain) for (_, phases), off, o, net, drain
+                 in zip(jobs, offs, outcomes, nets, batteries, strict=True)]
         ends: list[simpy.Event] = [simpy.AllOf(env, procs), enough]
         if math.isfinite(deadline_s):
             ends.append(env.timeout(deadline_s))
@@ -431,7 +432,8 @@ class Buffered:
             self.unlogged[id(job)] = job
             self.working.add(id(job))
             net = None if self.links is None or job.transfer is None else Net(*self.links, job.transfer)
-            yield start_client(self.env, job.phases, self.avail, job.outcome, lambda _: None, net, job.drain)
+            off = self.avail.offline_at(job.client, float(self.env.now))
+            yield start_client(self.env, job.phases, off, job.outcome, lambda _: None, net, job.drain)
             self.busy.discard(job.client)
             self.working.discard(id(job))
             self._ended(job)
