@@ -39,6 +39,7 @@ from edgefl.errors import EdgeflError
 from edgefl.methods import METHODS  # every method's knob section registers on import
 from edgefl.methods.base import method_class, refuse_ignored
 from edgefl.selection import SELECTORS  # every policy's knob section too
+from edgefl.sim.links import server_mbps
 from edgefl.tomlschema import build_value, printable, read_toml, reject_unknown, toml_value
 
 NOT_FOUND = ("not found; give the path of a scenario .toml or the name of a bundled scenario "
@@ -262,6 +263,7 @@ def _fleet_checks(s: Scenario) -> list[Check]:
          f"positive, at most {MAX_LINK_MBPS:g} (Mbit/s)"),
         ("server.up_mbps", 0 <= s.server.up_mbps <= MAX_LINK_MBPS, f"must be 0 (unlimited) or "
          f"positive, at most {MAX_LINK_MBPS:g} (Mbit/s)"),
+        *_per_device_checks(s),
         ("fleet.online_start_h", 0 <= s.fleet.online_start_h < 24, "must be a local hour in [0, 24)"),
         ("fleet.online_hours", 0 < s.fleet.online_hours <= 24, "must be in (0, 24] (24: always online)"),
         ("fleet.tz_spread_h", 0 <= s.fleet.tz_spread_h <= 24, "must be in [0, 24] hours"),
@@ -274,6 +276,17 @@ def _fleet_checks(s: Scenario) -> list[Check]:
         ("round.max_staleness", s.round.max_staleness >= 0, "must be non-negative"),
         ("round.concurrency", s.round.concurrency >= 1, "must be at least 1"),
     ]
+
+
+def _per_device_checks(s: Scenario) -> list[Check]:
+    """The server links' shares per device: none negative, each link's total for the fleet
+    (edgefl.sim.links.server_mbps) within MAX_LINK_MBPS."""
+    totals = server_mbps(s.server, s.fleet.clients)
+    return [(f"server.{way}_mbps_per_device", share >= 0 and total <= MAX_LINK_MBPS,
+             f"must be 0 (none) or positive, with {way}_mbps + {way}_mbps_per_device x fleet.clients "
+             f"at most {MAX_LINK_MBPS:g} (Mbit/s)")
+            for way, share, total in (("down", s.server.down_mbps_per_device, totals[0]),
+                                      ("up", s.server.up_mbps_per_device, totals[1]))]
 
 
 def _training_checks(s: Scenario) -> list[Check]:

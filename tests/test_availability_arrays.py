@@ -12,7 +12,7 @@ import pytest
 from edgefl.devices import draws
 from edgefl.experiment import prepare
 from edgefl.experiment.energy import RoundEnergy
-from edgefl.experiment.living import online_pick
+from edgefl.experiment.living import ASYNC, IDLE_DRAWS, idle_pick, online_pick
 from edgefl.experiment.rounds import priced
 from edgefl.scenario import load_scenario
 from edgefl.sim.availability import AVAILABILITY, Diurnal, from_mapping
@@ -61,14 +61,44 @@ def test_an_empty_battery_is_offline_in_the_arrays_until_plugged_in() -> None:
     assert battery.unplugged_many(three, 5400.0).tolist() == [3 * 3600.0] * 3
 
 
-def test_online_pick_takes_the_first_online_idle_clients_in_order() -> None:
+def test_online_pick_takes_the_first_online_clients_in_order() -> None:
     d = Diurnal(seed=3, start_h=22.0, hours=8.0, spread_h=24.0)
     order = np.random.default_rng(0).permutation(1000)
-    busy = set(order[:50:3].tolist())
     for count in (1, 7, 300):
-        picked, when = online_pick(d, order, 4000.0, count, busy)
-        reference = [k for k in order.tolist() if k not in busy and d.online(k, 4000.0)][:count]
-        assert picked == reference and when == 4000.0
+        picked, when = online_pick(d, order, 4000.0, count)
+        assert picked == [k for k in order.tolist() if d.online(k, 4000.0)][:count] and when == 4000.0
+
+
+def test_an_async_pick_is_the_first_online_idle_draw() -> None:
+    """Start m's draw j is (top 32 bits of key(seed, ASYNC, m, j)) x n >> 32, in Python integers."""
+    d = Diurnal(seed=3, start_h=22.0, hours=8.0, spread_h=24.0)
+    busy = set(range(0, 1000, 2))
+    for m in (0, 1, 77):
+        drawn = ((draws.key(3, ASYNC, m, j) >> 32) * 1000 >> 32 for j in range(IDLE_DRAWS))
+        first = next(k for k in drawn if k not in busy and d.online(k, 4000.0))
+        assert idle_pick(d, draws.key(3, ASYNC, m), 1000, 4000.0, busy) == first
+
+
+def test_async_picks_are_uniform_over_the_online_idle_devices() -> None:
+    """2,000 picks among 50 devices, 10 of them busy, some offline: every online idle device about
+    equally often (each expected 2000 / m times; a count off by 5 standard deviations fails), never
+    another; with one device left, the look at every device finds it."""
+    d = Diurnal(seed=5, start_h=22.0, hours=12.0, spread_h=24.0)
+    busy = set(range(10))
+    ok = {k for k in range(50) if k not in busy and d.online(k, 0.0)}
+    counts = np.bincount([idle_pick(d, n, 50, 0.0, busy) for n in range(2000)], minlength=50)
+    m = len(ok)
+    assert set(np.flatnonzero(counts).tolist()) == ok and 5 <= m <= 40
+    p = 1 / m
+    assert np.all(np.abs(counts[sorted(ok)] - 2000 * p) < 5 * math.sqrt(2000 * p * (1 - p)))
+    last = min(ok)
+    assert idle_pick(d, 7, 50, 0.0, set(range(50)) - {last}) == last
+
+
+def test_an_async_pick_with_no_device_online_says_when_one_comes() -> None:
+    trace = from_mapping({"0": [[50, 60]], "1": [[70, 80]]})
+    assert idle_pick(trace, 3, 2, 10.0, set()) == 50.0
+    assert idle_pick(trace, 3, 2, 10.0, {0}) == 70.0
 
 
 def test_a_rounds_drains_equal_the_per_client_reference() -> None:

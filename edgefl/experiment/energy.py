@@ -36,7 +36,7 @@ class RoundEnergy:
 
     def __init__(self, s: Scenario, pool: DevicePool) -> None:
         self.pool, self.communication = pool, s.cost.counts_communication
-        self.links = Links.of_mbps(s.server.down_mbps, s.server.up_mbps)
+        self.links = Links.of_server(s.server, s.fleet.clients)
         self.power = FleetPower(pool) if s.energy.enabled else None
         self.battery = Battery.of_pool(pool, s.energy, s.seed) if s.energy.batteries else None
 
@@ -143,22 +143,19 @@ class RoundEnergy:
         battery, power = self.battery, self.power
         if battery is None or power is None:
             return [None] * len(s.clients)
-        rows, share = power.of(s), s.flops / self.pool.kind_flops[s.kind]
-        down, up = self.sent(plan)
-        levels = battery.level(s.clients, now).tolist()
-        drains: list[Drain | None] = []
-        for i, k in enumerate(s.clients.tolist()):
-            if math.isinf(levels[i]):
-                drains.append(None)
-                continue
-            rates = phase_power(rows.at(i), costs.cost(i), float(share[i]), float(down[i]), float(up[i]))
-            if battery.plugged(k, now):
-                unplug = battery.unplugged_at(k, now)
-                held, begin, end = float(battery.level(np.array([k]), unplug)[0]), unplug - now, math.inf
-            else:
-                held, begin, end = levels[i], 0.0, battery.plugged_at(k, now) - now
-            drains.append(Drain(held, *rates, begin, end))
-        return drains
+        watts, spread, per_byte = phase_power(power.of(s), costs, s.flops / self.pool.kind_flops[s.kind],
+                                              *self.sent(plan))
+        levels = battery.level(s.clients, now)
+        plugged = battery.plugged_many(s.clients, now)
+        held, begin, end = levels.copy(), np.zeros(len(levels)), np.full(len(levels), math.inf)
+        if plugged.any():
+            unplug = battery.unplugged_many(s.clients[plugged], now)
+            held[plugged], begin[plugged] = battery.level(s.clients[plugged], unplug), unplug - now
+        end[~plugged] = battery.plugged_at_many(s.clients[~plugged], now) - now
+        rows = zip(held.tolist(), *(np.column_stack(x).tolist() for x in (watts, spread, per_byte)),
+                   begin.tolist(), end.tolist(), strict=True)
+        return [None if math.isinf(level) else Drain(h, tuple(w), tuple(sp), (b[0], b[1]), f, u)
+                for level, (h, w, sp, b, f, u) in zip(levels.tolist(), rows, strict=True)]
 
     def charge(self, s: States) -> np.ndarray | None:
         """The selected clients' charge left, J (inf: mains powered; None: batteries not tracked)."""

@@ -6,8 +6,8 @@ at its start (a seeded permutation of the fleet, keyed by (seed, SAMPLE, round),
 ones), drawn, planned and priced client by client, and played one SimPy process each; only the
 clients that completed train for real and are aggregated (the others' work is lost).
 
-In async mode one metrics row is one aggregation. A client is picked when a slot frees (a seeded
-permutation keyed by (seed, ASYNC, start count), the first online device not already working),
+In async mode one metrics row is one aggregation. A client is picked when a slot frees (a uniform
+draw among the online devices not already working, keyed by (seed, ASYNC, start count): idle_pick),
 drawn and planned with the current model version as its round (a client picked twice on one version
 draws the same state and data order: both are keyed by (seed, version, client)), and trains for
 real at once, on the version it downloads: its update depends on nothing that happens later, so
@@ -39,6 +39,7 @@ import numpy as np
 import torch
 
 from edgefl.config import MAX_SECONDS
+from edgefl.devices import draws
 from edgefl.devices.pool import SAMPLE, DevicePool, DeviceState, rng, selected_per_round
 from edgefl.errors import EdgeflError
 from edgefl.execution.local import SERVER, seed_everything
@@ -112,20 +113,41 @@ def fleet_availability(exp: Experiment, energy: RoundEnergy) -> Availability:
 FIRST_LOOK = 64  # online_pick asks this many clients first, then four times as many each time
 
 
-def online_pick(avail: Availability, order: np.ndarray, now: float, count: int,
-                busy: set[int] | None = None) -> tuple[list[int], float]:
-    """The first `count` clients of `order` online at `now` (and not busy), and, if none is, when
-    the first of them comes online. The clients are asked in growing slices of `order`, so that an
-    async slot picking one looks at a few, and a round picking thousands at a few slices."""
-    free = order if not busy else order[~np.isin(order, np.fromiter(busy, np.int64, len(busy)))]
+def online_pick(avail: Availability, order: np.ndarray, now: float, count: int) -> tuple[list[int], float]:
+    """The first `count` clients of `order` online at `now`, and, if none is, when the first of them
+    comes online. The clients are asked in growing slices of `order`, so that a round picking
+    thousands of a large fleet asks a few slices."""
     picked: list[int] = []
     begin, size = 0, max(FIRST_LOOK, count)
-    while begin < len(free) and len(picked) < count:
-        part = free[begin:begin + size]
+    while begin < len(order) and len(picked) < count:
+        part = order[begin:begin + size]
         picked += part[avail.online_many(part, now)][:count - len(picked)].tolist()
         begin, size = begin + size, 4 * size
-    return picked, (now if picked else min((avail.online_at(k, now) for k in free.tolist()),
+    return picked, (now if picked else min((avail.online_at(k, now) for k in order.tolist()),
                                            default=math.inf))
+
+
+IDLE_DRAWS = 1024  # idle_pick's draws with replacement before it looks at every device
+
+
+def idle_pick(avail: Availability, key: int, clients: int, now: float, busy: set[int]) -> int | float:
+    """A device drawn uniformly among those online at `now` and not in `busy`, or, if none is, when
+    the first of them comes online. Draw j is index(key(`key`, j), clients) (edgefl.devices.draws):
+    the first draw online and idle, of IDLE_DRAWS drawn FIRST_LOOK at a time, is uniform over them,
+    and costs a few draws while many are; when IDLE_DRAWS find none, every device is asked and
+    draw IDLE_DRAWS picks among those found."""
+    for first in range(0, IDLE_DRAWS, FIRST_LOOK):
+        drawn = draws.index(draws.keys(key, np.arange(first, first + FIRST_LOOK)), clients)
+        idle = np.array([k for k in drawn.tolist() if k not in busy], dtype=np.int64)
+        found = idle[avail.online_many(idle, now)]
+        if len(found):
+            return int(found[0])
+    every = np.arange(clients)
+    free = every[~np.isin(every, np.fromiter(busy, np.int64, len(busy)))]
+    found = free[avail.online_many(free, now)]
+    if len(found):
+        return int(found[draws.index(draws.keys(key, np.array([IDLE_DRAWS])), len(found))[0]])
+    return min((avail.online_at(k, now) for k in free.tolist()), default=math.inf)
 
 
 NEVER_ONLINE = ("no device of the fleet comes online again (a trace without online intervals for them, "
@@ -262,15 +284,14 @@ class AsyncRounds:
 
     def choose(self, version: int, busy: set[int]) -> tuple[int, float, str] | float:
         """The client to start on model `version` (with its utility and why), or when one comes
-        online: the first online device of a seeded permutation not already working, or the
+        online: a uniform draw among the online devices not already working (`idle_pick`), or the
         selection policy's pick among them."""
         s, now = self.exp.scenario, self.fed.now
-        order = rng(s.seed, ASYNC, self.starts).permutation(s.fleet.clients)
-        picked, when = online_pick(self.avail, order, now, 1, busy)
-        if not picked:
-            return when
+        picked = idle_pick(self.avail, draws.key(s.seed, ASYNC, self.starts), s.fleet.clients, now, busy)
+        if isinstance(picked, float):
+            return picked
         if not self.selection.logged:
-            return picked[0], math.nan, "uniform"
+            return picked, math.nan, "uniform"
         every = np.arange(s.fleet.clients)
         free = ~np.isin(every, np.fromiter(busy, np.int64, len(busy))) & self.avail.online_many(every, now)
         p = self.selection.pick(version, free, 1, draw=self.starts)

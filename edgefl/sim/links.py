@@ -11,6 +11,13 @@ client_bps)` returns when the bytes are through. `finish_times` computes, for tr
 given times, when each ends (a synchronous round's downloads all start at its start, its uploads as
 each client finishes computing); `shared_round` applies it to a round's phases. A capacity of inf
 (`server.down_mbps = 0`, the default) leaves every transfer at its own rate.
+
+`Links.of_server` sizes the links from a scenario's `[server]` (`server_mbps`, the one place that
+does): a fixed Mbit/s plus a share per device of the fleet (`down_mbps_per_device`,
+`up_mbps_per_device`), so that a fleet a thousand times larger meets a link a thousand times wider,
+as a content delivery network deploys capacity in proportion to the users it serves (Nygren,
+Sitaraman & Sun, "The Akamai Network: A Platform for High-Performance Internet Applications", ACM
+SIGOPS Operating Systems Review 44(3), 2010).
 """
 
 from __future__ import annotations
@@ -24,6 +31,8 @@ from typing import Any
 
 import numpy as np
 import simpy
+
+from edgefl.config import ServerConfig
 
 DONE_S = 1e-9  # a transfer with at most this many seconds of bytes left is through (float rounding)
 
@@ -207,6 +216,13 @@ class Progress:
     cap: float
 
 
+def server_mbps(server: ServerConfig, clients: int) -> tuple[float, float]:
+    """The server's (down, up) Mbit/s for a fleet of `clients` devices: each link's fixed Mbit/s plus
+    its share per device times the fleet (0 in all = unlimited)."""
+    return (server.down_mbps + server.down_mbps_per_device * clients,
+            server.up_mbps + server.up_mbps_per_device * clients)
+
+
 @dataclass(frozen=True)
 class Links:
     """The server's download and upload capacities, bytes/s (inf = unlimited)."""
@@ -217,6 +233,11 @@ class Links:
     @classmethod
     def of_mbps(cls, down_mbps: float, up_mbps: float) -> Links:
         return cls(*(m * 1e6 / 8 if m > 0 else math.inf for m in (down_mbps, up_mbps)))
+
+    @classmethod
+    def of_server(cls, server: ServerConfig, clients: int) -> Links:
+        """The links of a scenario's `[server]` for a fleet of `clients` devices (`server_mbps`)."""
+        return cls.of_mbps(*server_mbps(server, clients))
 
     @property
     def unlimited(self) -> bool:
