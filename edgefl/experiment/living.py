@@ -50,7 +50,6 @@ from edgefl.experiment.rounds import (
     RoundTable,
     each_priced,
     event_columns,
-    planned_jobs,
     priced,
     seen_duration,
 )
@@ -306,13 +305,14 @@ class AsyncRounds:
         k, utility, reason = chosen
         self.starts += 1
         clients = np.array([k], dtype=np.int64)
-        states, plan, jobs = planned_jobs(exp.pool, m, self.pricer, version, clients)
-        gathered, cost = exp.pool.gathered(clients, [states[k]]), jobs[0][2]
+        gathered, plan, costs = priced(exp.pool, m, self.pricer, version, clients)  # a one-row round
+        cost = costs.cost(0)
         update, downloaded = None, None
         if not exp.dry_run:
             downloaded = {n: v.detach().clone() for n, v in start_state(m, k).items()}
             update = self.executor.train(version, {k: plan.plan(0)})[0]
-        pending = Pending(states[k], plan.plan(0), cost, self.fed.now, update, downloaded, utility, reason)
+        state = exp.pool.state_at(gathered, 0)
+        pending = Pending(state, plan.plan(0), cost, self.fed.now, update, downloaded, utility, reason)
         transfers = self.energy.transfers(gathered, plan, [0])
         drain = self.energy.drains(gathered, plan, Costs.of([cost]), self.fed.now)[0]
         return Started(k, phases(cost), pending, None if transfers is None else transfers[0], drain)
