@@ -53,10 +53,10 @@ from torch import nn
 
 from edgefl.attacks import make_attack
 from edgefl.config import TrainingConfig
-from edgefl.execution.local import make_optimizer, resolve_device, train_local
 from edgefl.models import AtomModel, build_model
 from edgefl.profiling import profile_model
 from edgefl.sim.records import mem_req, optimizer_slots, paper_mem_req
+from edgefl.training.local import make_optimizer, resolve_device, train_local
 
 MB = 1e6
 CIFAR_MEAN = (0.4914, 0.4822, 0.4465)

@@ -52,10 +52,10 @@ import torch
 from torch import nn
 
 from edgefl.config import Scenario
-from edgefl.execution.local import resolve_device
 from edgefl.experiment import prepare, run
 from edgefl.models import build_model
 from edgefl.scenario import load_scenario
+from edgefl.training.local import resolve_device
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "scenarios" / "quickstart.toml"

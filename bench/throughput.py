@@ -3,7 +3,7 @@
 Both sides do Madry et al.'s PGD adversarial training (ICLR 2018; FedProphet §7.1's PGD-10 at
 eps 8/255, step 2/255) on the same model, batch and device:
 
-- edgefl: `edgefl.execution.local.train_local` with the `pgd` attack and the `pgd_at` objective,
+- edgefl: `edgefl.training.local.train_local` with the `pgd` attack and the `pgd_at` objective,
   SGD from `make_optimizer` with the scenario defaults (momentum 0.9, weight decay 1e-4), and the
   `TrainSettings` given by `--precision` / `--channels-last`;
 - bare: the same work written out below: batch indices drawn on the device, PGD with a uniform
@@ -22,7 +22,7 @@ and after each timed stretch. Printed per case: samples/s of each side and edgef
 Grouped vs one-by-one (issue 16): the quickstart's first round (scenarios/quickstart.toml: jFAT,
 digits_cnn on 8x8 digits, its first 10 clients at batch 32, its local iterations and PGD-10) trained
 one client after another by `FedAvgAT.train` (`training.group_clients = false`), and all together
-by `FedAvgAT.train_group` (edgefl.execution.grouped). The two alternate in one process,
+by `FedAvgAT.train_group` (edgefl.training.grouped). The two alternate in one process,
 `--group-repeats` times per thread count (1 and 2 by default, `--group-threads`); the quickstart
 itself runs on 2 (`threads`). Printed per thread count: the median seconds per round of each and
 the median of the per-repeat ratios one-by-one / grouped, and their range, and the ratio of the two
@@ -65,15 +65,15 @@ from torch import nn
 
 from edgefl.attacks import make_attack
 from edgefl.config import TrainingConfig
-from edgefl.execution import grouped
-from edgefl.execution.local import TrainSettings, make_optimizer, resolve_device, synchronize, train_local
-from edgefl.execution.objectives import PGDAT
 from edgefl.experiment import prepare
 from edgefl.methods import ClientPlan
 from edgefl.methods.fedavg import FedAvgAT
 from edgefl.models import build_model
 from edgefl.scenario import load_scenario
 from edgefl.sim.workload import Workload
+from edgefl.training import grouped
+from edgefl.training.local import TrainSettings, make_optimizer, resolve_device, synchronize, train_local
+from edgefl.training.objectives import PGDAT
 
 EPS, STEP, STEPS, CLASSES = 8 / 255, 2 / 255, 10, 10
 

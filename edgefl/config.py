@@ -87,7 +87,7 @@ class TrainingConfig:
     precision: str = "fp32"  # fp32 | bf16 (autocast on the training device)
     channels_last: bool = False  # NHWC memory format for conv models (faster on recent GPUs)
     group_clients: bool = True  # train a round's clients of one architecture together (issue 16);
-    #   false: one by one, as the time-prediction check needs (edgefl.execution.grouped)
+    #   false: one by one, as the time-prediction check needs (edgefl.training.grouped)
 
 
 @dataclass
@@ -127,7 +127,7 @@ class CostConfig:
 
 @dataclass
 class RoundConfig:
-    """How a round closes (edgefl.sim.living): all selected clients (sync), a deadline with
+    """How a round closes (edgefl.sim.processes): all selected clients (sync), a deadline with
     over-selection (FedScale), or buffered asynchronous aggregation (FedBuff)."""
 
     mode: str = "sync"  # sync | deadline | async

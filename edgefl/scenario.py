@@ -397,8 +397,8 @@ def registry_names(s: Scenario) -> list[Named]:
     """Every key of `s` that names something registered, with its value and the names known."""
     from edgefl.attacks import ATTACKS
     from edgefl.data import DATASETS, PARTITIONS
-    from edgefl.execution.objectives import OBJECTIVES
     from edgefl.models import MODELS
+    from edgefl.training.objectives import OBJECTIVES
 
     named = [
         ("method", s.method, METHODS.names()),

@@ -1,4 +1,4 @@
-"""glibc malloc keeps freed buffers after `keep_freed_memory` (edgefl.execution.allocator): a
+"""glibc malloc keeps freed buffers after `keep_freed_memory` (edgefl.training.allocator): a
 step's worth of large blocks allocated, touched and freed again page-faults only the first time."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 CHURN = """
 import resource, sys
 if sys.argv[1] == "keep":
-    from edgefl.execution.allocator import keep_freed_memory
+    from edgefl.training.allocator import keep_freed_memory
     assert keep_freed_memory()
 def step():  # 40 MB of 4 MB blocks (over glibc's dynamic thresholds), every page touched, all freed
     blocks = [bytearray(4 << 20) for _ in range(10)]

@@ -18,9 +18,9 @@ from torch import nn
 
 from edgefl.attacks import ATTACKS, Attack, make_attack
 from edgefl.errors import EdgeflError
-from edgefl.execution.local import evaluate
 from edgefl.experiment import prepare
 from edgefl.scenario import load_scenario
+from edgefl.training.local import evaluate
 
 QUICKSTART = Path(__file__).resolve().parents[1] / "scenarios" / "quickstart.toml"
 

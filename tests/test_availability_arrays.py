@@ -11,15 +11,15 @@ import pytest
 
 from edgefl.devices import draws
 from edgefl.experiment import prepare
-from edgefl.experiment.energy import RoundEnergy
 from edgefl.experiment.living import ASYNC, IDLE_DRAWS, idle_pick, online_pick
+from edgefl.experiment.round_energy import RoundEnergy
 from edgefl.experiment.rounds import priced
 from edgefl.scenario import load_scenario
 from edgefl.sim.availability import AVAILABILITY, Diurnal, from_mapping
 from edgefl.sim.battery import WH, Battery, Powered
 from edgefl.sim.bulk import Pricer
 from edgefl.sim.energy import phase_power
-from edgefl.sim.living import Drain
+from edgefl.sim.processes import Drain
 
 CLIENTS = np.arange(40)
 

@@ -1,4 +1,4 @@
-"""The device fast path of local training (edgefl.execution.local): fp32 results equal to the
+"""The device fast path of local training (edgefl.training.local): fp32 results equal to the
 plain Madry PGD-AT loop (Madry et al., ICLR 2018), bf16 autocast, channels_last, one host read."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from torch import nn
 
 from edgefl.attacks import Attack, make_attack
 from edgefl.config import TrainingConfig
-from edgefl.execution.local import (
+from edgefl.methods.fedprophet.cascade import Cascade, Exit, feature_attack
+from edgefl.training.local import (
     FP32,
     TrainSettings,
     batch_indices,
@@ -22,7 +23,6 @@ from edgefl.execution.local import (
     make_optimizer,
     train_local,
 )
-from edgefl.methods.fedprophet.cascade import Cascade, Exit, feature_attack
 
 ITERS, BATCH = 4, 8
 BF16, NHWC = TrainSettings("bf16"), TrainSettings(channels_last=True)

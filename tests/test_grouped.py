@@ -1,4 +1,4 @@
-"""Grouped training (edgefl.execution.grouped) repeats one-by-one training, through the hand-made
+"""Grouped training (edgefl.training.grouped) repeats one-by-one training, through the hand-made
 grouped network (Sequential CNNs) and through torch.func (any other model: a ResNet here).
 
 G clients of one small CNN (conv + BatchNorm + ReLU + max-pool + linear head), each from its own
@@ -25,7 +25,17 @@ from torch import nn
 from edgefl.attacks import make_attack
 from edgefl.attacks.base import Attack, client_streams, uniform_like
 from edgefl.config import TrainingConfig
-from edgefl.execution.grouped import (
+from edgefl.executors import executor
+from edgefl.executors.executor import LocalExecutor, train_timed_group
+from edgefl.experiment import prepare
+from edgefl.methods import METHODS, ClientPlan, ClientUpdate, fedavg
+from edgefl.methods.fedavg import FedAvgAT
+from edgefl.models import build_model
+from edgefl.models.base import plain_cnn
+from edgefl.scenario import load_scenario
+from edgefl.sim.records import AtomProfile, mem_req
+from edgefl.sim.workload import Workload
+from edgefl.training.grouped import (
     ClientJob,
     GroupedFlatten,
     GroupedNet,
@@ -37,7 +47,7 @@ from edgefl.execution.grouped import (
     grouped_network,
     train_group,
 )
-from edgefl.execution.local import (
+from edgefl.training.local import (
     FP32,
     TrainSettings,
     client_seed,
@@ -45,17 +55,7 @@ from edgefl.execution.local import (
     seed_everything,
     train_local,
 )
-from edgefl.execution.objectives import OBJECTIVES
-from edgefl.executors import executor
-from edgefl.executors.executor import LocalExecutor, train_timed_group
-from edgefl.experiment import prepare
-from edgefl.methods import METHODS, ClientPlan, ClientUpdate, fedavg
-from edgefl.methods.fedavg import FedAvgAT
-from edgefl.models import build_model
-from edgefl.models.base import plain_cnn
-from edgefl.scenario import load_scenario
-from edgefl.sim.records import AtomProfile, mem_req
-from edgefl.sim.workload import Workload
+from edgefl.training.objectives import OBJECTIVES
 
 TOL = 1e-9
 QUICKSTART = Path(__file__).resolve().parents[1] / "scenarios" / "quickstart.toml"

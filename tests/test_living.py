@@ -1,4 +1,4 @@
-"""A living fleet (edgefl.sim.living, edgefl.sim.availability, edgefl.experiment.living), against
+"""A living fleet (edgefl.sim.processes, edgefl.sim.availability, edgefl.experiment.living), against
 values worked by hand: a deadline round, an interrupted client, FedBuff's staleness weights,
 the diurnal formula, the FedScale trace importer and the refusals."""
 
@@ -22,8 +22,8 @@ from edgefl.cli import main
 from edgefl.devices import draws
 from edgefl.errors import EdgeflError
 from edgefl.experiment import prepare, run
-from edgefl.experiment.energy import RoundEnergy
 from edgefl.experiment.living import Live, Pending, phases, rebase, rebased, running_statistics, stall_error
+from edgefl.experiment.round_energy import RoundEnergy
 from edgefl.experiment.rounds import planned_jobs
 from edgefl.methods.aggregate import fedavg
 from edgefl.methods.base import ClientUpdate
@@ -38,7 +38,7 @@ from edgefl.sim.cost import ClientCost
 from edgefl.sim.energy import FleetPower, Power
 from edgefl.sim.engine import Federation, Span
 from edgefl.sim.links import Links
-from edgefl.sim.living import (
+from edgefl.sim.processes import (
     COMPLETED,
     DROPPED,
     LATE,

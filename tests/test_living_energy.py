@@ -12,8 +12,8 @@ from support import dies_before_checkpoint, dry_twice, simulated_rows
 
 from edgefl.cli import main
 from edgefl.experiment import prepare, run
-from edgefl.experiment.energy import RoundEnergy, worked
 from edgefl.experiment.living import Live
+from edgefl.experiment.round_energy import RoundEnergy, worked
 from edgefl.scenario import load_scenario
 from edgefl.selection import SELECTORS
 from edgefl.sim.availability import Always
@@ -21,7 +21,7 @@ from edgefl.sim.bulk import Costs
 from edgefl.sim.energy import Power, round_energy
 from edgefl.sim.engine import Federation
 from edgefl.sim.links import Links
-from edgefl.sim.living import COMPLETED, LATE, Transfer, play_round
+from edgefl.sim.processes import COMPLETED, LATE, Transfer, play_round
 
 POLICIES = [p for p in SELECTORS.names() if p != "uniform"]  # a living fleet draws uniform ones itself
 

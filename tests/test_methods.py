@@ -23,7 +23,6 @@ import torch
 from torch import nn
 
 from edgefl.cli import main
-from edgefl.execution.local import Hooks
 from edgefl.experiment import Experiment, prepare
 from edgefl.methods.aggregate import gma_mask, slack_weights
 from edgefl.methods.base import METHODS, ClientUpdate
@@ -35,6 +34,7 @@ from edgefl.methods.sfat import SFATConfig
 from edgefl.scenario import load_scenario
 from edgefl.sim.records import AtomProfile
 from edgefl.sim.workload import Workload, train_pass_flops
+from edgefl.training.local import Hooks
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "scenarios" / "quickstart.toml"
@@ -169,7 +169,7 @@ def test_sfat_scores_a_client_by_its_last_local_epoch_one_by_one_and_grouped(mon
     """L_k (Zhu et al. App. D; the release's update_weights_at) is the last local epoch's mean loss:
     with 2 local epochs of a client's N_k samples at batch B, the mean of its last ceil(N_k / B)
     iterations' losses, whether it trains alone or in a group."""
-    from edgefl.execution import objectives
+    from edgefl.training import objectives
 
     seen: list[torch.Tensor] = []
     real = objectives.PGDAT.adversarial_loss

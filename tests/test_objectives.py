@@ -1,4 +1,4 @@
-"""Local adversarial training objectives (edgefl.execution.objectives) against their papers, by hand.
+"""Local adversarial training objectives (edgefl.training.objectives) against their papers, by hand.
 
 TRADES (Zhang et al., ICML 2019): CE(f(x), y) + beta KL(f(x) || f(x')).
 MART (Wang et al., ICLR 2020, and its release's 1.0001): CE(f(x'), y) - log(1.0001 - max_{k != y} p_k(x'))
@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from edgefl.attacks.base import Attack
-from edgefl.execution.objectives import MART, OBJECTIVES, PGDAT, TRADES
+from edgefl.training.objectives import MART, OBJECTIVES, PGDAT, TRADES
 
 E = math.e
 X = torch.tensor([[1.0, 0.0], [0.0, 2.0]], dtype=torch.float64)

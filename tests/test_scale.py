@@ -18,7 +18,6 @@ from edgefl.config import FleetConfig, RoundConfig
 from edgefl.data.datasets import to_float, with_stats
 from edgefl.devices.pool import check_fleet_memory
 from edgefl.errors import EdgeflError
-from edgefl.execution.local import device_batches, evaluate
 from edgefl.experiment import prepare, run
 from edgefl.report.compare import load_run
 from edgefl.report.trace import trace_sample
@@ -26,6 +25,7 @@ from edgefl.runlog import log_format, read_rows
 from edgefl.scenario import load_scenario
 from edgefl.sim.cost import make_cost_model
 from edgefl.sim.engine import Federation
+from edgefl.training.local import device_batches, evaluate
 
 
 def dry(out: Path, *overrides: str) -> Path:

@@ -199,7 +199,7 @@ def test_a_client_cut_short_shows_the_selection_its_whole_priced_work() -> None:
     from edgefl.experiment.rounds import seen_duration
     from edgefl.sim.bulk import Costs
     from edgefl.sim.cost import ClientCost
-    from edgefl.sim.living import COMPLETED, LATE, OFFLINE
+    from edgefl.sim.processes import COMPLETED, LATE, OFFLINE
 
     costs = Costs.of([ClientCost(270.0, 3.0, 2.0, 5.0, 1.0, False),
                       ClientCost(5.0, 1.0, 2.0, 2.0, 1.0, False),

@@ -13,10 +13,10 @@ import pytest
 import torch
 from torch import nn
 
-from edgefl.execution.local import Hooks
 from edgefl.experiment import prepare
 from edgefl.methods import ClientUpdate
 from edgefl.scenario import load_scenario
+from edgefl.training.local import Hooks
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "scenarios" / "quickstart.toml"

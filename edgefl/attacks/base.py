@@ -2,7 +2,7 @@
 
 Attacks draw their random starts with `uniform_like` and `normal_like`: from torch's global
 generator (seeded per client by one-by-one training), or under `client_streams` (grouped
-training, edgefl.execution.grouped) client g's rows of a client-major batch from client g's own
+training, edgefl.training.grouped) client g's rows of a client-major batch from client g's own
 generator, which is what that client's global generator would have drawn one by one.
 """
 
@@ -25,7 +25,7 @@ class Attack(ABC):
     """Crafts adversarial inputs that raise `loss` (cross-entropy unless given) within an eps ball."""
 
     # Whether it attacks a client-major stack of clients' batches as each client's own (grouped
-    # training, edgefl.execution.grouped): every row on its own, the loss's gradient used up to a
+    # training, edgefl.training.grouped): every row on its own, the loss's gradient used up to a
     # positive per-client scale (its sign, or normalised per row), random draws through
     # uniform_like / normal_like.
     groupable = True

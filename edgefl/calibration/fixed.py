@@ -4,7 +4,7 @@ The compute model (edgefl.sim.compute) charges every operator; what a real clien
 beside them is charged as three fixed costs: per local iteration (Python, the batch gather, the
 optimizer's loop), per PGD step (the attack loop), and per client-round (a fresh copy of the model,
 its state kept, the optimizer made). Each is measured on a model so small that its operators cost
-almost nothing: edgefl's own local training loop (edgefl.execution.local.train_local) timed with 0
+almost nothing: edgefl's own local training loop (edgefl.training.local.train_local) timed with 0
 and with STEPS PGD steps, less what the fitted rooflines charge for the same iterations, and a
 client-round's set-up timed alone. A negative remainder (the rooflines already charge more) is 0.
 """
@@ -19,10 +19,10 @@ import torch
 from torch import nn
 
 from edgefl.attacks.pgd import PGD
-from edgefl.execution.local import seed_everything, train_local
 from edgefl.models.base import AtomModel, Normalize
 from edgefl.profiling import profile_model
 from edgefl.sim.compute import Iteration, Rooflines, iteration_seconds, layers_of
+from edgefl.training.local import seed_everything, train_local
 
 SHAPE = (1, 4, 4)  # one sample of the tiny model
 BATCH, STEPS, ITERS, SAMPLES = 4, 5, 100, 64

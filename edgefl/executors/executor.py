@@ -6,7 +6,7 @@ workers, which remake the method from a recipe the experiment gives. The run loo
 method state, and training is seeded per (seed, round, client), so they produce the same updates.
 
 With `training.group_clients` (the default) the clients a method gives one `group_key` train
-together by `Method.train_group` (edgefl.execution.grouped; a group per Ray task), and the group's
+together by `Method.train_group` (edgefl.training.grouped; a group per Ray task), and the group's
 measured time is shared out among its clients by their FLOPs as `real_compute_s`.
 """
 
@@ -22,9 +22,9 @@ from typing import Protocol
 import torch
 from tqdm import tqdm
 
-from edgefl.execution.local import timed
 from edgefl.methods import ClientPlan, ClientUpdate, Method
 from edgefl.profiling.layers import why_not_grouped
+from edgefl.training.local import timed
 
 
 class Executor(Protocol):

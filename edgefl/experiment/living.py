@@ -1,4 +1,4 @@
-"""A living fleet's rounds (edgefl.sim.living): devices that come and go, deadlines, FedBuff.
+"""A living fleet's rounds (edgefl.sim.processes): devices that come and go, deadlines, FedBuff.
 
 With `fleet.availability = "always"` and `round.mode = "sync"` (the defaults) none of this runs and
 rounds are edgefl.experiment.rounds's. Otherwise a round's clients are drawn from the devices online
@@ -42,10 +42,9 @@ from edgefl.config import MAX_SECONDS
 from edgefl.devices import draws
 from edgefl.devices.pool import SAMPLE, DevicePool, DeviceState, rng, selected_per_round
 from edgefl.errors import EdgeflError
-from edgefl.execution.local import SERVER, seed_everything
 from edgefl.executors.executor import Executor
-from edgefl.experiment.energy import RoundEnergy
 from edgefl.experiment.prepare import Experiment
+from edgefl.experiment.round_energy import RoundEnergy
 from edgefl.experiment.rounds import (
     RoundTable,
     each_priced,
@@ -64,7 +63,7 @@ from edgefl.sim.battery import Powered
 from edgefl.sim.bulk import Costs, Pricer
 from edgefl.sim.cost import ClientCost
 from edgefl.sim.engine import Federation
-from edgefl.sim.living import (
+from edgefl.sim.processes import (
     COMPLETED,
     DROPPED,
     Buffered,
@@ -75,6 +74,7 @@ from edgefl.sim.living import (
     staleness_weight,
     stall_runs,
 )
+from edgefl.training.local import SERVER, seed_everything
 
 ASYNC = 5  # the random stream of async picks (edgefl.devices.pool's streams, then availability's)
 
@@ -215,7 +215,7 @@ def live_round(exp: Experiment, live: Live, pricer: Pricer, fed: Federation, t: 
 
 def on_links(costs: Costs, rows: list[int], outcomes: list[Outcome]) -> Costs:
     """The costs with the seconds each transfer took on the shared links (one cut midway: the seconds
-    it would have taken at its pace, edgefl.sim.living `_send`); one that never started keeps its
+    it would have taken at its pace, edgefl.sim.processes `_send`); one that never started keeps its
     time alone."""
     down, up = costs.download_s.copy(), costs.upload_s.copy()
     for i, o in zip(rows, outcomes, strict=True):

@@ -22,13 +22,12 @@ from edgefl import checkpoint, rundir
 from edgefl.attacks import make_attack
 from edgefl.config import RayConfig
 from edgefl.errors import EdgeflError
-from edgefl.execution.local import evaluate
 from edgefl.executors.executor import Executor, LocalExecutor
 from edgefl.executors.ray import RayExecutor
-from edgefl.experiment.energy import RoundEnergy
 from edgefl.experiment.players import make_player
 from edgefl.experiment.prepare import Experiment, Rebuild
 from edgefl.experiment.resume import Resumed, resume_state
+from edgefl.experiment.round_energy import RoundEnergy
 from edgefl.experiment.rounds import client_columns, event_columns, metrics_row
 from edgefl.experiment.rows import (
     CLIENTS,
@@ -53,8 +52,9 @@ from edgefl.selection.server import Selection, workload_need
 from edgefl.sim.availability import trace_file
 from edgefl.sim.bulk import Pricer
 from edgefl.sim.engine import Federation
-from edgefl.sim.living import STATUSES
+from edgefl.sim.processes import STATUSES
 from edgefl.sim.workload import Workload
+from edgefl.training.local import evaluate
 
 
 def run(exp: Experiment, out: Path, progress: bool = True, resume: bool = False) -> dict[str, Any]:

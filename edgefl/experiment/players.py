@@ -5,7 +5,7 @@
   policy's clients, drawn, planned, priced and played in bulk (edgefl.experiment.rounds).
 * `LivingRounds`: `sync` or `deadline` rounds on a living fleet (availability, batteries): the
   clients online at the round's start, played with their interrupts (edgefl.experiment.living,
-  edgefl.sim.living; FedScale's over-commitment and deadline in `deadline` mode, Lai et al., OSDI
+  edgefl.sim.processes; FedScale's over-commitment and deadline in `deadline` mode, Lai et al., OSDI
   2021).
 * `AsyncRounds` (edgefl.experiment.living): FedBuff's buffered asynchronous aggregation (Nguyen et
   al., AISTATS 2022), one aggregation a row.
@@ -20,16 +20,16 @@ from typing import Protocol
 
 import numpy as np
 
-from edgefl.execution.local import SERVER, seed_everything
 from edgefl.executors.executor import Executor
-from edgefl.experiment.energy import RoundEnergy
 from edgefl.experiment.living import AsyncRounds, Live, completed, live_round
 from edgefl.experiment.prepare import Experiment
+from edgefl.experiment.round_energy import RoundEnergy
 from edgefl.experiment.rounds import RoundTable, bulk_round, each_round
 from edgefl.runlog import Columns
 from edgefl.selection.server import Selection
 from edgefl.sim.bulk import Pricer
 from edgefl.sim.engine import Federation
+from edgefl.training.local import SERVER, seed_everything
 
 Played = tuple[RoundTable, float | str, np.ndarray]  # a round's table, mean loss, measured seconds
 

@@ -24,14 +24,14 @@ from edgefl.data.partition import ClientSplit, public_split
 from edgefl.devices.catalog import catalog_for
 from edgefl.devices.pool import DevicePool, check_fleet_memory
 from edgefl.errors import EdgeflError
-from edgefl.execution.allocator import keep_freed_memory
-from edgefl.execution.local import resolve_device
 from edgefl.executors.ray import check_reachable
 from edgefl.methods import METHODS, Context, Method
 from edgefl.methods.base import method_class
 from edgefl.models import build_model
 from edgefl.profiling import profile_model
 from edgefl.scenario import scenario_from_toml
+from edgefl.training.allocator import keep_freed_memory
+from edgefl.training.local import resolve_device
 
 
 @dataclass

@@ -20,13 +20,13 @@ import numpy as np
 import pyarrow as pa
 
 from edgefl.devices.pool import DevicePool, DeviceState, StateMap, States
-from edgefl.experiment.energy import RoundEnergy
+from edgefl.experiment.round_energy import RoundEnergy
 from edgefl.methods.base import ClientPlan, Method
 from edgefl.runlog import Columns
 from edgefl.selection import Picked
 from edgefl.sim.bulk import Costs, Pricer, RoundPlan
 from edgefl.sim.engine import PHASES, Federation, Job
-from edgefl.sim.living import COMPLETED, STATUSES
+from edgefl.sim.processes import COMPLETED, STATUSES
 
 
 @dataclass

@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from edgefl.errors import EdgeflError
-from edgefl.execution.local import resolve_device
 from edgefl.executors.ray import die_once_on_fault, fetched, first_ready, started_ray
 from edgefl.experiment.loop import start_or_resume
 from edgefl.experiment.prepare import prepare
 from edgefl.scenario import Scenario, scenario_from_toml, to_toml
+from edgefl.training.local import resolve_device
 
 
 @dataclass(frozen=True)

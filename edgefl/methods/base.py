@@ -22,8 +22,6 @@ from edgefl.config import KNOBS, Scenario
 from edgefl.data import ClientSplit, Dataset
 from edgefl.devices.pool import DeviceState
 from edgefl.errors import EdgeflError
-from edgefl.execution.local import Hooks, TrainSettings, make_optimizer, seed_everything, train_local
-from edgefl.execution.objectives import Objective
 from edgefl.models import AtomModel
 from edgefl.registry import Registry
 from edgefl.sim.bulk import RoundPlan
@@ -32,6 +30,8 @@ from edgefl.sim.records import ModelProfile
 from edgefl.sim.workload import Workload
 from edgefl.snapshot import plain, restore
 from edgefl.tomlschema import toml_value
+from edgefl.training.local import Hooks, TrainSettings, make_optimizer, seed_everything, train_local
+from edgefl.training.objectives import Objective
 
 
 @dataclass
@@ -199,7 +199,7 @@ class Method(ABC):
 
     def group_key(self, round_: int, client: int, plan: ClientPlan) -> Hashable | None:
         """Clients of a round with the same key may be trained together by `train_group`
-        (edgefl.execution.grouped); None (the default): this client trains alone, by `train`."""
+        (edgefl.training.grouped); None (the default): this client trains alone, by `train`."""
         return None
 
     def train_group(self, round_: int, plans: dict[int, ClientPlan]) -> list[ClientUpdate]:

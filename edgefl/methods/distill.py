@@ -45,7 +45,6 @@ from torch import nn
 from edgefl.config import Check, Knobs, Named, Scenario, knob_section
 from edgefl.devices.pool import DeviceState
 from edgefl.errors import EdgeflError
-from edgefl.execution.local import SERVER, device_batches, seed_everything
 from edgefl.methods.aggregate import State, fedavg, state_bytes
 from edgefl.methods.base import ClientModel, ClientPlan, ClientUpdate, Context
 from edgefl.methods.fedavg import FedAvgAT
@@ -54,6 +53,7 @@ from edgefl.profiling import profile_model
 from edgefl.sim.bulk import RoundPlan
 from edgefl.sim.records import ModelProfile
 from edgefl.sim.workload import Workload, train_pass_flops
+from edgefl.training.local import SERVER, device_batches, seed_everything
 
 PUBLIC_SHARE = 5  # a default public split is at most 1/5 of the training set
 TargetLoss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (student [B,C], teachers [K,B,C])

@@ -28,15 +28,15 @@ import numpy as np
 import torch
 
 from edgefl.devices.pool import DeviceState
-from edgefl.execution.grouped import ClientJob, train_group
-from edgefl.execution.local import TrainSettings, client_seed
-from edgefl.execution.objectives import OBJECTIVES, Objective
 from edgefl.methods.aggregate import State, bn_keys, fedavg, keep_local, state_bytes
 from edgefl.methods.base import METHODS, ClientModel, ClientPlan, ClientUpdate, Context, Method
 from edgefl.profiling.layers import why_not_grouped
 from edgefl.sim.bulk import RoundPlan
 from edgefl.sim.records import mem_req, optimizer_slots
 from edgefl.sim.workload import Workload
+from edgefl.training.grouped import ClientJob, train_group
+from edgefl.training.local import TrainSettings, client_seed
+from edgefl.training.objectives import OBJECTIVES, Objective
 
 GROUP_BYTES = 4 * 2**30  # the most training memory (mem_req) one group of clients may take at once
 

@@ -22,11 +22,11 @@ from torch import nn
 
 from edgefl.config import Check, Knobs, knob_section
 from edgefl.data.datasets import to_float
-from edgefl.execution.local import Hooks
 from edgefl.methods.aggregate import State
 from edgefl.methods.base import METHODS, ClientPlan, ClientUpdate, Context
 from edgefl.methods.fedavg import FedAvgAT
 from edgefl.sim.workload import train_pass_flops
+from edgefl.training.local import Hooks
 
 Tensors = dict[str, torch.Tensor]
 GRAD_BYTES = 1e9  # per-sample gradients held at once by the Fisher pass (VGG16: 16 samples)

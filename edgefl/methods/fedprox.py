@@ -10,10 +10,10 @@ import torch
 from torch import nn
 
 from edgefl.config import Check, Knobs, knob_section
-from edgefl.execution.local import Hooks
 from edgefl.methods.aggregate import State
 from edgefl.methods.base import METHODS
 from edgefl.methods.fedavg import FedAvgAT
+from edgefl.training.local import Hooks
 
 
 @knob_section("prox")

@@ -13,10 +13,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from edgefl.execution.local import Hooks
 from edgefl.methods.aggregate import State
 from edgefl.methods.base import METHODS, ClientPlan, ClientUpdate, Context
 from edgefl.methods.fedavg import FedAvgAT
+from edgefl.training.local import Hooks
 
 
 @METHODS.register("scaffold_at")

@@ -1,6 +1,6 @@
 """What edgefl knows of each layer type, in one table: the kind profiling charges it as (the
 kernels that run it, edgefl.devices.profile's KERNEL_KINDS), whether width methods can narrow it
-(edgefl.methods.width), and whether grouped training can stack it (edgefl.execution.grouped).
+(edgefl.methods.width), and whether grouped training can stack it (edgefl.training.grouped).
 
 `kind` refines a convolution by its shape (`layer_kind`); a type not in the table is an
 `elementwise` layer for profiling, passes width methods only if listed, and groups (torch.func's

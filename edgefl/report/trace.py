@@ -1,6 +1,6 @@
 """The per-client event log as a Chrome trace (the JSON Trace Event Format that Perfetto and
 chrome://tracing open): one track per client, one complete event per download, data access,
-compute, upload and wait, in simulated microseconds. On a living fleet (edgefl.sim.living) a client
+compute, upload and wait, in simulated microseconds. On a living fleet (edgefl.sim.processes) a client
 stopped early shows an instant event named after its status (offline, late, dropped) where it
 stopped.
 
@@ -20,7 +20,7 @@ import numpy as np
 from edgefl.devices.pool import TRACE, rng
 from edgefl.runlog import Columns, cells
 from edgefl.sim.engine import Span
-from edgefl.sim.living import STATUSES
+from edgefl.sim.processes import STATUSES
 
 
 def chrome_trace(spans: Sequence[Span], devices: Sequence[str],

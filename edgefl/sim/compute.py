@@ -5,7 +5,7 @@ al., "Roofline", CACM 2009): time = max(FLOPs / sustained FLOP/s, bytes moved / 
 + a fixed per-operator overhead, with figures per layer kind (conv, linear, norm, activation, pool,
 elementwise) and pass (forward, input-gradient backward, weight-gradient backward). What runs, per
 iteration of PGD-T adversarial training (Madry et al.; edgefl/attacks/pgd.py and
-edgefl/execution/local.py):
+edgefl/training/local.py):
 
 * the batch gather and the loss accumulation: BATCH_OPS elementwise operators on the input;
 * the PGD start (PGD_START_OPS on the input), then T times: a forward of every layer, the loss, an

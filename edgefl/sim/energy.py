@@ -86,7 +86,7 @@ def round_energy(p: Power[Any], c: Priced, share: Any, down_bytes: Any, up_bytes
 def phase_power(p: Power[Any], c: Priced, share: Any, down_bytes: Any,
                 up_bytes: Any) -> tuple[tuple[Any, ...], tuple[Any, ...], tuple[Any, Any]]:
     """`round_energy`'s work joules, phase by phase (download, data access, compute, upload), as
-    watts over each phase's seconds and joules spread over them (edgefl.experiment.energy `worked`
+    watts over each phase's seconds and joules spread over them (edgefl.experiment.round_energy `worked`
     prorates them so): the idle power in every phase, the radio's base power in the transfers,
     training's extra power in the compute; a transfer's bytes, and the storage bytes over data access
     and compute together. Also the radio's joules per byte (download, upload). For a client (floats)

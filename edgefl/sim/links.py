@@ -312,7 +312,7 @@ class SharedLink:
             raise
 
     def _schedule(self) -> None:
-        if self.changed.callbacks:  # someone follows the rates (edgefl.sim.living `_watch`)
+        if self.changed.callbacks:  # someone follows the rates (edgefl.sim.processes `_watch`)
             changed, self.changed = self.changed, self.env.event()
             changed.succeed()
         for i in self.sharing.ended():

@@ -17,7 +17,7 @@ from torch import nn
 
 from edgefl.attacks import Attack
 from edgefl.attacks.pgd_l2 import PGDL2
-from edgefl.execution.objectives import Objective
+from edgefl.training.objectives import Objective
 
 
 class Exit(nn.Module):

@@ -25,8 +25,6 @@ from edgefl.attacks import Attack, make_attack
 from edgefl.data.datasets import to_float
 from edgefl.devices.pool import DeviceState
 from edgefl.errors import EdgeflError
-from edgefl.execution.local import evaluate
-from edgefl.execution.objectives import Objective
 from edgefl.methods.aggregate import State, bn_keys, keep_local, partial_average, state_bytes
 from edgefl.methods.base import METHODS, ClientModel, ClientPlan, ClientUpdate, Context, Method
 from edgefl.methods.fedprophet.cascade import Cascade, Exit, feature_attack, output_perturbation
@@ -42,6 +40,8 @@ from edgefl.methods.fedprophet.partition import aux_head, partition_model
 from edgefl.sim.bulk import RoundPlan
 from edgefl.sim.records import optimizer_slots
 from edgefl.sim.workload import Workload
+from edgefl.training.local import evaluate
+from edgefl.training.objectives import Objective
 
 SAMPLES = 43  # the random stream of the server's samples for d* and validation (unlike any other)
 

@@ -23,7 +23,7 @@ from torch import nn
 from edgefl.attacks import Attack
 from edgefl.config import TrainingConfig
 from edgefl.data.datasets import to_float
-from edgefl.execution.objectives import PGDAT, Objective
+from edgefl.training.objectives import PGDAT, Objective
 
 T = TypeVar("T")
 

@@ -20,7 +20,7 @@ tensor, so attacks and objectives run on the grouped network unchanged. The obje
 client (`Objective.per_client`), and random draws (attack random starts,
 edgefl.attacks.base.client_streams) come from each client's own generator, seeded as one-by-one
 training seeds it, so grouped training repeats one-by-one training (Madry et al.'s PGD-AT loop in
-edgefl.execution.local) up to floating-point summation order.
+edgefl.training.local) up to floating-point summation order.
 
 A group trains in this process on torch's threads (a pool of worker processes, one part each,
 gained under 10 %: docs/benchmarks.md). In the hand-made network a first convolution with one input
@@ -46,10 +46,10 @@ from edgefl.attacks import Attack
 from edgefl.attacks.base import client_streams
 from edgefl.config import TrainingConfig
 from edgefl.data.datasets import to_float
-from edgefl.execution.local import FP32, TrainSettings, batch_indices, make_optimizer, tail_mean
-from edgefl.execution.objectives import Objective
 from edgefl.models.base import Normalize
 from edgefl.profiling.layers import why_not_grouped
+from edgefl.training.local import FP32, TrainSettings, batch_indices, make_optimizer, tail_mean
+from edgefl.training.objectives import Objective
 
 State = dict[str, torch.Tensor]
 AS_IS = (nn.ReLU, nn.MaxPool2d, nn.AvgPool2d, nn.AdaptiveAvgPool2d, nn.Identity)  # per channel

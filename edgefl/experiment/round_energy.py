@@ -26,7 +26,7 @@ from edgefl.sim.battery import Battery
 from edgefl.sim.bulk import Costs, RoundPlan
 from edgefl.sim.energy import FleetPower, client_energy, phase_power
 from edgefl.sim.links import Links, shared_round
-from edgefl.sim.living import Drain, Transfer
+from edgefl.sim.processes import Drain, Transfer
 
 WORK = ("compute_s", "data_access_s", "download_s", "upload_s", "read_bytes", "write_bytes")
 
@@ -88,7 +88,7 @@ class RoundEnergy:
 
     def transfers(self, s: States, plan: RoundPlan, rows: list[int]) -> list[Transfer] | None:
         """The transfers of the clients `rows` on the server's links (`sharing`), for a living fleet's
-        SimPy processes (edgefl.sim.living); None where the links are not shared."""
+        SimPy processes (edgefl.sim.processes); None where the links are not shared."""
         if self.sharing is None:
             return None
         down, up = self.sent(plan)
@@ -122,7 +122,7 @@ class RoundEnergy:
     def living(self, s: States, plan: RoundPlan, costs: Costs, elapsed: np.ndarray, wait_s: np.ndarray,
                dropped: np.ndarray, end_s: np.ndarray | float) -> np.ndarray | None:
         """A living fleet's joules per client for the work each did in its `elapsed` seconds (its
-        stop less its start; edgefl.sim.living) and its waiting, ended by `end_s`, batteries
+        stop less its start; edgefl.sim.processes) and its waiting, ended by `end_s`, batteries
         drained: no more than a battery held (one that empties while its client waits for the
         round gives what it had, as does one whose client stopped where its work spent the
         charge, `drains`, up to rounding); None without energy."""
@@ -134,7 +134,7 @@ class RoundEnergy:
         return joules
 
     def drains(self, s: States, plan: RoundPlan, costs: Costs, now: float) -> list[Drain | None]:
-        """Each client's battery over its work starting `now` (edgefl.sim.living `Drain`, which
+        """Each client's battery over its work starting `now` (edgefl.sim.processes `Drain`, which
         stops the client where its work has spent the charge; None: mains powered, or batteries not
         tracked). Unplugged at `now`, a battery holds its charge then and can run out until the
         device is next plugged in; plugged in at `now`, the device runs on its charger until it is

@@ -85,7 +85,7 @@ def _send(env: simpy.Environment, net: Net, up: bool, out: Outcome,
           meter: Meter | None = None) -> Generator[simpy.Event, Any, None]:
     """The client's download (or upload) on its shared link, then its latency; its seconds noted.
     One interrupted midway notes the seconds it would have taken at the pace it had, s / share (the
-    share of its bytes through), so that prorating its phases (edgefl.experiment.energy `worked`)
+    share of its bytes through), so that prorating its phases (edgefl.experiment.round_energy `worked`)
     charges the seconds it ran and the bytes it sent, and no later phase. A `meter` follows the
     transfer's pace on the link."""
     t, begin, name = net.transfer, float(env.now), "upload_s" if up else "download_s"
@@ -130,7 +130,7 @@ def _work(env: simpy.Environment, phases: Sequence[float], out: Outcome, reporte
 
 @dataclass(frozen=True)
 class Drain:
-    """A client's battery over its work (edgefl.experiment.energy `RoundEnergy.drains`): the
+    """A client's battery over its work (edgefl.experiment.round_energy `RoundEnergy.drains`): the
     `held_j` joules it can spend, which each phase (download, data access, compute, upload) spends
     at `watts` plus its `spread` joules at an even pace over its seconds (edgefl.sim.energy
     `phase_power`), or, for a transfer on a shared link, `per_byte` joules (download, upload) per

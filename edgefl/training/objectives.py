@@ -8,7 +8,7 @@
 
 Without an attack (clean warm-up rounds) every objective is plain cross-entropy.
 
-`per_client(G)` is the same objective on G clients' batches stacked client-major (edgefl.execution.
+`per_client(G)` is the same objective on G clients' batches stacked client-major (edgefl.training.
 grouped): every mean is taken per client, and the loss is the vector of the G clients' losses.
 """
 
