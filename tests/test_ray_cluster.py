@@ -116,9 +116,10 @@ os._exit(code if done else 3)
 
 def test_a_run_whose_cluster_loses_its_head_stops_in_one_line_and_resumes_in_process(cluster, tmp_path):
     """The head's processes killed (its GCS and raylet) while round 1's tasks run: Ray itself raises
-    nothing and would end the driver a minute later; edgefl finds the head gone within
-    executors.ray.PROBE_S, stops with one line and exit 2, and `--resume --executor local` ends with
-    the files of a run that lost nothing."""
+    nothing, may even finish the tasks on the worker nodes, and would end the driver a minute later;
+    edgefl finds the head gone at its next wait for a task (executors.ray `first_ready`), stops
+    with one line and exit 2, and `--resume --executor local` ends with the files of a run that lost
+    nothing."""
     out = tmp_path / "cluster"
     pids = [p.process.pid for procs in cluster.head_node.all_processes.values() for p in procs]
     args = [*RUN, *on_cluster(cluster), "--executor", "ray", "--out", str(out)]

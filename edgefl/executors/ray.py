@@ -79,13 +79,11 @@ PROBE_S = 1.0  # how often a wait on the cluster checks that its head still answ
 
 
 def first_ready(ray: Any, refs: list[Any], where: str) -> Any:
-    """The first of `refs` to finish. Every PROBE_S without one, the cluster's head (its GCS) must
-    still accept a connection: a driver that has lost it is ended by Ray's own core about a minute
-    later, with no word of edgefl's and no chance to say how to go on."""
+    """The first of `refs` to finish. Before the wait, and every PROBE_S without one, the cluster's
+    head (its GCS) must still accept a connection: a driver that has lost it is ended by Ray's own
+    core about a minute later, with no word of edgefl's and no chance to say how to go on, even
+    while its tasks, on nodes that outlive the head, still finish."""
     while True:
-        ready, _ = ray.wait(refs, num_returns=1, timeout=PROBE_S)
-        if ready:
-            return ready[0]
         head = ray.get_runtime_context().gcs_address
         why = _unanswered(head, PROBE_S)
         if why:
@@ -93,6 +91,9 @@ def first_ready(ray: Any, refs: list[Any], where: str) -> Any:
                                "the round in progress was lost")
             lost.resumable = True
             raise lost
+        ready, _ = ray.wait(refs, num_returns=1, timeout=PROBE_S)
+        if ready:
+            return ready[0]
 
 
 def fetched(ray: Any, ref: Any, where: str) -> Any:
