@@ -10,10 +10,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from reference import RoundRecord
+
 from edgefl import checkpoint, rundir
 from edgefl.experiment import CLIENTS, METRICS, Experiment, prepare, run
 from edgefl.scenario import Scenario
-from edgefl.sim.engine import PHASES, RoundRecord, Span
+from edgefl.sim.engine import PHASES, Span
 
 ROOT = Path(__file__).resolve().parents[1]
 

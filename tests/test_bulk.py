@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from reference import per_client
 
 from edgefl.config import FleetConfig
 from edgefl.devices import draws
@@ -129,13 +130,14 @@ def test_the_fedavg_family_plans_in_bulk_as_client_by_client(overrides: list[str
     (ROOT / "scenarios" / "feddynat-digits.toml", ["fleet.clients=12"]),  # its skewed split: few clients
     (ROOT / "scenarios" / "living-digits.toml", []),  # diurnal, deadline, batteries, memory_fit
     (ROOT / "scenarios" / "living-digits.toml", ["round.mode=sync", "selection.policy=uniform"])])
-def test_bulk_and_per_client_runs_write_the_same_files(tmp_path: Path, scenario: Path,
-                                                      overrides: list[str]) -> None:
+def test_bulk_and_per_client_runs_write_the_same_files(tmp_path: Path, scenario: Path, overrides: list[str],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     outs = []
     for bulk in (True, False):
+        if not bulk:
+            per_client(monkeypatch)  # the reference (tests/reference.py)
         s = load_scenario(scenario, ["fleet.clients=300", "rounds=4", *overrides])
         exp = prepare(s, str(scenario), dry_run=True)
-        exp.bulk = bulk
         out = tmp_path / f"bulk{bulk}"
         run(exp, out, progress=False)
         outs.append(out)

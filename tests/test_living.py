@@ -16,6 +16,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from reference import planned_jobs
 from support import dry_twice
 
 from edgefl.cli import main
@@ -24,7 +25,6 @@ from edgefl.errors import EdgeflError
 from edgefl.experiment import prepare, run
 from edgefl.experiment.living import Live, Pending, phases, rebase, rebased, running_statistics, stall_error
 from edgefl.experiment.round_energy import RoundEnergy
-from edgefl.experiment.rounds import planned_jobs
 from edgefl.methods.aggregate import fedavg
 from edgefl.methods.base import ClientUpdate
 from edgefl.report.compare import breakdown, load_run, sim_time

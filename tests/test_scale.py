@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from reference import run_round
 from support import QUICKSTART, SMALL, full_disk, nth, one_error_line, round_spans, sets
 
 from edgefl import rundir
@@ -46,7 +47,7 @@ def test_the_streamed_events_are_the_per_client_engines_spans(tmp_path: Path) ->
         jobs = [(k, st, cost_model.cost(plans[k].workload, st)) for k, st in states.items()]
         expected += [{"round": str(x.round), "client": str(x.client), "phase": x.phase,
                       "start_s": repr(x.start_s), "end_s": repr(x.end_s)}
-                     for x in round_spans(fed.run_round(t, jobs, m.server_flops(t) / 1e13))]
+                     for x in round_spans(run_round(fed, t, jobs, m.server_flops(t) / 1e13))]
         m.skip(t, list(states))
     assert read_rows(out, "events")[1] == expected
     assert len(read_rows(out, "clients")[1]) == 3 * 20

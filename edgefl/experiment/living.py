@@ -47,7 +47,6 @@ from edgefl.experiment.prepare import Experiment
 from edgefl.experiment.round_energy import RoundEnergy
 from edgefl.experiment.rounds import (
     RoundTable,
-    each_priced,
     event_columns,
     priced,
     seen_duration,
@@ -182,8 +181,7 @@ def live_round(exp: Experiment, live: Live, pricer: Pricer, fed: Federation, t: 
     online (select_online); `server_s(clients whose updates count)` is the server's time."""
     picked = select_online(live, exp.pool, fed, t, exp.where, choose)
     clients = picked.clients if isinstance(picked, Picked) else picked
-    gathered, plan, priced_costs = (priced if exp.bulk else each_priced)(exp.pool, exp.method, pricer, t,
-                                                                          clients)
+    gathered, plan, priced_costs = priced(exp.pool, exp.method, pricer, t, clients)
     costs, dropped = energy.unpaid(gathered, plan, priced_costs, fed.now)
     if len(clients) and dropped.all():  # no one can pay: the round waits until one's battery can
         wake = energy.payable_at(gathered, plan, priced_costs, fed.now)

@@ -24,7 +24,7 @@ from edgefl.executors.executor import Executor
 from edgefl.experiment.living import AsyncRounds, Live, completed, live_round
 from edgefl.experiment.prepare import Experiment
 from edgefl.experiment.round_energy import RoundEnergy
-from edgefl.experiment.rounds import RoundTable, bulk_round, each_round
+from edgefl.experiment.rounds import RoundTable, bulk_round
 from edgefl.runlog import Columns
 from edgefl.selection.server import Selection
 from edgefl.sim.bulk import Pricer
@@ -61,9 +61,8 @@ class SyncRounds:
 
     def play(self, t: int) -> Played:
         exp, picked = self.exp, self.selection.pick(t)
-        table = (bulk_round if exp.bulk else each_round)(exp.pool, exp.method, self.pricer, self.fed, t,
-                                                         lambda: server_seconds(exp, t), picked.clients,
-                                                         self.energy)
+        table = bulk_round(exp.pool, exp.method, self.pricer, self.fed, t, lambda: server_seconds(exp, t),
+                           picked.clients, self.energy)
         table.picked = picked
         return trained(exp, self.executor, table, table.states.clients.tolist(), self.selection)
 

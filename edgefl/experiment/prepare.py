@@ -42,7 +42,6 @@ class Experiment:
     pool: DevicePool
     method: Method
     dry_run: bool = False  # engine and cost model only: no data, no training, no accuracy
-    bulk: bool = True  # rounds drawn, planned and priced as arrays (False: client by client, the reference)
     clients_here: bool = False  # clients train in this process whatever `executor` says: the run is
     # itself a Ray task (edgefl.experiment.spread)
 

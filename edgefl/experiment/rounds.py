@@ -1,11 +1,11 @@
 """A round's clients drawn, planned, priced and played, as columns.
 
-The round's clients are the selection policy's picks (edgefl.selection). Two paths give the same
-table, to the bit (tests/test_bulk.py). `bulk_round` (the default) draws the round's clients as
+The round's clients are the selection policy's picks (edgefl.selection). `bulk_round` draws them as
 arrays (DevicePool.states), plans them (Method.plan_round), prices them (edgefl.sim.bulk.Pricer) and
-plays the round with one SimPy event (Federation.play). `each_round`, the reference, draws
-(DevicePool.state), plans (Method.plan) and prices (the cost model's `cost`) client by client and
-runs one SimPy process per client (Federation.run_round). The table's per-client rows (clients.csv)
+plays the round with one SimPy event (Federation.play); one client is a one-row call. The reference
+that draws, plans and prices client by client and plays one SimPy process per client is in the
+tests (tests/reference.py), which prove the columns equal to it to the bit. The table's per-client
+rows (clients.csv)
 and spans (events.csv: each client's phases back to back from the round's start, clients in order,
 then each waiting client's wait until the straggler's upload ends) are rendered as columns.
 """
@@ -19,13 +19,13 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from edgefl.devices.pool import DevicePool, DeviceState, StateMap, States
+from edgefl.devices.pool import DevicePool, StateMap, States
 from edgefl.experiment.round_energy import RoundEnergy
 from edgefl.methods.base import ClientPlan, Method
 from edgefl.runlog import Columns
 from edgefl.selection import Picked
 from edgefl.sim.bulk import Costs, Pricer, RoundPlan
-from edgefl.sim.engine import PHASES, Federation, Job
+from edgefl.sim.engine import PHASES, Federation
 from edgefl.sim.processes import COMPLETED, STATUSES
 
 
@@ -97,41 +97,6 @@ def priced(pool: DevicePool, method: Method, pricer: Pricer, t: int, clients: np
     view = StateMap(pool, states)
     plan = method.plan_round(t, states.clients, view)
     return states, plan, pricer.price(plan, states)
-
-
-def each_priced(pool: DevicePool, method: Method, pricer: Pricer, t: int, clients: np.ndarray
-                ) -> tuple[States, RoundPlan[ClientPlan], Costs]:
-    """As `priced`, client by client (the reference)."""
-    states, plan, jobs = planned_jobs(pool, method, pricer, t, clients)
-    return pool.gathered(clients, list(states.values())), plan, Costs.of([c for *_, c in jobs])
-
-
-def each_round(pool: DevicePool, method: Method, pricer: Pricer, fed: Federation, t: int,
-               server_s: Callable[[], float], clients: np.ndarray,
-               energy: RoundEnergy | None = None) -> RoundTable:
-    """Round t of `clients` (ascending) client by client, with one SimPy process per client (the
-    reference)."""
-    states, plan, jobs = planned_jobs(pool, method, pricer, t, clients)
-    table = pool.gathered(clients, list(states.values()))
-    if energy:
-        settled = energy.shared(table, plan, Costs.of([c for _, _, c in jobs]))
-        jobs = [(k, st, settled.cost(i)) for i, (k, st, _) in enumerate(jobs)]
-    r = fed.run_round(t, jobs, server_s())
-    out = RoundTable(t, r.start_s, r.end_s, r.server_s, table, plan, Costs.of([c.cost for c in r.clients]),
-                     np.array([c.finish_s for c in r.clients]), np.array([c.wait_s for c in r.clients]))
-    out.energy_j = energy.each(table, list(states.values()), plan, out.costs, out.wait_s) if energy else None
-    return out
-
-
-def planned_jobs(pool: DevicePool, method: Method, pricer: Pricer, t: int, clients: np.ndarray
-                 ) -> tuple[dict[int, DeviceState], RoundPlan[ClientPlan], list[Job]]:
-    """Round t's `clients` drawn, planned and priced client by client: their states, the round's
-    plan and each client's (client, state, cost)."""
-    states = {k: pool.state(k, t) for k in clients.tolist()}
-    plan = method.plan_round(t, clients, states)
-    jobs = [(k, st, pricer.model.cost(pricer.counted(k, plan.workload(i)), st))
-            for i, (k, st) in enumerate(states.items())]
-    return states, plan, jobs
 
 
 def names(codes: np.ndarray, table: list[str]) -> pa.Array:
