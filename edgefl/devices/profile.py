@@ -11,7 +11,7 @@ rooflines per layer kind and pass in its `[kernels]` table instead.
 
 The energy model (edgefl.sim.energy) reads a device's active and idle watts and storage energy per
 byte (`power_source`; 0 = the class default), its battery (0 Wh = mains powered), and its network's
-radio energy per byte sent and received and base power (`energy_source`).
+radio energy per byte sent and received, base power and tail (`energy_source`).
 """
 
 from __future__ import annotations
@@ -129,7 +129,9 @@ class NetworkProfile:
     up_nj_per_byte: float = 0.0  # radio energy per byte sent, nJ (the device's side of the link)
     down_nj_per_byte: float = 0.0  # radio energy per byte received, nJ
     radio_w: float = 0.0  # the radio's base power while a transfer runs, W
-    energy_source: str = ""  # where the three figures above come from
+    tail_s: float = 0.0  # seconds the radio stays in its high-power state after the last byte (0: no tail)
+    tail_w: float = 0.0  # the radio's power in that tail, W
+    energy_source: str = ""  # where the figures above come from
 
 
 # Sane ranges, far beyond any real device: a figure past them is a typo, and would overflow the cost
@@ -186,7 +188,7 @@ def check_profile(p: DeviceProfile | AppProfile | NetworkProfile, where: str, st
                                       ("down_mbps", p.down_mbps, MAX_LINK_MBPS),
                                       ("latency_ms", p.latency_ms, MAX_LATENCY_MS))]
         checks += [(k, 0 <= getattr(p, k) <= MAX_FIGURE, f"must be non-negative and at most {MAX_FIGURE:g}")
-                   for k in ("up_nj_per_byte", "down_nj_per_byte", "radio_w")]
+                   for k in ("up_nj_per_byte", "down_nj_per_byte", "radio_w", "tail_s", "tail_w")]
     for key, ok, fix in checks:
         if not ok:
             raise EdgeflError(where, key, fix)

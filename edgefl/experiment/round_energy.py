@@ -24,7 +24,7 @@ from edgefl.config import MAX_SECONDS, Scenario
 from edgefl.devices.pool import DevicePool, DeviceState, States
 from edgefl.sim.battery import Battery
 from edgefl.sim.bulk import Costs, RoundPlan
-from edgefl.sim.energy import FleetPower, client_energy, phase_power
+from edgefl.sim.energy import FleetPower, client_energy, phase_power, radio_tail
 from edgefl.sim.links import Links, shared_round
 from edgefl.sim.processes import Drain, Transfer
 
@@ -113,11 +113,12 @@ class RoundEnergy:
     def work_j(self, s: States, plan: RoundPlan, costs: Costs, elapsed: np.ndarray,
                wait_s: np.ndarray) -> np.ndarray:
         """Joules per client for the work each did in its first `elapsed` seconds (worked) and its
-        waiting (energy priced)."""
+        waiting (energy priced); its radio's tails as edgefl.sim.energy `radio_tail` prorates them."""
         assert self.power is not None
         done, down_share, up_share = worked(costs, elapsed)
         down, up = self.sent(plan)
-        return self.power.energy(s, done, down * down_share, up * up_share, wait_s)
+        tails = radio_tail(self.power.of(s), costs, down, up, done, up_share)
+        return self.power.energy(s, done, down * down_share, up * up_share, wait_s, tails)
 
     def living(self, s: States, plan: RoundPlan, costs: Costs, elapsed: np.ndarray, wait_s: np.ndarray,
                dropped: np.ndarray, end_s: np.ndarray | float) -> np.ndarray | None:
