@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import simpy
 
+from edgefl.devices.classes import perf_flops
 from edgefl.devices.pool import DevicePool, DeviceState, States
 from edgefl.experiment import living, players
 from edgefl.experiment.round_energy import RoundEnergy
@@ -21,6 +22,7 @@ from edgefl.experiment.rounds import RoundTable
 from edgefl.methods.base import ClientPlan, Method
 from edgefl.sim.bulk import Costs, Pricer, RoundPlan
 from edgefl.sim.cost import ClientCost
+from edgefl.sim.energy import client_power, round_energy
 from edgefl.sim.engine import Federation, busy_end
 
 Job = tuple[int, DeviceState, ClientCost]  # (client, its state this round, its cost)
@@ -101,8 +103,26 @@ def each_round(pool: DevicePool, method: Method, pricer: Pricer, fed: Federation
     r = run_round(fed, t, jobs, server_s())
     out = RoundTable(t, r.start_s, r.end_s, r.server_s, table, plan, Costs.of([c.cost for c in r.clients]),
                      np.array([c.finish_s for c in r.clients]), np.array([c.wait_s for c in r.clients]))
-    out.energy_j = energy.each(table, list(states.values()), plan, out.costs, out.wait_s) if energy else None
+    out.energy_j = each_energy(energy, list(states.values()), plan, out.costs, out.wait_s) if energy else None
     return out
+
+
+def each_energy(energy: RoundEnergy, states: list[DeviceState], plan: RoundPlan, costs: Costs,
+                wait_s: np.ndarray) -> np.ndarray | None:
+    """RoundEnergy's joules of a round, client by client (edgefl.sim.energy's formula on floats)."""
+    if energy.power is None:
+        return None
+    down, up = energy.sent(plan)
+    return np.array([client_energy(energy.pool, st, costs.cost(i), (down[i], up[i]), float(wait_s[i]))
+                     for i, st in enumerate(states)])
+
+
+def client_energy(pool: DevicePool, state: DeviceState, c: ClientCost, sent: tuple[float, float],
+                  wait_s: float) -> float:
+    """One client's joules: `sent` is (bytes downloaded, bytes uploaded), zeros where communication
+    is not counted."""
+    p = client_power(state.device, pool.networks[state.network])
+    return float(round_energy(p, c, state.flops / perf_flops(state.device), sent[0], sent[1], wait_s))
 
 
 def per_client(monkeypatch: pytest.MonkeyPatch) -> None:

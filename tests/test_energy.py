@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from reference import per_client
 
 from edgefl.devices.catalog import ENV, load_catalog
 from edgefl.devices.classes import POWER_DEFAULTS, device_power
@@ -110,9 +111,11 @@ def test_seconds_online_follow_the_window() -> None:
 def dry(tmp_path: Path, bulk: bool, *overrides: str) -> Path:
     s = load_scenario(SCENARIO, list(overrides))
     exp = prepare(s, str(SCENARIO), dry_run=True)
-    exp.bulk = bulk
     out = tmp_path / f"bulk{bulk}"
-    run(exp, out, progress=False)
+    with pytest.MonkeyPatch.context() as patch:
+        if not bulk:
+            per_client(patch)  # the reference (tests/reference.py)
+        run(exp, out, progress=False)
     return out
 
 

@@ -2,8 +2,8 @@
 
 Synchronous rounds (edgefl.experiment.rounds): every selected client's transfers share the server's
 links, worked out in advance (edgefl.sim.links.shared_round), and each client's joules are priced
-after the round; the bulk path prices them as columns (FleetPower.energy), the per-client path
-client by client (client_energy), both equal to the bit (tests/test_energy.py).
+after the round, as columns (FleetPower.energy), equal to the bit to the per-client reference of
+the tests (tests/reference.py, tests/test_energy.py).
 
 Batteries make a fleet living (edgefl.experiment.living, edgefl.sim.battery): a round's client whose
 charge cannot pay for its own work (its joules without waiting) is dropped at the round's start: it
@@ -21,10 +21,10 @@ from dataclasses import replace
 import numpy as np
 
 from edgefl.config import MAX_SECONDS, Scenario
-from edgefl.devices.pool import DevicePool, DeviceState, States
+from edgefl.devices.pool import DevicePool, States
 from edgefl.sim.battery import Battery
 from edgefl.sim.bulk import Costs, RoundPlan
-from edgefl.sim.energy import FleetPower, client_energy, phase_power, radio_tail
+from edgefl.sim.energy import FleetPower, phase_power, radio_tail
 from edgefl.sim.links import Links, shared_round
 from edgefl.sim.processes import Drain, Transfer
 
@@ -100,15 +100,6 @@ class RoundEnergy:
         if self.power is None:
             return None
         return self.power.energy(s, costs, *self.sent(plan), wait_s)
-
-    def each(self, s: States, states: list[DeviceState], plan: RoundPlan, costs: Costs,
-             wait_s: np.ndarray) -> np.ndarray | None:
-        """The same, client by client (the reference)."""
-        if self.power is None:
-            return None
-        down, up = self.sent(plan)
-        return np.array([client_energy(self.pool, st, costs.cost(i), (down[i], up[i]), float(wait_s[i]))
-                         for i, st in enumerate(states)])
 
     def work_j(self, s: States, plan: RoundPlan, costs: Costs, elapsed: np.ndarray,
                wait_s: np.ndarray) -> np.ndarray:

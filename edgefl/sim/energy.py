@@ -47,8 +47,8 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
-from edgefl.devices.classes import device_power, perf_flops
-from edgefl.devices.pool import DevicePool, DeviceState, States
+from edgefl.devices.classes import device_power
+from edgefl.devices.pool import DevicePool, States
 from edgefl.devices.profile import DeviceProfile, NetworkProfile
 
 NJ = 1e-9  # joules per nanojoule
@@ -151,14 +151,6 @@ def client_power(device: DeviceProfile, network: NetworkProfile) -> Power[float]
     return Power(d.active_w, d.idle_w, d.read_nj_per_byte, d.write_nj_per_byte,
                  network.down_nj_per_byte, network.up_nj_per_byte, network.radio_w, network.tail_s,
                  network.tail_w)
-
-
-def client_energy(pool: DevicePool, state: DeviceState, c: Priced, sent: tuple[float, float],
-                  wait_s: float) -> float:
-    """One client's joules: `sent` is (bytes downloaded, bytes uploaded), zeros where communication
-    is not counted."""
-    p = client_power(state.device, pool.networks[state.network])
-    return float(round_energy(p, c, state.flops / perf_flops(state.device), sent[0], sent[1], wait_s))
 
 
 class FleetPower:
