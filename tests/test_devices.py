@@ -132,6 +132,52 @@ def test_reference_device_numbers(name: str) -> None:
     assert d.storage_read_mbps * 1e6 == pytest.approx(bandwidth, rel=1e-9)
 
 
+# The sustained FLOP/s the edge pool's profiles carried before they gave their datasheet peaks
+# (issue 36): each profile's efficiency is that figure over its peak, so its rate, and with it the
+# bundled edge scenarios' draws and costs, stay exactly as they were.
+EDGE_SUSTAINED = {"stm32h747": 0.5e9, "esp32_s3": 0.2e9, "raspberry_pi_4": 8e9,
+                  "raspberry_pi_zero_2w": 2e9, "iphone_12": 100e9, "pixel_4a": 30e9}
+
+
+@pytest.mark.parametrize("name", sorted(EDGE_SUSTAINED))
+def test_edge_profiles_give_their_peak_and_keep_their_rate(name: str) -> None:
+    d = load_catalog().devices[name]
+    assert perf_flops(d) == EDGE_SUSTAINED[name]  # exactly: a rounding would move a draw
+    assert 0 < d.efficiency < 1 and d.flops > EDGE_SUSTAINED[name]
+
+
+def test_edge_pool_is_unchanged_and_the_new_pools_hold_the_new_devices() -> None:
+    cat = load_catalog()
+    assert {d.name for d in cat.pool("edge")} == {"stm32h747", "esp32_s3", "raspberry_pi_4",
+                                                  "raspberry_pi_zero_2w", "iphone_12", "pixel_4a"}
+    assert {d.name for d in cat.pool("current")} == {"esp32_s3", "raspberry_pi_5", "jetson_orin_nano",
+                                                     "pixel_8", "galaxy_s24"}
+    assert {d.name for d in cat.pool("jetson")} == {"jetson_nano", "jetson_xavier_nx", "jetson_orin_nano"}
+    for d in cat.pool("current") + cat.pool("jetson"):
+        assert d.source and d.compute_source and not d.release_gflops  # sourced; no FedProphet figure
+
+
+def test_jetson_orin_nano_datasheet() -> None:
+    """Orin Nano 8 GB module datasheet: 1024 CUDA cores at 625 MHz, 20 dense INT8 TOPS (40 sparse),
+    8 GB LPDDR5 at 68 GB/s, a 15 W power mode; FP16 on the tensor cores at half the INT8 rate."""
+    d = load_catalog().devices["jetson_orin_nano"]
+    assert d.device_class == "gpu"
+    assert d.flops == pytest.approx(1024 * 2 * 0.625e9)
+    assert d.peak("int8") == pytest.approx(20e12) and d.peak("fp16") == pytest.approx(d.peak("int8") / 2)
+    assert (d.memory_mb, d.memory_bandwidth_gbps, d.active_w) == (8000.0, 68.0, 15.0)
+
+
+@pytest.mark.parametrize(("name", "peak_gflops", "battery_mah"), [("pixel_8", 299.2, 4575),
+                                                                   ("galaxy_s24", 385.3, 4000)])
+def test_current_phones(name: str, peak_gflops: float, battery_mah: float) -> None:
+    """Their CPUs' NEON peaks (the clocks as reported; X3/X4 32, A715/A720 16, A510/A520 8 FLOP a
+    cycle) and their spec sheets' typical battery at a 3.85 V nominal."""
+    d = load_catalog().devices[name]
+    assert d.device_class == "phone_cpu" and d.memory_mb == 8000.0 and "5g" in d.networks
+    assert d.compute_gflops == pytest.approx(peak_gflops, abs=0.05)
+    assert d.battery_wh == pytest.approx(battery_mah * 3.85 / 1000, abs=0.05)
+
+
 @pytest.mark.parametrize("name", sorted(REF_APPS))
 def test_reference_apps(name: str) -> None:
     app = load_catalog().apps[name]

@@ -3,9 +3,9 @@
 A device's rooflines (edgefl.sim.compute, built by edgefl.sim.classes) need a sustained FLOP/s
 (efficiency x peak), a memory bandwidth and a per-operator overhead. A profile may give each
 (`efficiency`, `memory_bandwidth_gbps`, `op_overhead_us`, with `compute_source`); what it leaves at
-0 comes from its class below. The class efficiencies derate a datasheet peak `compute_gflops`; three
-bundled edge profiles (stm32h747, iphone_12, pixel_4a) still hold a sustained figure with
-`efficiency = 1.0` (their peaks not yet sourced). A calibrated host's fitted `[kernels]` rows
+0 comes from its class below. The class efficiencies derate a datasheet peak `compute_gflops` (every
+bundled profile gives a peak; the edge profiles that once held a sustained figure now give their
+peak and, as `efficiency`, that figure over it). A calibrated host's fitted `[kernels]` rows
 replace them kind by kind.
 
 Evidence. `cpu` rests on a measurement: `edgefl devices calibrate` on the edgefl development host
