@@ -123,9 +123,9 @@ def test_a_rounds_drains_equal_the_per_client_reference() -> None:
             assert drains[i] is None
             continue
         rates = phase_power(rows.at(i), costs.cost(i), float(share[i]), float(down[i]), float(up[i]))
-        if battery.plugged(k, now):
+        if battery.plugged_many(np.array([k]), now)[0]:
             plugged_some = True
-            unplug = battery.unplugged_at(k, now)
+            unplug = float(battery.unplugged_many(np.array([k]), now)[0])
             held, begin, end = float(battery.level(np.array([k]), unplug)[0]), unplug - now, math.inf
         else:
             held, begin, end = level, 0.0, battery.plugged_at(k, now) - now

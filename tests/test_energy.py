@@ -81,7 +81,8 @@ def test_a_battery_drains_dies_and_recharges() -> None:
     assert b.level(np.array([0]), 20000.0).tolist() == [WH]  # full at 03:00, capped after
     b.settle(np.array([0]), 5400.0)
     assert b.charge_j[0] == 900.0 and b.level(np.array([0]), 86400.0 + 4500.0).tolist() == [WH]
-    assert b.plugged(0, 5400.0) and b.unplugged_at(0, 5400.0) == 10800.0  # plugged 01:00-03:00
+    zero = np.array([0])
+    assert b.plugged_many(zero, 5400.0)[0] and b.unplugged_many(zero, 5400.0)[0] == 10800.0  # 01:00-03:00
     assert Battery(np.array([WH]), np.array([0.0])).powered_at(0, 0.0) == math.inf  # no charger
 
 

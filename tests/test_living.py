@@ -513,7 +513,7 @@ def test_diurnal_follows_its_formula() -> None:
     for k in range(5):
         u = (draws.key(3, 4, k) >> 11) * 2.0**-53
         offset = 6.0 * (u - 0.5)
-        assert d.offset_h(k) == pytest.approx(offset, abs=1e-12)
+        assert d.offsets_h(np.array([k]))[0] == pytest.approx(offset, abs=1e-12)
         for hour in np.arange(0, 48, 0.5):
             local = (hour + offset) % 24
             assert d.online(k, hour * 3600) == ((local - 22) % 24 < 8)

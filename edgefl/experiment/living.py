@@ -125,6 +125,13 @@ def online_pick(avail: Availability, order: np.ndarray, now: float, count: int) 
                                            default=math.inf))
 
 
+def idle(clients: int, busy: set[int]) -> np.ndarray:
+    """Which of the fleet's `clients` devices are not in `busy` (bool)."""
+    free = np.ones(clients, dtype=bool)
+    free[np.fromiter(busy, np.int64, len(busy))] = False
+    return free
+
+
 IDLE_DRAWS = 1024  # idle_pick's draws with replacement before it looks at every device
 
 
@@ -136,12 +143,11 @@ def idle_pick(avail: Availability, key: int, clients: int, now: float, busy: set
     draw IDLE_DRAWS picks among those found."""
     for first in range(0, IDLE_DRAWS, FIRST_LOOK):
         drawn = draws.index(draws.keys(key, np.arange(first, first + FIRST_LOOK)), clients)
-        idle = np.array([k for k in drawn.tolist() if k not in busy], dtype=np.int64)
-        found = idle[avail.online_many(idle, now)]
+        free = np.array([k for k in drawn.tolist() if k not in busy], dtype=np.int64)
+        found = free[avail.online_many(free, now)]
         if len(found):
             return int(found[0])
-    every = np.arange(clients)
-    free = every[~np.isin(every, np.fromiter(busy, np.int64, len(busy)))]
+    free = np.flatnonzero(idle(clients, busy))
     found = free[avail.online_many(free, now)]
     if len(found):
         return int(found[draws.index(draws.keys(key, np.array([IDLE_DRAWS])), len(found))[0]])
@@ -289,8 +295,7 @@ class AsyncRounds:
             return picked
         if not self.selection.logged:
             return picked, math.nan, "uniform"
-        every = np.arange(s.fleet.clients)
-        free = ~np.isin(every, np.fromiter(busy, np.int64, len(busy))) & self.avail.online_many(every, now)
+        free = idle(s.fleet.clients, busy) & self.avail.online_many(np.arange(s.fleet.clients), now)
         p = self.selection.pick(version, free, 1, draw=self.starts)
         return int(p.clients[0]), float(p.utility[0]), p.reason[0]
 

@@ -70,14 +70,13 @@ class SyncRounds:
         return None
 
 
-class LivingRounds:
+class LivingRounds(SyncRounds):
     """Sync or deadline rounds on a living fleet: the selection policy (if it logs its picks) chooses
     among the clients online at the round's start; those that complete are trained."""
 
     def __init__(self, exp: Experiment, executor: Executor, fed: Federation, pricer: Pricer,
                  energy: RoundEnergy, selection: Selection) -> None:
-        self.exp, self.executor, self.fed, self.pricer = exp, executor, fed, pricer
-        self.energy, self.selection = energy, selection
+        super().__init__(exp, executor, fed, pricer, energy, selection)
         self.live = Live.of(exp, energy)
 
     def play(self, t: int) -> Played:
@@ -86,9 +85,6 @@ class LivingRounds:
         table = live_round(exp, live, self.pricer, self.fed, t,
                            lambda arrived: server_seconds(exp, t, arrived), self.energy, choose)
         return trained(exp, self.executor, table, completed(table), selection)
-
-    def ending(self) -> Columns | None:
-        return None
 
 
 def make_player(exp: Experiment, executor: Executor, fed: Federation, pricer: Pricer, energy: RoundEnergy,

@@ -107,9 +107,6 @@ class Diurnal(OneByMany):
         keys = draws.keys(draws.key(self.seed, AVAILABILITY), clients)
         return self.spread_h * (draws.uniform(keys) - 0.5)
 
-    def offset_h(self, client: int) -> float:
-        return float(self.offsets_h(np.array([client]))[0])
-
     def _into(self, clients: np.ndarray, t: float | np.ndarray) -> np.ndarray:
         """Hours since each device's last online_start (local), in [0, 24)."""
         return np.mod(t / 3600 + self.offsets_h(clients) - self.start_h, 24)

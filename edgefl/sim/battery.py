@@ -80,10 +80,6 @@ class Battery:
         self.charge_j[clients] = self.level(clients, t)
         self.since_s[clients] = t
 
-    def plugged(self, client: int, t: float) -> bool:
-        """Whether the client's device is on its charger at `t`."""
-        return bool(self.plugged_many(np.array([client]), t)[0])
-
     def plugged_many(self, clients: np.ndarray, t: float) -> np.ndarray:
         """Whether each client's device is on its charger at `t`."""
         if self.charger is None:
@@ -100,12 +96,8 @@ class Battery:
             return np.full(len(clients), math.inf)
         return self.charger.online_at_many(clients, t)
 
-    def unplugged_at(self, client: int, t: float) -> float:
-        """When a device on its charger at `t` (`plugged`) comes off it."""
-        return float(self.unplugged_many(np.array([client]), t)[0])
-
     def unplugged_many(self, clients: np.ndarray, t: float) -> np.ndarray:
-        """`unplugged_at` of each client."""
+        """When each device on its charger at `t` (`plugged_many`) comes off it."""
         assert self.charger is not None, "only a device on its charger is unplugged"
         return self.charger.offline_many(clients, t)
 
