@@ -406,11 +406,11 @@ def _run_line(summary: dict[str, Any], out: Path) -> str:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    """One run per method and seed, each skipped when finished and resumed when interrupted (an async
-    one, which cannot be resumed, started again); a method listed in the scenario's `[compare] rounds`
-    table runs that many rounds, the others the scenario's `rounds` (`--set rounds=N` overrides the
-    scenario file's table: every method N; a table given by --set too is kept). One seed: a run folder
-    per method, `<out>/<method>/`; several: `<out>/<method>/seed-<s>/`, and the spread over seeds."""
+    """One run per method and seed, each skipped when finished and resumed when interrupted; a method
+    listed in the scenario's `[compare] rounds` table runs that many rounds, the others the
+    scenario's `rounds` (`--set rounds=N` overrides the scenario file's table: every method N; a
+    table given by --set too is kept). One seed: a run folder per method, `<out>/<method>/`;
+    several: `<out>/<method>/seed-<s>/`, and the spread over seeds."""
     from edgefl.report.compare import check_target, compare_table, write_comparison
     from edgefl.report.figures import make_figures
     from edgefl.rundir import claim, probe

@@ -16,7 +16,7 @@ import simpy
 
 from edgefl.devices.classes import perf_flops
 from edgefl.devices.pool import DevicePool, DeviceState, States
-from edgefl.experiment import living, players
+from edgefl.experiment import async_rounds, living, players
 from edgefl.experiment.round_energy import RoundEnergy
 from edgefl.experiment.rounds import RoundTable
 from edgefl.methods.base import ClientPlan, Method
@@ -130,3 +130,4 @@ def per_client(monkeypatch: pytest.MonkeyPatch) -> None:
     and async rounds priced client by client (`each_priced`)."""
     monkeypatch.setattr(players, "bulk_round", each_round)
     monkeypatch.setattr(living, "priced", each_priced)
+    monkeypatch.setattr(async_rounds, "priced", each_priced)

@@ -11,7 +11,8 @@ import pytest
 
 from edgefl.devices import draws
 from edgefl.experiment import prepare
-from edgefl.experiment.living import ASYNC, IDLE_DRAWS, idle_pick, online_pick
+from edgefl.experiment.async_rounds import ASYNC, IDLE_DRAWS, idle_pick
+from edgefl.experiment.living import online_pick
 from edgefl.experiment.round_energy import RoundEnergy
 from edgefl.experiment.rounds import priced
 from edgefl.scenario import load_scenario

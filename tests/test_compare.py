@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from edgefl.cli import main
 from edgefl.errors import NotARunError
@@ -170,29 +171,34 @@ def test_compare_refuses_to_keep_a_dry_run_in_a_comparison_that_trains(tmp_path,
     assert json.loads((out / "jfat" / "summary.json").read_text())["dry_run"] is True  # kept as it was
 
 
-def test_an_interrupted_async_run_is_started_again_not_resumed(tmp_path, capsys, monkeypatch):
-    """Ctrl-C at the second aggregation: the rows of the first are written, no checkpoint (an async
-    run cannot be resumed); the same comparison again runs it from the start."""
-    from edgefl.experiment.living import AsyncRounds
+def test_an_interrupted_async_comparison_resumes_its_run(tmp_path, capsys, monkeypatch):
+    """Ctrl-C at the third aggregation: the rows of two are written and checkpointed; the same
+    comparison again resumes the run (edgefl.experiment.async_rounds plays it again to there) and
+    writes the files of a run never stopped."""
+    from edgefl.experiment.async_rounds import AsyncRounds
 
-    args = ["compare", str(ROOT / "scenarios" / "async-digits.toml"), "--methods", "jfat", "--out",
-            str(tmp_path / "cmp"), "--quiet", "--set", "rounds=3", "--set", "training.local_iters=2",
-            "--set", "attack.steps=1", "--set", "evaluation.steps=1", "--set", "data.test_samples=32"]
+    sets = ["--set", "rounds=4", "--set", "training.local_iters=2", "--set", "attack.steps=1", "--set",
+            "evaluation.steps=1", "--set", "data.test_samples=32"]
+    args = ["compare", str(ROOT / "scenarios" / "async-digits.toml"), "--methods", "jfat", "--quiet", *sets]
+    assert main([*args, "--out", str(tmp_path / "whole")]) == 0
     real = AsyncRounds.play
 
     def interrupted(self: AsyncRounds, t: int) -> Any:
-        if t == 1:
+        if t == 2 and self.replay is None:
             raise KeyboardInterrupt
         return real(self, t)
 
+    cut = [*args, "--out", str(tmp_path / "cmp")]
     with monkeypatch.context() as patch:
         patch.setattr(AsyncRounds, "play", interrupted)
-        assert main(args) == 130
+        assert main(cut) == 130
     run = tmp_path / "cmp" / "jfat"
-    assert (run / "metrics.csv").exists() and not (run / "checkpoint.pt").exists()
+    assert torch.load(run / "checkpoint.pt", weights_only=True)["next_round"] == 2
     capsys.readouterr()
-    assert main(args) == 0
-    assert capsys.readouterr().out.startswith("jfat: 3 rounds")
+    assert main(cut) == 0
+    assert capsys.readouterr().out.startswith("jfat: 4 rounds")
+    for name in ("metrics.csv", "events.csv"):
+        assert (run / name).read_text() == (tmp_path / "whole" / "jfat" / name).read_text()
 
 
 def test_a_comparison_refused_for_missing_data_leaves_no_folder(tmp_path, capsys):

@@ -23,7 +23,8 @@ from edgefl.cli import main
 from edgefl.devices import draws
 from edgefl.errors import EdgeflError
 from edgefl.experiment import prepare, run
-from edgefl.experiment.living import Live, Pending, phases, rebase, rebased, running_statistics, stall_error
+from edgefl.experiment.async_rounds import Pending, rebase, rebased, running_statistics, stall_error
+from edgefl.experiment.living import Live, phases
 from edgefl.experiment.round_energy import RoundEnergy
 from edgefl.methods.aggregate import fedavg
 from edgefl.methods.base import ClientUpdate

@@ -114,15 +114,6 @@ def test_rows_written_after_the_last_checkpoint_are_not_repeated(uninterrupted, 
     assert json.loads((out / "summary.json").read_text())["wall_time_s"] >= 1000.0  # both sessions'
 
 
-def test_an_async_run_keeps_no_checkpoint(tmp_path, capsys):
-    """An async run cannot be resumed (its clients are mid-flight at every aggregation), so it
-    writes no checkpoint (and an interrupted one is not pointed to --resume)."""
-    out = tmp_path / "async"
-    args = ["run", str(QUICKSTART), *sets(SMALL), "--set", 'round.mode="async"', "--out", str(out), "--quiet"]
-    assert main(args) == 0
-    assert (out / "summary.json").exists() and not (out / rundir.CHECKPOINT).exists()
-
-
 class Boom:
     def __reduce__(self):
         return (os.system, ("touch BOOM",))

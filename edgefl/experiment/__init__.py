@@ -1,9 +1,10 @@
 """An experiment: a scenario run end to end, real training against the simulated clock.
 
 prepare: the data, splits, profile, fleet and method (and `Rebuild`, the method remade in a worker
-process); loop: the round loop and the run folder; rounds: a round drawn, planned, priced and played
-as columns (in bulk, or client by client as the reference); rows: the logs and the summary; resume:
-the checks before a run continues from its checkpoint.
+process); loop: the round loop and the run folder; players: how each round mode's rounds are played
+(rounds: a round drawn, planned, priced and played as columns; living: on a living fleet;
+async_rounds: FedBuff's); rows: the logs and the summary; resume: the checks before a run continues
+from its checkpoint, and what it restores.
 """
 
 from edgefl.experiment.loop import prepare_out, run, start_or_resume

@@ -24,9 +24,9 @@ from edgefl.config import RayConfig
 from edgefl.errors import EdgeflError
 from edgefl.executors.executor import Executor, LocalExecutor
 from edgefl.executors.ray import RayExecutor
-from edgefl.experiment.players import make_player
+from edgefl.experiment.players import RoundPlayer, make_player
 from edgefl.experiment.prepare import Experiment, Rebuild
-from edgefl.experiment.resume import Resumed, resume_state
+from edgefl.experiment.resume import Resumed, restore, resume_state
 from edgefl.experiment.round_energy import RoundEnergy
 from edgefl.experiment.rounds import client_columns, event_columns, metrics_row
 from edgefl.experiment.rows import (
@@ -78,8 +78,7 @@ def _run(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[str, 
                           f"before is kept: free space or make the folder writable, {then}") from None
 
 
-def _start(exp: Experiment, out: Path, resume: bool, text: str,
-           selection: Selection) -> tuple[dict[str, str], Resumed | None]:
+def _start(exp: Experiment, out: Path, resume: bool, text: str) -> tuple[dict[str, str], Resumed | None]:
     """The run's fingerprint, and its checkpoint when resuming (checked: resume_state); a new run
     claims its folder and writes its marker and scenario.toml first."""
     s = exp.scenario
@@ -87,12 +86,9 @@ def _start(exp: Experiment, out: Path, resume: bool, text: str,
     files = [*exp.pool.profile_files(), *([trace] if trace else [])]
     _outside(out, files)
     fingerprint, digests = rundir.fingerprint(trained_alike(s), files), rundir.profile_digests(files)
-    if resume and s.round.mode == "async":
-        raise EdgeflError(str(out), "--resume", "an async run cannot be resumed (its clients are mid-flight "
-                          "in the simulation); start it again with --overwrite")
     if resume:
         rundir.hold(out, "--resume")
-        state = resume_state(exp, out, fingerprint, digests, selection)
+        state = resume_state(exp, out, fingerprint, digests)
         rundir.drop_temporary(out)  # a killed run's, left beside the files it was writing
         return fingerprint, state
     rundir.claim(out, "run")  # a no-op after prepare_out; library callers get the same checks
@@ -107,7 +103,7 @@ def _rounds(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[st
     text = to_toml(s)
     selection = Selection(s, exp.pool, exp.dry_run, exp.ctx.splits,
                           workload_need(exp.method, exp.pool))
-    fingerprint, saved = _start(exp, out, resume, text, selection)
+    fingerprint, saved = _start(exp, out, resume, text)
     if not saved:
         _warn_idle(s)
     evaluator = None if exp.dry_run else Evaluator(exp)
@@ -116,11 +112,15 @@ def _rounds(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[st
     energy = RoundEnergy(s, exp.pool)
     if saved:  # wall seconds: those of the sessions before, and this one's
         rows, first, before_s = saved.state["rows"], saved.state["next_round"], saved.state["wall_s"]
+    if saved and s.round.mode != "async":  # an async run is played again from its start (`resume`)
         fed = Federation(saved.state["clock"])
         if energy.battery is not None:
             energy.battery.restore(saved.state.get("battery"), str(out / CHECKPOINT), fed.now)
     started = time.perf_counter()
     player = make_player(exp, _executor(exp, text), fed, pricer, energy, selection)
+    if saved:
+        player.resume(first, saved.state["player"])
+        restore(exp, out, saved, selection)
     kept = saved.logs if saved else {}
     names = log_names(output_format(s))
     sample = TraceSample(s.fleet.clients, s.output.trace_clients, s.seed)
@@ -155,7 +155,7 @@ def _rounds(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[st
             rows.append(row)
             if resumable(exp) and ((t + 1) % s.checkpoint_every == 0 or last):
                 wall_s = before_s + time.perf_counter() - started
-                _save(out, t + 1, exp, rows, selection, fed, fingerprint, energy, logs, wall_s)
+                _save(out, t + 1, exp, rows, selection, fed, fingerprint, energy, logs, wall_s, player)
         tail = player.ending()
         if tail is not None:
             events.write_columns(tail)
@@ -164,10 +164,8 @@ def _rounds(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[st
 
 
 def resumable(exp: Experiment) -> bool:
-    """Whether the run checkpoints (`checkpoint_every`): not a dry run, and not an async one, whose
-    clients are mid-flight in the simulation at every aggregation (it cannot be resumed)."""
-    s = exp.scenario
-    return not exp.dry_run and s.checkpoint_every > 0 and s.round.mode != "async"
+    """Whether the run checkpoints (`checkpoint_every`): not a dry run."""
+    return not exp.dry_run and exp.scenario.checkpoint_every > 0
 
 
 def _warn_idle(s: Scenario) -> None:
@@ -202,11 +200,11 @@ def _warn_diverged(t: int, loss: float | str) -> bool:
 
 def _save(out: Path, next_round: int, exp: Experiment, rows: list[dict[str, Any]], selection: Selection,
           fed: Federation, fingerprint: dict[str, str], energy: RoundEnergy, logs: list[Log],
-          wall_s: float) -> None:
+          wall_s: float, player: RoundPlayer) -> None:
     """The checkpoint after a round, sealing each log's rows so far; then the logs commit them."""
     checkpoint.save(out, {"next_round": next_round, "method": exp.method.state(), "rows": rows,
                           "selection": selection.state(), "clock": fed.now, "fingerprint": fingerprint,
-                          "wall_s": wall_s,
+                          "wall_s": wall_s, "player": player.state(),
                           "battery": energy.battery.state(fed.now) if energy.battery else [],
                           "logs": {log.path.name: log.seal() for log in logs}})
     for log in logs:
@@ -277,9 +275,9 @@ def _counted(exp: Experiment, client: int, w: Workload) -> Workload:
 
 
 def start_or_resume(exp: Experiment, out: Path, progress: bool) -> dict[str, Any]:
-    """A comparison's run in `out`: resumed from its checkpoint when it has one, else (no checkpoint,
-    or an async run, which cannot be resumed) started again in a folder emptied of edgefl's files."""
-    resume = (out / CHECKPOINT).exists() and exp.scenario.round.mode != "async"
+    """A comparison's run in `out`: resumed from its checkpoint when it has one, else started again in
+    a folder emptied of edgefl's files."""
+    resume = (out / CHECKPOINT).exists()
     if not resume:
         prepare_out(out, True)
     return run(exp, out, progress=progress, resume=resume)

@@ -7,21 +7,25 @@
   clients online at the round's start, played with their interrupts (edgefl.experiment.living,
   edgefl.sim.processes; FedScale's over-commitment and deadline in `deadline` mode, Lai et al., OSDI
   2021).
-* `AsyncRounds` (edgefl.experiment.living): FedBuff's buffered asynchronous aggregation (Nguyen et
+* `AsyncRounds` (edgefl.experiment.async_rounds): FedBuff's buffered asynchronous aggregation (Nguyen et
   al., AISTATS 2022), one aggregation a row.
 
 The sync and living players train the clients whose updates arrive and aggregate them (`trained`).
+A checkpoint keeps a player's `state`, and a resumed run's player is given it back (`resume`):
+a round of a sync or living player ends with its round, so theirs is empty; the async player's
+clients are mid-flight at every aggregation.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from edgefl.executors.executor import Executor
-from edgefl.experiment.living import AsyncRounds, Live, completed, live_round
+from edgefl.experiment.async_rounds import AsyncRounds
+from edgefl.experiment.living import Live, completed, live_round
 from edgefl.experiment.prepare import Experiment
 from edgefl.experiment.round_energy import RoundEnergy
 from edgefl.experiment.rounds import RoundTable, bulk_round
@@ -41,6 +45,14 @@ class RoundPlayer(Protocol):
 
     def ending(self) -> Columns | None:
         """events.csv's spans that only the run's end closes (None: there are none)."""
+        ...
+
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint taken after the last round played keeps of the player (plain data)."""
+        ...
+
+    def resume(self, first: int, saved: dict[str, Any]) -> None:
+        """Go on from a checkpoint taken after round `first` - 1, whose `state` was `saved`."""
         ...
 
 
@@ -68,6 +80,12 @@ class SyncRounds:
 
     def ending(self) -> Columns | None:
         return None
+
+    def state(self) -> dict[str, Any]:
+        return {}  # nothing outlives a round but the clock and the batteries, which the loop keeps
+
+    def resume(self, first: int, saved: dict[str, Any]) -> None:
+        pass
 
 
 class LivingRounds(SyncRounds):

@@ -1,6 +1,7 @@
 """Resuming a run: the run folder, its checkpoint and its logs must belong together, to this scenario
-and to this code; then the method, the client selection and every random stream are restored from
-the checkpoint."""
+and to this code (`resume_state`); then, once the round player has gone on from the checkpoint (an
+async run's is played again to it: edgefl.experiment.async_rounds), the method, the client selection
+and every random stream are restored from it (`restore`)."""
 
 from __future__ import annotations
 
@@ -23,11 +24,10 @@ class Resumed:
     logs: dict[str, bytes]  # each CSV log's bytes as the checkpoint vouches for them
 
 
-def resume_state(exp: Experiment, out: Path, fingerprint: dict[str, str], digests: dict[str, str],
-                 selection: Selection) -> Resumed:
+def resume_state(exp: Experiment, out: Path, fingerprint: dict[str, str], digests: dict[str, str]) -> Resumed:
     """Check that the run folder, its checkpoint and its logs belong together and to this scenario and
-    code (and its profile files, `digests`, to those the run started with), then restore the method,
-    the client selection's record and the RNGs; nothing is written before every check has passed."""
+    code (and its profile files, `digests`, to those the run started with); nothing is written
+    before every check has passed."""
     marker = rundir.read_marker(out)
     if marker is None or marker.get("kind") != "run":
         why = (rundir.DAMAGED if marker is None and (out / rundir.MARKER).exists()
@@ -47,19 +47,23 @@ def resume_state(exp: Experiment, out: Path, fingerprint: dict[str, str], digest
                           "restore it, or start a new run with the edited scenario")
     names = tuple(log_names(output_format(exp.scenario)).values())
     state = checkpoint.load(out, exp.scenario.rounds, names)
-    path = str(out / rundir.CHECKPOINT)
     if state["fingerprint"] != fingerprint:
-        raise EdgeflError(path, "checkpoint", "belongs to another run (another scenario, seed or "
-                          "edgefl); put back this run's checkpoint, or start the run again")
+        raise EdgeflError(str(out / rundir.CHECKPOINT), "checkpoint", "belongs to another run (another "
+                          "scenario, seed or edgefl); put back this run's checkpoint, or start the run again")
     logs = {name: _vouched(out / name, state["logs"][name], state["next_round"]) for name in names}
+    return Resumed(state, logs)
+
+
+def restore(exp: Experiment, out: Path, saved: Resumed, selection: Selection) -> None:
+    """The method, the client selection's record and the RNGs as the checkpoint holds them."""
+    state = saved.state
     try:
         exp.method.load_state(state["method"])
         selection.load_state(state["selection"])
         checkpoint.set_rng_state(state["rng"])
     except Exception as exc:  # any mismatch of a plain-data file is the user's input
-        raise EdgeflError(path, "checkpoint", f"does not fit this run's model and method "
-                          f"({type(exc).__name__}); start the run again") from None
-    return Resumed(state, logs)
+        raise EdgeflError(str(out / rundir.CHECKPOINT), "checkpoint", f"does not fit this run's model and "
+                          f"method ({type(exc).__name__}); start the run again") from None
 
 
 def _vouched(path: Path, seal: list[Any], next_round: int) -> bytes:

@@ -1,0 +1,372 @@
+"""FedBuff on a living fleet: an async run's player (edgefl.sim.processes `Buffered`), one
+aggregation a row (Nguyen et al., "Federated Learning with Buffered Asynchronous Aggregation",
+AISTATS 2022).
+
+In async mode one metrics row is one aggregation. A client is picked when a slot frees (a uniform
+draw among the online devices not already working, keyed by (seed, ASYNC, start count): idle_pick),
+drawn and planned with the current model version as its round (a client picked twice on one version
+draws the same state and data order: both are keyed by (seed, version, client)), and trains for
+real at once, on the version it downloads: its update depends on nothing that happens later, so
+training it at its download is training it from that version's copy; a copy of the model it
+downloaded is kept until its upload is aggregated. When
+the buffer is aggregated, an update of staleness tau > 0 is rebased on the current model before the
+method aggregates: x_now + s(tau) (x_client - x_downloaded) (FedBuff's Delta scaled by s(tau), its
+server learning rate 1); the method's weighted average of the buffer then gives x_now + sum_i w_i
+s(tau_i) Delta_i. A fresh update (tau = 0) is aggregated as it is. Running statistics (BatchNorm's
+mean and variance: the model's floating-point buffers) are estimates, not weights that a Delta
+moves: they are rebased as x_now + s(tau) (x_client - x_now), a mix of the two estimates. Added to a
+Delta, a stale client's variance could go negative (x_now + s (v - x_downloaded) < 0 where its
+download held a larger one), and the model's evaluation then gives NaN.
+
+A resumed async run is played again from its start to its checkpoint (`Replay`): the schedule is
+seeded, so the same clients start and end at the same moments, with the same batteries, links and
+picks, while no client trains and nothing is aggregated; the checkpoint gives what the replay cannot
+(the updates and downloads of the clients no aggregation had logged, every earlier client's training
+loss, which a selection policy records), then the method's model and the clock go on from there.
+Clients mid-flight at the kill thus resume mid-flight, at the pace the shared links give them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from edgefl.devices import draws
+from edgefl.devices.pool import DeviceState
+from edgefl.errors import EdgeflError
+from edgefl.executors.executor import Executor
+from edgefl.experiment.living import FIRST_LOOK, NEVER_ONLINE, fleet_availability, on_links, phases
+from edgefl.experiment.prepare import Experiment
+from edgefl.experiment.round_energy import RoundEnergy
+from edgefl.experiment.rounds import RoundTable, event_columns, priced, seen_duration
+from edgefl.methods.aggregate import State
+from edgefl.methods.base import ClientPlan, ClientUpdate, Method, grouped
+from edgefl.runlog import Columns
+from edgefl.scenario import Scenario, check_mode
+from edgefl.selection import Picked
+from edgefl.selection.server import Selection
+from edgefl.sim.availability import Availability
+from edgefl.sim.bulk import Costs, Pricer
+from edgefl.sim.cost import ClientCost
+from edgefl.sim.engine import Federation
+from edgefl.sim.processes import (
+    COMPLETED,
+    DROPPED,
+    Buffered,
+    Stalled,
+    Started,
+    staleness_weight,
+    stall_runs,
+)
+from edgefl.snapshot import plain
+from edgefl.training.local import SERVER, seed_everything
+
+ASYNC = 5  # the random stream of async picks (edgefl.devices.pool's streams, then availability's)
+
+
+def idle(clients: int, busy: set[int]) -> np.ndarray:
+    """Which of the fleet's `clients` devices are not in `busy` (bool)."""
+    free = np.ones(clients, dtype=bool)
+    free[np.fromiter(busy, np.int64, len(busy))] = False
+    return free
+
+
+IDLE_DRAWS = 1024  # idle_pick's draws with replacement before it looks at every device
+
+
+def idle_pick(avail: Availability, key: int, clients: int, now: float, busy: set[int]) -> int | float:
+    """A device drawn uniformly among those online at `now` and not in `busy`, or, if none is, when
+    the first of them comes online. Draw j is index(key(`key`, j), clients) (edgefl.devices.draws):
+    the first draw online and idle, of IDLE_DRAWS drawn FIRST_LOOK at a time, is uniform over them,
+    and costs a few draws while many are; when IDLE_DRAWS find none, every device is asked and
+    draw IDLE_DRAWS picks among those found."""
+    for first in range(0, IDLE_DRAWS, FIRST_LOOK):
+        drawn = draws.index(draws.keys(key, np.arange(first, first + FIRST_LOOK)), clients)
+        free = np.array([k for k in drawn.tolist() if k not in busy], dtype=np.int64)
+        found = free[avail.online_many(free, now)]
+        if len(found):
+            return int(found[0])
+    free = np.flatnonzero(idle(clients, busy))
+    found = free[avail.online_many(free, now)]
+    if len(found):
+        return int(found[draws.index(draws.keys(key, np.array([IDLE_DRAWS])), len(found))[0]])
+    return min((avail.online_at(k, now) for k in free.tolist()), default=math.inf)
+
+
+@dataclass
+class Pending:
+    """An async client's round: its draw, plan, cost, when it started, why it was picked, (training
+    for real) its update and the model it downloaded, and, once it ended, its joules and charge."""
+
+    state: DeviceState
+    plan: ClientPlan
+    cost: ClientCost
+    start_s: float
+    update: ClientUpdate | None
+    downloaded: dict[str, torch.Tensor] | None
+    utility: float = math.nan
+    reason: str = "uniform"
+    serial: int = 0  # its start's number in the run
+    loss: float | None = None  # its training loss (None: it did not train, a dry run)
+    energy_j: float = math.nan
+    charge_j: float = math.nan
+
+
+@dataclass
+class Replay:
+    """A resumed run played again up to its checkpoint: the clients started and the aggregations
+    folded in by then, each started client's training loss (by its start's number) and, by the same
+    number, the update and download of each client that no aggregation had logged."""
+
+    starts: int
+    folds: int
+    losses: list[float]
+    kept: dict[int, tuple[ClientUpdate, State]]
+
+    @classmethod
+    def of(cls, saved: dict[str, Any]) -> Replay:
+        kept = {int(n): (ClientUpdate(**k["update"]), k["downloaded"]) for n, k in saved["kept"].items()}
+        return cls(saved["starts"], saved["folds"], saved["losses"].tolist(), kept)
+
+
+class AsyncRounds:
+    """FedBuff on the experiment: `play(t)` plays on to aggregation t and gives its table,
+    its mean loss and each ended client's measured training seconds. A selection policy other than
+    uniform picks each client among the devices online and not working (`Selection.pick` of one);
+    the server's links are shared by the transfers in flight; a battery that runs out mid-work
+    stops its client there (status `offline`)."""
+
+    def __init__(self, exp: Experiment, executor: Executor, fed: Federation, pricer: Pricer,
+                 server_s: Callable[[int], float], energy: RoundEnergy, selection: Selection) -> None:
+        s = exp.scenario
+        check_mode(s, exp.method.modes, exp.where)  # a method made by a factory (sfat's base) is known now
+        self.exp, self.executor, self.fed, self.pricer, self.server_s = exp, executor, fed, pricer, server_s
+        self.energy, self.selection = energy, selection
+        self.statistics = running_statistics(exp.method.ctx.new_model())
+        self.avail = fleet_availability(exp, energy)
+        self.starts, self.last_end = 0, fed.now
+        self.done: list[tuple[RoundTable, float | str, np.ndarray]] = []
+        slots = min(s.round.concurrency, s.fleet.clients)  # no more train at once: a slot per client at most
+        self.server = Buffered(fed, self.avail, slots, s.round.buffer, s.round.max_staleness,
+                               self.pick, self.fold, lambda: server_s(self.server.version), self.heard,
+                               energy.sharing, s.rounds)
+        self.written = 0  # the aggregation of the last table `play` gave
+        self.losses: list[float] = []  # each started client's training loss (a checkpoint's `Replay`)
+        self.replay: Replay | None = None
+
+    def play(self, t: int) -> tuple[RoundTable, float | str, np.ndarray]:
+        """Aggregation t (the t-th row: rows and aggregations are counted alike)."""
+        while not self.done:
+            try:
+                self.server.next_aggregation()
+            except Stalled as stalled:
+                raise stall_error(self.exp.scenario, self.exp.where, stalled) from None
+        table, loss, real = self.done.pop(0)
+        self.written = table.round
+        return table, loss, real
+
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint keeps for `resume` (`Replay`; the tables of aggregations folded in at
+        the same instant as the last one written, by their loss and measured seconds)."""
+        kept = {str(job_of(j).serial): kept_update(job_of(j)) for j in self.server.unlogged.values()}
+        return {"starts": self.starts, "folds": self.server.version,
+                "losses": torch.tensor(self.losses, dtype=torch.float64), "kept": kept,
+                "queued": [[loss, torch.from_numpy(real)] for _, loss, real in self.done]}
+
+    def resume(self, first: int, saved: dict[str, Any]) -> None:
+        """Play the run again from its start to its checkpoint (`state`), taken after aggregation
+        `first` - 1; one that does not arrive where the checkpoint was is another run's."""
+        self.replay = replay = Replay.of(saved)
+        for t in range(first):
+            self.play(t)
+        queued = saved["queued"]
+        if (self.starts, self.server.version, len(self.done)) != (replay.starts, replay.folds, len(queued)):
+            raise EdgeflError(self.exp.where, "--resume", f"played again, the run is at {self.starts:,} "
+                              f"clients and {self.server.version} aggregations where its checkpoint was "
+                              f"at {replay.starts:,} and {replay.folds}: the checkpoint is another run's; "
+                              "start the run again")
+        self.done = [(table, loss, real.numpy())
+                     for (table, _, _), (loss, real) in zip(self.done, queued, strict=True)]
+        self.replay = None
+
+    def choose(self, version: int, busy: set[int]) -> tuple[int, float, str] | float:
+        """The client to start on model `version` (with its utility and why), or when one comes
+        online: a uniform draw among the online devices not already working (`idle_pick`), or the
+        selection policy's pick among them."""
+        s, now = self.exp.scenario, self.fed.now
+        picked = idle_pick(self.avail, draws.key(s.seed, ASYNC, self.starts), s.fleet.clients, now, busy)
+        if isinstance(picked, float):
+            return picked
+        if not self.selection.logged:
+            return picked, math.nan, "uniform"
+        free = idle(s.fleet.clients, busy) & self.avail.online_many(np.arange(s.fleet.clients), now)
+        p = self.selection.pick(version, free, 1, draw=self.starts)
+        return int(p.clients[0]), float(p.utility[0]), p.reason[0]
+
+    def pick(self, version: int, busy: set[int]) -> Started | float:
+        """Start a client on model `version`, or say when one comes online."""
+        exp, m = self.exp, self.exp.method
+        chosen = self.choose(version, busy)
+        if not isinstance(chosen, tuple):
+            return chosen
+        k, utility, reason = chosen
+        serial, self.starts = self.starts, self.starts + 1
+        clients = np.array([k], dtype=np.int64)
+        gathered, plan, costs = priced(exp.pool, m, self.pricer, version, clients)  # a one-row round
+        cost = costs.cost(0)
+        update, downloaded, loss = None, None, None
+        if self.replay is not None:  # played again: trained before the kill
+            update, downloaded = self.replay.kept.get(serial, (None, None))
+            loss = self.replay.losses[serial]
+        elif not exp.dry_run:
+            downloaded = {n: v.detach().clone() for n, v in start_state(m, k).items()}
+            update = self.executor.train(version, {k: plan.plan(0)})[0]
+            loss = update.loss
+        self.losses.append(math.nan if loss is None else loss)
+        state = exp.pool.state_at(gathered, 0)
+        pending = Pending(state, plan.plan(0), cost, self.fed.now, update, downloaded, utility, reason,
+                          serial, loss)
+        transfers = self.energy.transfers(gathered, plan, [0])
+        drain = self.energy.drains(gathered, plan, Costs.of([cost]), self.fed.now)[0]
+        return Started(k, phases(cost), pending, None if transfers is None else transfers[0], drain)
+
+    def heard(self, job: Started) -> None:
+        """A client ended: its joules drained from its battery, what it showed the selection."""
+        p, out = job_of(job), job.outcome
+        clients = np.array([job.client], dtype=np.int64)
+        states, costs = self.exp.pool.gathered(clients, [p.state]), self.costs([job])
+        joules = self.energy.living(states, grouped([p.plan]), costs, np.array([out.stop_s - p.start_s]),
+                                    np.zeros(1), np.zeros(1, dtype=bool), out.stop_s)
+        if joules is not None:
+            p.energy_j = float(joules[0])
+        charge = self.energy.charge(states)
+        if charge is not None:
+            p.charge_j = float(charge[0])
+        uploaded = out.status in (COMPLETED, DROPPED)  # async drops only stale uploads: the loss came
+        loss = {} if p.loss is None or not uploaded else {job.client: p.loss}
+        seen = seen_duration(np.array([out.stop_s - p.start_s]), np.array([out.status]), costs)
+        self.selection.record(job.version, clients, seen, loss)
+
+    def ending(self) -> Columns | None:
+        """events.csv's spans, under the last aggregation, of the clients no aggregation logged when
+        the run ends: at work (cut at its end; a transfer under way on the shared links at its pace
+        alone), waiting for the server, or stopped since; None if there are none (a client started
+        at the very end has none). Their slots were busy: without these spans an async run's time
+        breakdown (edgefl.report.compare) would count that time as waiting."""
+        jobs = [j for j in self.server.stop() if job_of(j).start_s < self.fed.now]  # none started at the end
+        return event_columns(self.table(self.written, jobs)) if jobs else None
+
+    def costs(self, jobs: list[Started]) -> Costs:
+        """The jobs' costs with the seconds their transfers took on the shared links."""
+        return on_links(Costs.of([job_of(j).cost for j in jobs]), list(range(len(jobs))),
+                        [j.outcome for j in jobs])
+
+    def fold(self, version: int, batch: list[Started], ended: list[Started]) -> None:
+        """Aggregate the buffer as model version `version` + 1 and record the window's clients."""
+        exp, m = self.exp, self.exp.method
+        loss: float | str = ""
+        if exp.dry_run or (self.replay is not None and version < self.replay.folds):  # folded before the kill
+            m.skip(version, [j.client for j in batch])
+        else:
+            updates = [rebased(m, j, self.statistics) for j in batch]
+            seed_everything(exp.scenario.seed, version, SERVER)
+            m.aggregate(version, updates)
+            loss = round(sum(u.loss for u in updates) / len(updates), 5)
+        self.done.append((self.table(version, ended), loss, measured(ended)))
+        self.last_end = self.fed.now
+
+    def table(self, version: int, ended: list[Started]) -> RoundTable:
+        pending = [job_of(j) for j in ended]
+        clients = np.array([j.client for j in ended], dtype=np.int64)
+        states = self.exp.pool.gathered(clients, [p.state for p in pending])
+        plan = grouped([p.plan for p in pending])
+        stop, begin = np.array([j.outcome.stop_s for j in ended]), np.array([p.start_s for p in pending])
+        table = RoundTable(version, self.last_end, self.fed.now, self.server_s(version), states, plan,
+                           self.costs(ended), stop, np.zeros(len(ended)),
+                           np.array([j.outcome.status for j in ended], dtype=np.int64),
+                           np.array([j.outcome.staleness for j in ended], dtype=np.int64), begin)
+        if self.selection.logged:
+            table.picked = Picked(clients, np.array([p.utility for p in pending]),
+                                  [p.reason for p in pending])
+        if self.energy.power is not None:  # an async client never waits for a round to close
+            table.energy_j = np.array([p.energy_j for p in pending])
+        if self.energy.battery is not None:  # nor is it dropped for its battery: it runs until empty
+            table.dropped = np.zeros(len(ended), dtype=bool)
+            table.charge_j = np.array([p.charge_j for p in pending])
+        return table
+
+
+def stall_error(s: Scenario, where: str, stalled: Stalled) -> EdgeflError:
+    """Why an async run can make no next aggregation (Stalled), as one line naming the key to change."""
+    arrived = stalled.arrived
+    if arrived is None:
+        return EdgeflError(where, "fleet.availability", NEVER_ONLINE)
+    runs = f"{stall_runs(s.round.buffer):,} client runs since the last aggregation"
+    if stalled.serving:
+        return EdgeflError(where, "cost.server_s", f"{runs} ended while the server still worked on it "
+                           f"({arrived:,} uploads waiting): the server cannot keep up with the clients; "
+                           "lower cost.server_s or round.concurrency")
+    if arrived:
+        return EdgeflError(where, "round.buffer", f"only {arrived} of its {s.round.buffer} updates came in "
+                           f"{runs} (the rest went offline first); lower round.buffer, or give the devices "
+                           "longer online windows (fleet.online_hours) or a charger")
+    return EdgeflError(where, "round.mode", f"none of the {runs} brought an update (each went offline first: "
+                       "online windows or batteries shorter than the work); give the devices longer online "
+                       "windows (fleet.online_hours) or a charger, or use round.mode = \"sync\"")
+
+
+def kept_update(p: Pending) -> dict[str, Any]:
+    """A client's update and download as plain data (a checkpoint's `Replay.kept`)."""
+    return {"update": plain(p.update), "downloaded": p.downloaded}
+
+
+def job_of(job: Started) -> Pending:
+    assert isinstance(job.payload, Pending)
+    return job.payload
+
+
+def measured(ended: list[Started]) -> np.ndarray:
+    """Each ended client's measured training seconds (NaN in a dry run)."""
+    updates = [job_of(j).update for j in ended]
+    return np.array([np.nan if u is None else u.real_compute_s for u in updates])
+
+
+def start_state(m: Method, client: int) -> dict[str, torch.Tensor]:
+    """The model a client downloads (the FedAvg family's `start_state`)."""
+    get = getattr(m, "start_state", None)
+    if get is None:
+        raise TypeError(f"{type(m).__name__} has no start_state; it cannot run in async mode")
+    state: dict[str, torch.Tensor] = get(client)
+    return state
+
+
+def rebased(m: Method, job: Started, statistics: frozenset[str] = frozenset()) -> ClientUpdate:
+    """The job's update as FedBuff applies it now: unchanged if fresh, else `rebase`d on the current
+    model (`statistics`: the names of the model's running statistics)."""
+    p, tau = job_of(job), job.outcome.staleness
+    assert p.update is not None and p.downloaded is not None
+    if tau == 0:
+        return p.update
+    u = p.update
+    state = rebase(start_state(m, job.client), p.downloaded, u.state, staleness_weight(tau), statistics)
+    return ClientUpdate(u.client, state, u.num_samples, u.loss, u.extra, u.real_compute_s)
+
+
+def rebase(now: State, downloaded: State, trained: State, s: float, statistics: frozenset[str]) -> State:
+    """A stale update on the current model (module docstring): weights now + s (trained -
+    downloaded), running statistics now + s (trained - now), integers (batch counters) as trained."""
+    def one(name: str, v: torch.Tensor) -> torch.Tensor:
+        if not v.is_floating_point():
+            return v
+        return now[name] + s * (v - (now if name in statistics else downloaded)[name])
+    return {name: one(name, v) for name, v in trained.items()}
+
+
+def running_statistics(model: torch.nn.Module) -> frozenset[str]:
+    """The state-dict names of a model's floating-point buffers (BatchNorm's running statistics)."""
+    return frozenset(name for name, b in model.named_buffers() if b.is_floating_point())
