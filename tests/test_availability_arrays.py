@@ -115,13 +115,14 @@ def test_a_rounds_drains_equal_the_per_client_reference() -> None:
     states, plan, costs = priced(exp.pool, exp.method, pricer, 0, np.arange(60))
     now = 2.5 * 3600
     drains = energy.drains(states, plan, costs, now)
+    assert drains is not None
     rows, share = power.of(states), states.flops / exp.pool.kind_flops[states.kind]
     down, up = energy.sent(plan)
     plugged_some = False
     for i, k in enumerate(states.clients.tolist()):
         level = float(battery.level(np.array([k]), now)[0])
         if math.isinf(level):
-            assert drains[i] is None
+            assert drains.row(i) is None
             continue
         rates = phase_power(rows.at(i), costs.cost(i), float(share[i]), float(down[i]), float(up[i]))
         if battery.plugged_many(np.array([k]), now)[0]:
@@ -130,5 +131,5 @@ def test_a_rounds_drains_equal_the_per_client_reference() -> None:
             held, begin, end = float(battery.level(np.array([k]), unplug)[0]), unplug - now, math.inf
         else:
             held, begin, end = level, 0.0, battery.plugged_at(k, now) - now
-        assert drains[i] == Drain(held, *rates, begin, end)
-    assert plugged_some and any(d is not None and math.isfinite(d.until_s) for d in drains)
+        assert drains.row(i) == Drain(held, *rates, begin, end)
+    assert plugged_some and bool((drains.on & np.isfinite(drains.until_s)).any())

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from living_rounds import play_round
 from reference import planned_jobs
 from support import dry_twice
 
@@ -50,7 +51,6 @@ from edgefl.sim.processes import (
     Stalled,
     Started,
     Transfer,
-    play_round,
     stall_runs,
     start_client,
 )
@@ -440,9 +440,10 @@ def test_a_battery_runs_out_where_its_work_has_spent_the_charge() -> None:
     states, plan, jobs = planned_jobs(exp.pool, exp.method, pricer, 0, phones)
     gathered, costs = exp.pool.gathered(phones, list(states.values())), Costs.of([c for _, _, c in jobs])
     fed, drains = Federation(), energy.drains(gathered, plan, costs, 0.0)
+    assert drains is not None
     outcomes = [Outcome(int(k)) for k in phones]
     for i, o in enumerate(outcomes):
-        start_client(fed.env, phases(costs.cost(i)), math.inf, o, lambda _: None, None, drains[i])
+        start_client(fed.env, phases(costs.cost(i)), math.inf, o, lambda _: None, None, drains.row(i))
     fed.env.run()
     out = np.array([o.stop_s if o.status == OFFLINE else np.inf for o in outcomes])
     idle = np.zeros(len(phones))
@@ -476,9 +477,10 @@ def test_drains_by_hand() -> None:
         s = SimpleNamespace(clients=np.arange(n), flops=np.ones(n), kind=np.zeros(n, dtype=np.int64))
         fed = Federation(now)
         drains = energy.drains(s, list(range(n)), Costs.of([cost] * n), now)  # type: ignore[arg-type]
+        assert drains is not None
         outcomes = [Outcome(k) for k in range(n)]
-        for o, d in zip(outcomes, drains, strict=True):
-            start_client(fed.env, phases(cost), math.inf, o, lambda _: None, None, d)
+        for o in outcomes:
+            start_client(fed.env, phases(cost), math.inf, o, lambda _: None, None, drains.row(o.client))
         fed.env.run()
         return [o.stop_s - now if o.status == OFFLINE else math.inf for o in outcomes]
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from living_rounds import play_round
 from support import dies_before_checkpoint, dry_twice, simulated_rows
 
 from edgefl.cli import main
@@ -21,7 +22,7 @@ from edgefl.sim.bulk import Costs
 from edgefl.sim.energy import Power, round_energy
 from edgefl.sim.engine import Federation
 from edgefl.sim.links import Links
-from edgefl.sim.processes import COMPLETED, LATE, Transfer, play_round
+from edgefl.sim.processes import COMPLETED, LATE, Transfer
 
 POLICIES = [p for p in SELECTORS.names() if p != "uniform"]  # a living fleet draws uniform ones itself
 

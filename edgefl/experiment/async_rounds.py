@@ -231,9 +231,10 @@ class AsyncRounds:
         state = exp.pool.state_at(gathered, 0)
         pending = Pending(state, plan.plan(0), cost, self.fed.now, update, downloaded, utility, reason,
                           serial, loss)
-        transfers = self.energy.transfers(gathered, plan, [0])
-        drain = self.energy.drains(gathered, plan, Costs.of([cost]), self.fed.now)[0]
-        return Started(k, phases(cost), pending, None if transfers is None else transfers[0], drain)
+        transfers = self.energy.transfers(gathered, plan)
+        drains = self.energy.drains(gathered, plan, Costs.of([cost]), self.fed.now)
+        return Started(k, phases(cost), pending, None if transfers is None else transfers.row(0),
+                       None if drains is None else drains.row(0))
 
     def heard(self, job: Started) -> None:
         """A client ended: its joules drained from its battery, what it showed the selection."""
@@ -263,8 +264,8 @@ class AsyncRounds:
 
     def costs(self, jobs: list[Started]) -> Costs:
         """The jobs' costs with the seconds their transfers took on the shared links."""
-        return on_links(Costs.of([job_of(j).cost for j in jobs]), list(range(len(jobs))),
-                        [j.outcome for j in jobs])
+        spans = np.array([[j.outcome.download_s, j.outcome.upload_s] for j in jobs]).reshape(-1, 2)
+        return on_links(Costs.of([job_of(j).cost for j in jobs]), np.arange(len(jobs)), spans)
 
     def fold(self, version: int, batch: list[Started], ended: list[Started]) -> None:
         """Aggregate the buffer as model version `version` + 1 and record the window's clients."""

@@ -33,7 +33,8 @@ from edgefl.sim.battery import Powered
 from edgefl.sim.bulk import Costs, Pricer
 from edgefl.sim.cost import ClientCost
 from edgefl.sim.engine import Federation
-from edgefl.sim.processes import COMPLETED, DROPPED, Outcome, play_round
+from edgefl.sim.living_round import play_round
+from edgefl.sim.processes import COMPLETED, DROPPED
 
 
 def phases(c: ClientCost) -> tuple[float, float, float, float]:
@@ -127,16 +128,16 @@ def live_round(exp: Experiment, live: Live, pricer: Pricer, fed: Federation, t: 
                               "energy.battery_start")
         fed.env.run(until=max(wake, math.nextafter(fed.now, math.inf)))
         costs, dropped = energy.unpaid(gathered, plan, priced_costs, fed.now)
-    played = [i for i in range(len(clients)) if not dropped[i]]
-    transfers = energy.transfers(gathered, plan, played)
-    drains = energy.drains(gathered, plan, costs, fed.now)
-    r = play_round(fed, [(int(clients[i]), phases(costs.cost(i))) for i in played], live.avail, live.target,
-                   live.deadline_s, server_s,
-                   None if transfers is None else (energy.links, transfers), [drains[i] for i in played])
+    played = np.flatnonzero(~dropped)
+    transfers, drains = energy.transfers(gathered, plan), energy.drains(gathered, plan, costs, fed.now)
+    spans = np.column_stack([costs.download_s, costs.data_access_s, costs.compute_s, costs.upload_s])
+    r = play_round(fed, clients[played], spans[played], live.avail, live.target, live.deadline_s,
+                   lambda counted: server_s(counted.tolist()),
+                   None if transfers is None else (energy.links, transfers.take(played)),
+                   None if drains is None else drains.take(played))
     status, stop = np.full(len(clients), DROPPED, dtype=np.int64), np.full(len(clients), r.start_s)
-    status[played] = [o.status for o in r.outcomes]
-    stop[played] = [o.stop_s for o in r.outcomes]
-    costs = on_links(costs, played, r.outcomes)
+    status[played], stop[played] = r.status, r.stop_s
+    costs = on_links(costs, played, r.transfer_s)
     wait = np.where(status == COMPLETED, r.close_s - stop, 0.0)
     table = RoundTable(t, r.start_s, r.end_s, r.end_s - r.close_s, gathered, plan, costs, stop, wait, status,
                        picked=picked if isinstance(picked, Picked) else None)
@@ -146,14 +147,13 @@ def live_round(exp: Experiment, live: Live, pricer: Pricer, fed: Federation, t: 
     return table
 
 
-def on_links(costs: Costs, rows: list[int], outcomes: list[Outcome]) -> Costs:
-    """The costs with the seconds each transfer took on the shared links (one cut midway: the seconds
-    it would have taken at its pace, edgefl.sim.processes `_send`); one that never started keeps its
-    time alone."""
+def on_links(costs: Costs, rows: np.ndarray, transfer_s: np.ndarray) -> Costs:
+    """The costs with the seconds each transfer of the clients `rows` took on the shared links
+    (`transfer_s`, (n, 2): down, up; one cut midway: the seconds it would have taken at its pace,
+    edgefl.sim.living_round); one that never started (NaN) keeps its time alone."""
     down, up = costs.download_s.copy(), costs.upload_s.copy()
-    for i, o in zip(rows, outcomes, strict=True):
-        down[i] = down[i] if math.isnan(o.download_s) else o.download_s
-        up[i] = up[i] if math.isnan(o.upload_s) else o.upload_s
+    for spans, link in ((down, 0), (up, 1)):
+        spans[rows] = np.where(np.isnan(transfer_s[:, link]), spans[rows], transfer_s[:, link])
     return replace(costs, download_s=down, upload_s=up)
 
 

@@ -26,7 +26,7 @@ from edgefl.sim.battery import Battery
 from edgefl.sim.bulk import Costs, RoundPlan
 from edgefl.sim.energy import FleetPower, phase_power, radio_tail
 from edgefl.sim.links import Links, shared_round
-from edgefl.sim.processes import Drain, Transfer
+from edgefl.sim.processes import Drains, Transfers
 
 WORK = ("compute_s", "data_access_s", "download_s", "upload_s", "read_bytes", "write_bytes")
 
@@ -86,14 +86,13 @@ class RoundEnergy:
                             (s.down_bps, s.up_bps), s.latency_s)
         return replace(c, download_s=d, upload_s=u)
 
-    def transfers(self, s: States, plan: RoundPlan, rows: list[int]) -> list[Transfer] | None:
-        """The transfers of the clients `rows` on the server's links (`sharing`), for a living fleet's
-        SimPy processes (edgefl.sim.processes); None where the links are not shared."""
+    def transfers(self, s: States, plan: RoundPlan) -> Transfers | None:
+        """The clients' transfers on the server's links (`sharing`), for a living fleet's rounds
+        (edgefl.sim.living_round, edgefl.sim.processes); None where the links are not shared."""
         if self.sharing is None:
             return None
-        down, up = self.sent(plan)
-        return [Transfer(float(down[i]), float(up[i]), float(s.down_bps[i]), float(s.up_bps[i]),
-                         float(s.latency_s[i])) for i in rows]
+        return Transfers(np.column_stack(self.sent(plan)), np.column_stack([s.down_bps, s.up_bps]),
+                         np.asarray(s.latency_s, dtype=np.float64))
 
     def bulk(self, s: States, plan: RoundPlan, costs: Costs, wait_s: np.ndarray) -> np.ndarray | None:
         """The round's joules per client (columns); None without energy."""
@@ -125,7 +124,7 @@ class RoundEnergy:
             return self.battery.drain(s.clients, joules, end_s)
         return joules
 
-    def drains(self, s: States, plan: RoundPlan, costs: Costs, now: float) -> list[Drain | None]:
+    def drains(self, s: States, plan: RoundPlan, costs: Costs, now: float) -> Drains | None:
         """Each client's battery over its work starting `now` (edgefl.sim.processes `Drain`, which
         stops the client where its work has spent the charge; None: mains powered, or batteries not
         tracked). Unplugged at `now`, a battery holds its charge then and can run out until the
@@ -134,7 +133,7 @@ class RoundEnergy:
         the work took meanwhile is settled when it drains), so it runs out no sooner than that."""
         battery, power = self.battery, self.power
         if battery is None or power is None:
-            return [None] * len(s.clients)
+            return None
         watts, spread, per_byte = phase_power(power.of(s), costs, s.flops / self.pool.kind_flops[s.kind],
                                               *self.sent(plan))
         levels = battery.level(s.clients, now)
@@ -144,10 +143,8 @@ class RoundEnergy:
             unplug = battery.unplugged_many(s.clients[plugged], now)
             held[plugged], begin[plugged] = battery.level(s.clients[plugged], unplug), unplug - now
         end[~plugged] = battery.plugged_at_many(s.clients[~plugged], now) - now
-        rows = zip(held.tolist(), *(np.column_stack(x).tolist() for x in (watts, spread, per_byte)),
-                   begin.tolist(), end.tolist(), strict=True)
-        return [None if math.isinf(level) else Drain(h, tuple(w), tuple(sp), (b[0], b[1]), f, u)
-                for level, (h, w, sp, b, f, u) in zip(levels.tolist(), rows, strict=True)]
+        return Drains(~np.isinf(levels), held, np.column_stack(watts), np.column_stack(spread),
+                      np.column_stack(per_byte), begin, end)
 
     def charge(self, s: States) -> np.ndarray | None:
         """The selected clients' charge left, J (inf: mains powered; None: batteries not tracked)."""

@@ -40,6 +40,12 @@ class Federation:
     def now(self) -> float:
         return float(self.env.now)
 
+    def reach(self, t: float) -> None:
+        """Move the clock on to `t`, exactly (a round played in columns closed there: SimPy would
+        add t - now to now, which can round away from t)."""
+        self.env.run(until=self.env.timeout(t - self.now))
+        self.env._now = t
+
     def play(self, down: np.ndarray, access: np.ndarray, compute: np.ndarray, up: np.ndarray,
              server_s: float = 0.0) -> tuple[float, np.ndarray, float]:
         """Play one round in bulk from its clients' phase seconds: (start, finish times, the

@@ -12,6 +12,8 @@ the moment it goes offline: the process stops there, its work is lost and it upl
   or as soon as `target` clients have uploaded, whichever is first. Clients still working are
   interrupted: `late` at the deadline, `dropped` once the target has reported (their update is not
   needed; an upload at the very instant the target was reached, beyond it, is `dropped` too).
+  These two are played in columns (edgefl.sim.living_round, which follows these processes' rules
+  to the bit; they play them in the tests' reference).
 * `async` (FedBuff, Nguyen et al., "Federated Learning with Buffered Asynchronous Aggregation",
   AISTATS 2022, Alg. 1): `concurrency` clients work at once, a new one starts as one ends; each
   downloads the current model version; the server aggregates every `buffer` uploads, each weighted by
@@ -21,7 +23,7 @@ the moment it goes offline: the process stops there, its work is lost and it upl
   that arrive meanwhile wait for it, in arrival order, `buffer` at a time, their staleness checked
   again when their aggregation starts (a server slower than the uploads drops the backlog as it
   ages). `Buffered` plays it; what a client trains and what an aggregation does are the caller's
-  (edgefl.experiment.living).
+  (edgefl.experiment.async_rounds).
 """
 
 from __future__ import annotations
@@ -65,6 +67,23 @@ class Transfer:
     down_bps: float
     up_bps: float
     latency_s: float
+
+
+@dataclass(frozen=True)
+class Transfers:
+    """Clients' transfers on the server's shared links as columns, a `Transfer` a row: bytes and
+    their own bandwidths (bytes/s), each (n, 2) for (down, up), and the latency after each."""
+
+    nbytes: np.ndarray
+    bps: np.ndarray
+    latency_s: np.ndarray
+
+    def row(self, i: int) -> Transfer:
+        return Transfer(float(self.nbytes[i, 0]), float(self.nbytes[i, 1]), float(self.bps[i, 0]),
+                        float(self.bps[i, 1]), float(self.latency_s[i]))
+
+    def take(self, rows: np.ndarray) -> Transfers:
+        return Transfers(self.nbytes[rows], self.bps[rows], self.latency_s[rows])
 
 
 @dataclass(frozen=True)
@@ -144,6 +163,32 @@ class Drain:
     per_byte: tuple[float, float]
     from_s: float = 0.0
     until_s: float = math.inf
+
+
+@dataclass(frozen=True)
+class Drains:
+    """Clients' batteries over their work as columns, a `Drain` a row where `on` (a battery
+    followed; elsewhere mains powered, or batteries not tracked): `watts` and `spread` (n, 4) by
+    phase, `per_byte` (n, 2) for (download, upload)."""
+
+    on: np.ndarray
+    held_j: np.ndarray
+    watts: np.ndarray
+    spread: np.ndarray
+    per_byte: np.ndarray
+    from_s: np.ndarray
+    until_s: np.ndarray
+
+    def row(self, i: int) -> Drain | None:
+        if not self.on[i]:
+            return None
+        return Drain(float(self.held_j[i]), tuple(self.watts[i].tolist()), tuple(self.spread[i].tolist()),
+                     (float(self.per_byte[i, 0]), float(self.per_byte[i, 1])), float(self.from_s[i]),
+                     float(self.until_s[i]))
+
+    def take(self, rows: np.ndarray) -> Drains:
+        return Drains(self.on[rows], self.held_j[rows], self.watts[rows], self.spread[rows],
+                      self.per_byte[rows], self.from_s[rows], self.until_s[rows])
 
 
 class Meter:
@@ -273,63 +318,6 @@ def start_client(env: simpy.Environment, phases: Sequence[float], off: float, ou
     if meter is not None:
         env.process(_watch(env, proc, meter))
     return proc
-
-
-@dataclass
-class LiveRound:
-    start_s: float
-    close_s: float  # when the round closed (before the server's time)
-    end_s: float
-    outcomes: list[Outcome]
-
-
-def play_round(fed: Federation, jobs: Sequence[tuple[int, Sequence[float]]], avail: Availability,
-               target: int, deadline_s: float, server_s: float | Callable[[list[int]], float],
-               shared: tuple[Links, Sequence[Transfer]] | None = None,
-               drains: Sequence[Drain | None] | None = None) -> LiveRound:
-    """One round of `jobs` (client, phase seconds): closed at `deadline_s` (inf: none), once `target`
-    clients have uploaded, or once every client has stopped; then the server spends `server_s` (or
-    `server_s(the clients whose uploads count)`, asked at the close).
-    With `shared` (the server's links, each job's transfers) downloads and uploads share the links
-    (their seconds in each Outcome); with `drains`, a client whose battery runs out stops there."""
-    env = fed.env
-    nets: list[Net | None] = [None] * len(jobs)
-    if shared is not None:
-        down, up = SharedLink(env, shared[0].down_bps), SharedLink(env, shared[0].up_bps)
-        nets = [Net(down, up, t) for t in shared[1]]
-    result: list[LiveRound] = []
-
-    def round_() -> Generator[simpy.Event, Any, None]:
-        start = float(env.now)
-        outcomes = [Outcome(k) for k, _ in jobs]
-        enough, counted = env.event(), list[int]()
-
-        def reported(o: Outcome) -> None:
-            if len(counted) >= target:
-                o.status = DROPPED
-                return
-            counted.append(o.client)
-            if len(counted) == target:
-                enough.succeed()
-
-        batteries = [None] * len(jobs) if drains is None else drains
-        offs = avail.offline_many(np.array([k for k, _ in jobs], dtype=np.int64), start).tolist()
-        procs = [start_client(env, phases, off, o, reported, net, drain) for (_, phases), off, o, net, drain
-                 in zip(jobs, offs, outcomes, nets, batteries, strict=True)]
-        ends: list[simpy.Event] = [simpy.AllOf(env, procs), enough]
-        if math.isfinite(deadline_s):
-            ends.append(env.timeout(deadline_s))
-        yield simpy.AnyOf(env, ends)
-        cause = DROPPED if enough.triggered else LATE
-        for p in procs:
-            if p.is_alive:
-                p.interrupt(cause)
-        close = float(env.now)
-        yield env.timeout(server_s(counted) if callable(server_s) else server_s)
-        result.append(LiveRound(start, close, float(env.now), outcomes))
-
-    env.run(until=env.process(round_()))
-    return result[0]
 
 
 STALL_ENDED = 10_000  # async: max(this, 20 x buffer) clients ended and no aggregation: none will come
