@@ -18,8 +18,8 @@ runs them (an interrupt first, then in the order they were scheduled; a watcher 
 once the step that made it is done). Instead of one SimPy process, an offline interrupt and a
 battery watcher per client (edgefl.sim.processes, which async rounds still play), the round is one
 loop over a heap of events, compiled by Numba (its first call in a fresh checkout compiles it, about
-25 s, then cached): a round of 65,000 clients of living-digits takes about 1.5 s on this 2-core
-machine, against about 40 s as SimPy processes. The reference that plays the round as SimPy
+25 s, then cached): the loop of a round of 65,000 clients of living-digits takes about 0.8 s on this
+2-core machine, against about 40 s as SimPy processes. The reference that plays the round as SimPy
 processes, against which it is tested to the bit (random rounds, and whole runs of the bundled
 living scenarios), is in the tests (tests/living_rounds.py `simpy_round`).
 """
@@ -37,17 +37,40 @@ from numba import njit
 from edgefl.sim.availability import Availability
 from edgefl.sim.engine import Federation
 from edgefl.sim.links import DONE_S, Links
-from edgefl.sim.processes import BOUNDS, COMPLETED, DROPPED, LATE, OFFLINE, Drains, Transfers
+from edgefl.sim.processes import (
+    BOUNDS,
+    COMPLETED,
+    DROPPED,
+    LATE,
+    OFFLINE,
+    Drains,
+    Transfers,
+)
 
 INF = math.inf
 
-# the event kinds, and the heaps of a link's Sharing (h = 4 x link + one of these)
+# the event kinds; SimPy's priorities (an interrupt goes before the other events of its instant)
 TIMEOUT, WAKE, UNPLUG, WATCH, CLOSE, INTERRUPT, CHANGED, RATES = range(8)
-URGENT, NORMAL = range(2)  # SimPy's priorities: an interrupt goes before the other events of its instant
-LOW, HIGH, CAPPED_ENDS, SHARED_ENDS = range(4)
-# a link's floats and ints (Sharing's fields; SharedLink's wake-up)
-F_CAPACITY, F_NOW, F_V, F_LEVEL, F_CSUM, F_WAKE_AT = range(6)
-I_SHARED, I_COUNT, I_SERIAL, I_WAKE = range(4)
+URGENT, NORMAL = range(2)
+LOW, HIGH, CAPPED_ENDS, SHARED_ENDS = range(4)  # a link's heaps (4 x link + one of these)
+
+# The loop's state is four arrays and three lists (few objects: each is reference-counted at every
+# call). cf, ci: a row per client, its inputs (`play_round`'s columns) and its state: its phase and
+# transfer, its battery's meter (edgefl.sim.processes `Meter`) and watcher (`_watch`), its place
+# on each link's Sharing; gf, gi: each link's Sharing (6 floats, 4 ints a link) and the round's;
+# heaps: each link's four heaps; events: the event heap; listeners: each link's watchers that
+# follow its rates.
+(PHASES, OFF, BYTES, BPS, LATENCY, HELD, WATTS, SPREAD, PER_BYTE, FROM, UNTIL, BEGIN, STOP, M_BASE, M_SINCE,
+ M_WATTS, M_LUMP, M_END, W_AT, TRANSFER_S, T_CAP, T_KEY) = (0, 4, 5, 7, 9, 10, 11, 15, 19, 21, 22, 23, 24, 25,
+                                                            26, 27, 28, 29, 30, 31, 33, 35)
+CF = 37  # cf's columns; BYTES, BPS, PER_BYTE, TRANSFER_S, T_CAP and T_KEY are two, by link
+(ALIVE, STATUS, PHASE, SUB, TOKEN, M_PHASE, M_LINK, M_PROG, W_BOUNDS, W_GEN, W_DONE, W_EXACT, BATTERY,
+ T_CAPPED, T_SERIAL, OUT) = (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 15, 17)
+CI = 18  # ci's columns; T_CAPPED and T_SERIAL are two, by link
+F_CAPACITY, F_NOW, F_V, F_LEVEL, F_CSUM, F_WAKE_AT = range(6)  # gf[6 x link + one of these]
+I_SHARED, I_COUNT, I_SERIAL, I_WAKE = range(4)  # gi[4 x link + one of these]
+G_NOW, G_START = 12, 13
+G_COUNTED, G_ALIVE, G_ENOUGH, G_SEQ, G_TARGET, G_NET, G_CLOSING = range(8, 15)
 
 
 @dataclass(frozen=True)
@@ -80,13 +103,16 @@ def play_round(fed: Federation, clients: np.ndarray, phases: np.ndarray, avail: 
                                                  np.zeros((n, 4)), np.zeros((n, 2)), np.zeros(n),
                                                  np.full(n, INF))
     capacity = (shared[0].down_bps, shared[0].up_bps) if shared is not None else (INF, INF)
-    def f(a: np.ndarray) -> np.ndarray:
-        return np.ascontiguousarray(a, dtype=np.float64)
-
-    status, stop, transfer, close = _play(
-        f(phases), f(off), shared is not None, np.array(capacity, dtype=np.float64), f(t.nbytes), f(t.bps),
-        f(t.latency_s), np.ascontiguousarray(b.on, dtype=np.bool_), f(b.held_j), f(b.watts), f(b.spread),
-        f(b.per_byte), f(b.from_s), f(b.until_s), float(start), int(target), float(deadline_s))
+    cf, ci = np.zeros((n, CF)), np.zeros((n, CI), dtype=np.int64)
+    for column, values in ((PHASES, phases), (OFF, off), (BYTES, t.nbytes), (BPS, t.bps),
+                           (LATENCY, t.latency_s), (HELD, b.held_j), (WATTS, b.watts), (SPREAD, b.spread),
+                           (PER_BYTE, b.per_byte), (FROM, b.from_s), (UNTIL, b.until_s)):
+        values = np.asarray(values, dtype=np.float64).reshape(n, -1)
+        cf[:, column:column + values.shape[1]] = values
+    ci[:, BATTERY] = b.on
+    close = _play(cf, ci, np.array(capacity, dtype=np.float64), shared is not None, float(start), int(target),
+                  float(deadline_s))
+    status, stop, transfer = ci[:, STATUS].copy(), cf[:, STOP].copy(), cf[:, TRANSFER_S:TRANSFER_S + 2].copy()
     fed.reach(float(close))
     counted = np.asarray(clients)[status == COMPLETED]
     fed.env.run(until=fed.env.timeout(server_s(counted) if callable(server_s) else server_s))
@@ -95,102 +121,98 @@ def play_round(fed: Federation, clients: np.ndarray, phases: np.ndarray, avail: 
 
 # --- a link's Sharing (edgefl.sim.links), its transfers named by client ---------------------------
 # Compiled with no CPython wrapper: only the loop (`_play`) is called from Python, and a wrapper
-# cannot take the lists inside the state's tuples.
+# cannot take the lists of lists it passes on.
 _compiled = njit(cache=True, no_cpython_wrapper=True)  # type: ignore[call-overload]
 
 
 @_compiled
-def _push(heaps, h, key, serial, i):  # type: ignore[no-untyped-def]
-    heapq.heappush(heaps[h], (key, serial, i))
-
-
-@_compiled
-def _top(heaps, h, tser, link):  # type: ignore[no-untyped-def]
+def _top(ci, heaps, h, link):  # type: ignore[no-untyped-def]
     """The heap's smallest key, stale entries (of a transfer since moved or ended) dropped."""
     heap = heaps[h]
-    while len(heap) and tser[link, heap[0][2]] != heap[0][1]:
+    while len(heap) and ci[heap[0][2], T_SERIAL + link] != heap[0][1]:
         heapq.heappop(heap)
     return heap[0][0] if len(heap) else INF
 
 
 @_compiled
-def _level(lf, li, link):  # type: ignore[no-untyped-def]
-    if li[link, I_SHARED]:
-        return (lf[link, F_CAPACITY] - lf[link, F_CSUM]) / li[link, I_SHARED]
-    return INF
+def _level(gf, gi, link):  # type: ignore[no-untyped-def]
+    shared = gi[4 * link + I_SHARED]
+    return (gf[6 * link + F_CAPACITY] - gf[6 * link + F_CSUM]) / shared if shared else INF
 
 
 @_compiled
-def _place(lf, li, heaps, tcap, tkey, tcapped, tser, link, i, left, capped):  # type: ignore[no-untyped-def]
-    serial = li[link, I_SERIAL]
-    li[link, I_SERIAL] += 1
-    tser[link, i] = serial
-    tcapped[link, i] = capped
+def _place(cf, ci, gf, gi, heaps, link, i, left, capped):  # type: ignore[no-untyped-def]
+    serial = gi[4 * link + I_SERIAL]
+    gi[4 * link + I_SERIAL] += 1
+    ci[i, T_SERIAL + link] = serial
+    ci[i, T_CAPPED + link] = capped
+    cap = cf[i, T_CAP + link]
     if capped:
-        tkey[link, i] = lf[link, F_NOW] + left / tcap[link, i]
-        lf[link, F_CSUM] += tcap[link, i]
-        _push(heaps, 4 * link + HIGH, -tcap[link, i], serial, i)
-        _push(heaps, 4 * link + CAPPED_ENDS, tkey[link, i], serial, i)
+        cf[i, T_KEY + link] = gf[6 * link + F_NOW] + left / cap
+        gf[6 * link + F_CSUM] += cap
+        heapq.heappush(heaps[4 * link + HIGH], (-cap, serial, i))
+        heapq.heappush(heaps[4 * link + CAPPED_ENDS], (cf[i, T_KEY + link], serial, i))
     else:
-        tkey[link, i] = lf[link, F_V] + left
-        li[link, I_SHARED] += 1
-        _push(heaps, 4 * link + LOW, tcap[link, i], serial, i)
-        _push(heaps, 4 * link + SHARED_ENDS, tkey[link, i], serial, i)
+        cf[i, T_KEY + link] = gf[6 * link + F_V] + left
+        gi[4 * link + I_SHARED] += 1
+        heapq.heappush(heaps[4 * link + LOW], (cap, serial, i))
+        heapq.heappush(heaps[4 * link + SHARED_ENDS], (cf[i, T_KEY + link], serial, i))
 
 
 @_compiled
-def _detach(lf, li, tcap, tcapped, link, i):  # type: ignore[no-untyped-def]
-    if tcapped[link, i]:
-        lf[link, F_CSUM] -= tcap[link, i]
+def _detach(cf, ci, gf, gi, link, i):  # type: ignore[no-untyped-def]
+    if ci[i, T_CAPPED + link]:
+        gf[6 * link + F_CSUM] -= cf[i, T_CAP + link]
     else:
-        li[link, I_SHARED] -= 1
+        gi[4 * link + I_SHARED] -= 1
 
 
 @_compiled
-def _remove(lf, li, tcap, tcapped, tser, link, i):  # type: ignore[no-untyped-def]
-    _detach(lf, li, tcap, tcapped, link, i)
-    tser[link, i] = -1
-    li[link, I_COUNT] -= 1
-    if li[link, I_SHARED] == li[link, I_COUNT]:  # none capped: the sum is 0, without its rounding
-        lf[link, F_CSUM] = 0.0
+def _remove(cf, ci, gf, gi, link, i):  # type: ignore[no-untyped-def]
+    _detach(cf, ci, gf, gi, link, i)
+    ci[i, T_SERIAL + link] = -1
+    gi[4 * link + I_COUNT] -= 1
+    if gi[4 * link + I_SHARED] == gi[4 * link + I_COUNT]:  # none capped: the sum is 0, without its rounding
+        gf[6 * link + F_CSUM] = 0.0
 
 
 @_compiled
-def _left(lf, tcap, tkey, tcapped, link, i):  # type: ignore[no-untyped-def]
-    if tcapped[link, i]:
-        return (tkey[link, i] - lf[link, F_NOW]) * tcap[link, i]
-    return tkey[link, i] - lf[link, F_V]
+def _left(cf, ci, gf, link, i):  # type: ignore[no-untyped-def]
+    if ci[i, T_CAPPED + link]:
+        return (cf[i, T_KEY + link] - gf[6 * link + F_NOW]) * cf[i, T_CAP + link]
+    return cf[i, T_KEY + link] - gf[6 * link + F_V]
 
 
 @_compiled
-def _move(lf, li, heaps, tcap, tkey, tcapped, tser, link, i):  # type: ignore[no-untyped-def]
-    left = _left(lf, tcap, tkey, tcapped, link, i)
-    _detach(lf, li, tcap, tcapped, link, i)
-    _place(lf, li, heaps, tcap, tkey, tcapped, tser, link, i, left, not tcapped[link, i])
+def _move(cf, ci, gf, gi, heaps, link, i):  # type: ignore[no-untyped-def]
+    left = _left(cf, ci, gf, link, i)
+    _detach(cf, ci, gf, gi, link, i)
+    _place(cf, ci, gf, gi, heaps, link, i, left, not ci[i, T_CAPPED + link])
 
 
 @_compiled
-def _settle(lf, li, heaps, tcap, tkey, tcapped, tser, link):  # type: ignore[no-untyped-def]
+def _settle(cf, ci, gf, gi, heaps, link):  # type: ignore[no-untyped-def]
     high, low = 4 * link + HIGH, 4 * link + LOW
-    while math.isfinite(_top(heaps, high, tser, link)) and -heaps[high][0][0] > _level(lf, li, link):
-        _move(lf, li, heaps, tcap, tkey, tcapped, tser, link, heaps[high][0][2])
-    while li[link, I_SHARED] and _top(heaps, low, tser, link) <= _level(lf, li, link):
-        _move(lf, li, heaps, tcap, tkey, tcapped, tser, link, heaps[low][0][2])
-    lf[link, F_LEVEL] = _level(lf, li, link)
+    while math.isfinite(_top(ci, heaps, high, link)) and -heaps[high][0][0] > _level(gf, gi, link):
+        _move(cf, ci, gf, gi, heaps, link, heaps[high][0][2])
+    while gi[4 * link + I_SHARED] and _top(ci, heaps, low, link) <= _level(gf, gi, link):
+        _move(cf, ci, gf, gi, heaps, link, heaps[low][0][2])
+    gf[6 * link + F_LEVEL] = _level(gf, gi, link)
 
 
 @_compiled
-def _advance(lf, li, link, now):  # type: ignore[no-untyped-def]
-    if li[link, I_SHARED]:
-        lf[link, F_V] += lf[link, F_LEVEL] * (now - lf[link, F_NOW])
-    lf[link, F_NOW] = now
+def _advance(gf, gi, link, now):  # type: ignore[no-untyped-def]
+    if gi[4 * link + I_SHARED]:
+        gf[6 * link + F_V] += gf[6 * link + F_LEVEL] * (now - gf[6 * link + F_NOW])
+    gf[6 * link + F_NOW] = now
 
 
 @_compiled
-def _next_end(lf, heaps, tser, link):  # type: ignore[no-untyped-def]
-    key = _top(heaps, 4 * link + SHARED_ENDS, tser, link)
-    shared = lf[link, F_NOW] + (key - lf[link, F_V]) / lf[link, F_LEVEL] if math.isfinite(key) else INF
-    return min(_top(heaps, 4 * link + CAPPED_ENDS, tser, link), shared)
+def _next_end(ci, gf, heaps, link):  # type: ignore[no-untyped-def]
+    key = _top(ci, heaps, 4 * link + SHARED_ENDS, link)
+    v, level = gf[6 * link + F_V], gf[6 * link + F_LEVEL]
+    shared = gf[6 * link + F_NOW] + (key - v) / level if math.isfinite(key) else INF
+    return min(_top(ci, heaps, 4 * link + CAPPED_ENDS, link), shared)
 
 
 @_compiled
@@ -199,411 +221,378 @@ def _through(now, rest_s):  # type: ignore[no-untyped-def]
 
 
 @_compiled
-def _ended(lf, li, heaps, tcap, tkey, tcapped, tser, link, out):  # type: ignore[no-untyped-def]
-    """The transfers through by now, removed (into `out`): the capped ones, then the shared ones."""
-    capped, shared, now = 4 * link + CAPPED_ENDS, 4 * link + SHARED_ENDS, lf[link, F_NOW]
-    found = False
+def _ended(cf, ci, gf, gi, heaps, link):  # type: ignore[no-untyped-def]
+    """How many transfers are through by now, removed (their clients in ci's OUT column): the capped
+    ones, then the shared ones."""
+    capped, shared, now = 4 * link + CAPPED_ENDS, 4 * link + SHARED_ENDS, gf[6 * link + F_NOW]
+    found = 0
     while True:
-        end = _top(heaps, capped, tser, link)
+        end = _top(ci, heaps, capped, link)
         if not (math.isfinite(end) and _through(now, end - now)):
             break
         i = heaps[capped][0][2]
-        _remove(lf, li, tcap, tcapped, tser, link, i)
-        out.append(i)
-        found = True
+        _remove(cf, ci, gf, gi, link, i)
+        ci[found, OUT] = i
+        found += 1
     while True:
-        key = _top(heaps, shared, tser, link)
-        if not (math.isfinite(key) and _through(now, (key - lf[link, F_V]) / lf[link, F_LEVEL])):
+        key = _top(ci, heaps, shared, link)
+        if not (math.isfinite(key) and _through(now, (key - gf[6 * link + F_V]) / gf[6 * link + F_LEVEL])):
             break
         i = heaps[shared][0][2]
-        _remove(lf, li, tcap, tcapped, tser, link, i)
-        out.append(i)
-        found = True
+        _remove(cf, ci, gf, gi, link, i)
+        ci[found, OUT] = i
+        found += 1
     if found:
-        _settle(lf, li, heaps, tcap, tkey, tcapped, tser, link)
+        _settle(cf, ci, gf, gi, heaps, link)
+    return found
 
 
 @_compiled
-def _rate(lf, tcap, tcapped, tser, link, i):  # type: ignore[no-untyped-def]
-    if tser[link, i] < 0:
+def _rate(cf, ci, gf, link, i):  # type: ignore[no-untyped-def]
+    if ci[i, T_SERIAL + link] < 0:
         return 0.0
-    return tcap[link, i] if tcapped[link, i] else lf[link, F_LEVEL]
+    return cf[i, T_CAP + link] if ci[i, T_CAPPED + link] else gf[6 * link + F_LEVEL]
 
 
 @_compiled
-def _left_at(lf, tcap, tkey, tcapped, tser, link, i, now):  # type: ignore[no-untyped-def]
-    if tser[link, i] < 0:
+def _left_at(cf, ci, gf, link, i, now):  # type: ignore[no-untyped-def]
+    if ci[i, T_SERIAL + link] < 0:
         return 0.0
-    if tcapped[link, i]:
-        return max((tkey[link, i] - now) * tcap[link, i], 0.0)
-    return max(tkey[link, i] - (lf[link, F_V] + lf[link, F_LEVEL] * (now - lf[link, F_NOW])), 0.0)
+    if ci[i, T_CAPPED + link]:
+        return max((cf[i, T_KEY + link] - now) * cf[i, T_CAP + link], 0.0)
+    v = gf[6 * link + F_V] + gf[6 * link + F_LEVEL] * (now - gf[6 * link + F_NOW])
+    return max(cf[i, T_KEY + link] - v, 0.0)
 
 
 # --- the round ------------------------------------------------------------------------------------
-# The round's state S = (cf, ci, g, gi, events, listeners, transfer): each client's floats and ints
-# (its phase and transfer, its battery's meter, edgefl.sim.processes `Meter`, and watcher,
-# `_watch`), the round's, the event heap, each link's watchers following its rates, and each
-# client's transfer seconds (the output). The inputs x = (phases, off, nbytes, bps, latency,
-# battery, held, watts, spread, per_byte, from_s, until_s), as `Round`; L, the links' Sharing.
-C_BEGIN, C_STOP, M_BASE, M_SINCE, M_WATTS, M_LUMP, M_END, W_AT = range(8)
-(C_ALIVE, C_STATUS, C_PHASE, C_SUB, C_TOKEN, M_PHASE, M_LINK, M_PROG, W_BOUNDS, W_GEN, W_DONE,
- W_EXACT) = range(12)
-G_NOW, G_START = range(2)
-G_COUNTED, G_ALIVE, G_ENOUGH, G_SEQ, G_TARGET, G_NET, G_CLOSING = range(7)
-(X_PHASES, X_OFF, X_BYTES, X_BPS, X_LATENCY, X_BATTERY, X_HELD, X_WATTS, X_SPREAD, X_PER_BYTE, X_FROM,
- X_UNTIL) = range(12)
 
 
 @_compiled
-def _event(S, at, kind, a, b):  # type: ignore[no-untyped-def]
-    gi, events = S[3], S[4]
+def _event(gi, events, at, kind, a, b):  # type: ignore[no-untyped-def]
     heapq.heappush(events, (at, URGENT if kind == INTERRUPT else NORMAL, gi[G_SEQ], kind, a, b))
     gi[G_SEQ] += 1
 
 
 @_compiled
-def _sent(x, L, S, i, now):  # type: ignore[no-untyped-def]
+def _sent(cf, ci, gf, i, now):  # type: ignore[no-untyped-def]
     """The bytes through so far of the transfer client i's meter follows."""
-    lf, tcap, tkey, tcapped, tser = L[0], L[3], L[4], L[5], L[6]
-    cf, ci = S[0], S[1]
     link = ci[i, M_LINK]
-    nbytes, bps = x[X_BYTES][i, link], x[X_BPS][i, link]
-    if math.isinf(lf[link, F_CAPACITY]):
-        return min(nbytes, (now - cf[i, C_BEGIN]) * bps)
-    return nbytes - _left_at(lf, tcap, tkey, tcapped, tser, link, i, now)
+    nbytes = cf[i, BYTES + link]
+    if math.isinf(gf[6 * link + F_CAPACITY]):
+        return min(nbytes, (now - cf[i, BEGIN]) * cf[i, BPS + link])
+    return nbytes - _left_at(cf, ci, gf, link, i, now)
 
 
 @_compiled
-def _spent(x, L, S, i, now):  # type: ignore[no-untyped-def]
-    cf, ci = S[0], S[1]
+def _spent(cf, ci, gf, i, now):  # type: ignore[no-untyped-def]
     joules = cf[i, M_BASE] + cf[i, M_WATTS] * (now - cf[i, M_SINCE])
     if ci[i, M_PROG]:
-        joules += x[X_PER_BYTE][i, ci[i, M_PHASE] // 3] * _sent(x, L, S, i, now)
+        joules += cf[i, PER_BYTE + ci[i, M_PHASE] // 3] * _sent(cf, ci, gf, i, now)
     return joules
 
 
 @_compiled
-def _pace(x, L, S, i, now, peak):  # type: ignore[no-untyped-def]
+def _pace(cf, ci, gf, i, now, peak):  # type: ignore[no-untyped-def]
     """The meter's joules per second now (`peak`: the most they can be until its next phase)."""
-    cf, ci = S[0], S[1]
     if not ci[i, M_PROG]:
         return cf[i, M_WATTS]
-    lf, tcap, tcapped, tser = L[0], L[3], L[5], L[6]
     link = ci[i, M_LINK]
-    bps = x[X_BPS][i, link]
-    if math.isinf(lf[link, F_CAPACITY]):
-        done_s = cf[i, C_BEGIN] + x[X_BYTES][i, link] / bps
-        rate = bps if peak or now < done_s else 0.0
+    bps = cf[i, BPS + link]
+    if math.isinf(gf[6 * link + F_CAPACITY]):
+        rate = bps if peak or now < cf[i, BEGIN] + cf[i, BYTES + link] / bps else 0.0
     elif peak:
-        rate = min(bps, lf[link, F_CAPACITY])
+        rate = min(bps, gf[6 * link + F_CAPACITY])
     else:
-        rate = _rate(lf, tcap, tcapped, tser, link, i)
-    return cf[i, M_WATTS] + x[X_PER_BYTE][i, ci[i, M_PHASE] // 3] * rate
+        rate = _rate(cf, ci, gf, link, i)
+    return cf[i, M_WATTS] + cf[i, PER_BYTE + ci[i, M_PHASE] // 3] * rate
 
 
 @_compiled
-def _restart(x, L, S, i, now):  # type: ignore[no-untyped-def]
-    cf, ci = S[0], S[1]
-    cf[i, M_BASE] = _spent(x, L, S, i, now)
+def _restart(cf, ci, gf, i):  # type: ignore[no-untyped-def]
+    now = gf[G_NOW]
+    cf[i, M_BASE] = _spent(cf, ci, gf, i, now)
     cf[i, M_SINCE] = now
     ci[i, M_LINK] = -1
     ci[i, M_PROG] = 0
 
 
 @_compiled
-def _enter(x, L, S, i, phase, seconds):  # type: ignore[no-untyped-def]
-    """The meter enters `phase`, `seconds` long alone (Meter.enter); its watcher starts afresh."""
-    cf, ci = S[0], S[1]
-    _restart(x, L, S, i, S[2][G_NOW])
-    ci[i, M_PHASE] = phase
-    cf[i, M_WATTS] = x[X_WATTS][i, phase]
-    cf[i, M_END] = cf[i, M_SINCE] + seconds
-    cf[i, M_LUMP] = 0.0 if seconds > 0 else x[X_SPREAD][i, phase]
-    if seconds > 0:
-        cf[i, M_WATTS] += x[X_SPREAD][i, phase] / seconds
-    cf[i, M_BASE] += cf[i, M_LUMP]
-    _changed(x, L, S, i)
+def _changed(ci, gf, gi, events, i):  # type: ignore[no-untyped-def]
+    """Client i's meter changed: its watcher, once this step is done, starts its bounds afresh (as
+    SimPy resumes a process waiting on an event: later in the same instant)."""
+    if not ci[i, W_DONE]:
+        _event(gi, events, gf[G_NOW], CHANGED, i, ci[i, W_GEN])
 
 
 @_compiled
-def _on(x, L, S, i, link):  # type: ignore[no-untyped-def]
+def _enter(cf, ci, gf, gi, events, i, phase, seconds):  # type: ignore[no-untyped-def]
+    """The meter enters `phase`, `seconds` long alone (Meter.enter)."""
+    _restart(cf, ci, gf, i)
+    ci[i, M_PHASE] = phase
+    cf[i, M_WATTS] = cf[i, WATTS + phase]
+    cf[i, M_END] = cf[i, M_SINCE] + seconds
+    cf[i, M_LUMP] = 0.0 if seconds > 0 else cf[i, SPREAD + phase]
+    if seconds > 0:
+        cf[i, M_WATTS] += cf[i, SPREAD + phase] / seconds
+    cf[i, M_BASE] += cf[i, M_LUMP]
+    _changed(ci, gf, gi, events, i)
+
+
+@_compiled
+def _on(cf, ci, gf, gi, events, i, link):  # type: ignore[no-untyped-def]
     """The meter follows a transfer on `link` (-1: its bytes are through; Meter.on)."""
-    cf, ci = S[0], S[1]
-    _restart(x, L, S, i, S[2][G_NOW])
+    _restart(cf, ci, gf, i)
     if link >= 0:
         cf[i, M_BASE] -= cf[i, M_LUMP]
         cf[i, M_LUMP] = 0.0
         ci[i, M_LINK] = link
         ci[i, M_PROG] = 1
-    cf[i, M_WATTS] = x[X_WATTS][i, ci[i, M_PHASE]]
+    cf[i, M_WATTS] = cf[i, WATTS + ci[i, M_PHASE]]
     cf[i, M_END] = INF
-    _changed(x, L, S, i)
+    _changed(ci, gf, gi, events, i)
 
 
 @_compiled
-def _changed(x, L, S, i):  # type: ignore[no-untyped-def]
-    """Client i's meter changed: its watcher, once this step is done, starts its bounds afresh (as
-    SimPy resumes a process waiting on an event: later in the same instant)."""
-    if not S[1][i, W_DONE]:
-        _event(S, S[2][G_NOW], CHANGED, i, S[1][i, W_GEN])
-
-
-@_compiled
-def _watch(x, L, S, i):  # type: ignore[no-untyped-def]
+def _watch(cf, ci, gf, gi, events, listeners, i):  # type: ignore[no-untyped-def]
     """Work out client i's empty moment afresh and wait for it (edgefl.sim.processes `_watch`)."""
-    cf, ci, g = S[0], S[1], S[2]
-    if not ci[i, C_ALIVE] or ci[i, W_DONE]:
+    if not ci[i, ALIVE] or ci[i, W_DONE]:
         return
-    now = g[G_NOW]
+    now = gf[G_NOW]
     listening = ci[i, W_BOUNDS] >= BOUNDS
-    left = x[X_HELD][i] - _spent(x, L, S, i, now)
+    left = cf[i, HELD] - _spent(cf, ci, gf, i, now)
     on = ci[i, M_LINK] >= 0
     exact = not on or listening
-    rate = _pace(x, L, S, i, now, not exact)
+    rate = _pace(cf, ci, gf, i, now, not exact)
     eta = 0.0 if left <= 0 else (left / rate if rate > 0 else INF)
-    plugged = g[G_START] + x[X_UNTIL][i]
-    at = min(max(now + eta, g[G_START] + x[X_FROM][i]), plugged)
+    plugged = gf[G_START] + cf[i, UNTIL]
+    at = min(max(now + eta, gf[G_START] + cf[i, FROM]), plugged)
     ci[i, W_GEN] += 1
     if at <= now:
         ci[i, W_DONE] = 1
         if at < plugged:
-            _event(S, now, INTERRUPT, i, OFFLINE)
+            _event(gi, events, now, INTERRUPT, i, OFFLINE)
         return
     ci[i, W_EXACT] = exact
     cf[i, W_AT] = at
     if listening and on:
-        S[5][ci[i, M_LINK]].append((i, ci[i, W_GEN]))
+        listeners[ci[i, M_LINK]].append((i, ci[i, W_GEN]))
     if at < cf[i, M_END] and math.isfinite(at):
-        _event(S, now + (at - now), WATCH, i, ci[i, W_GEN])
+        _event(gi, events, now + (at - now), WATCH, i, ci[i, W_GEN])
 
 
 @_compiled
-def _timer(x, L, S, i, gen):  # type: ignore[no-untyped-def]
+def _timer(cf, ci, gf, gi, events, listeners, i, gen):  # type: ignore[no-untyped-def]
     """Client i's watcher's moment came: a bound (the next one follows) or its battery is empty."""
-    ci = S[1]
-    if ci[i, W_GEN] != gen or not ci[i, C_ALIVE] or ci[i, W_DONE]:
+    if ci[i, W_GEN] != gen or not ci[i, ALIVE] or ci[i, W_DONE]:
         return
     if not ci[i, W_EXACT]:
         ci[i, W_BOUNDS] += 1
-        _watch(x, L, S, i)
+        _watch(cf, ci, gf, gi, events, listeners, i)
         return
     ci[i, W_GEN] += 1
     ci[i, W_DONE] = 1
-    if S[0][i, W_AT] < S[2][G_START] + x[X_UNTIL][i]:
-        _event(S, S[2][G_NOW], INTERRUPT, i, OFFLINE)
+    if cf[i, W_AT] < gf[G_START] + cf[i, UNTIL]:
+        _event(gi, events, gf[G_NOW], INTERRUPT, i, OFFLINE)
 
 
 @_compiled
-def _schedule(x, L, S, link):  # type: ignore[no-untyped-def]
+def _schedule(cf, ci, gf, gi, heaps, events, listeners, link):  # type: ignore[no-untyped-def]
     """SharedLink._schedule: the transfers through end, the next wake-up is set, and the watchers
-    following the link's rates work their moments out afresh."""
-    lf, li, heaps, tcap, tkey, tcapped, tser = L
-    ci, listeners = S[1], S[5]
-    heard = listeners[link].copy()
-    listeners[link].clear()
-    out = [0]
-    out.pop()
-    _ended(lf, li, heaps, tcap, tkey, tcapped, tser, link, out)
-    for i in out:
-        _transferred(x, L, S, i)
-    at = _next_end(lf, heaps, tser, link)
-    if li[link, I_COUNT] and at != lf[link, F_WAKE_AT]:
-        li[link, I_WAKE] += 1
-        lf[link, F_WAKE_AT] = at
-        now = S[2][G_NOW]
-        _event(S, now + max(at - now, 0.0), WAKE, link, li[link, I_WAKE])
+    following the link's rates, once this step is done, work their moments out afresh."""
+    heard = listeners[link]
+    if len(heard):
+        listeners[link] = [(0, 0)]
+        listeners[link].pop()
+    for k in range(_ended(cf, ci, gf, gi, heaps, link)):
+        _transferred(cf, ci, gf, gi, events, ci[k, OUT])
+    at = _next_end(ci, gf, heaps, link)
+    if gi[4 * link + I_COUNT] and at != gf[6 * link + F_WAKE_AT]:
+        gi[4 * link + I_WAKE] += 1
+        gf[6 * link + F_WAKE_AT] = at
+        now = gf[G_NOW]
+        _event(gi, events, now + max(at - now, 0.0), WAKE, link, gi[4 * link + I_WAKE])
     for i, gen in heard:
         if ci[i, W_GEN] == gen:
-            _event(S, S[2][G_NOW], RATES, i, gen)
+            _event(gi, events, gf[G_NOW], RATES, i, gen)
 
 
 @_compiled
-def _woken(x, L, S, link, wake):  # type: ignore[no-untyped-def]
-    lf, li = L[0], L[1]
-    if wake == li[link, I_WAKE]:
-        lf[link, F_WAKE_AT] = np.nan
-        _advance(lf, li, link, S[2][G_NOW])
-        _schedule(x, L, S, link)
+def _woken(cf, ci, gf, gi, heaps, events, listeners, link, wake):  # type: ignore[no-untyped-def]
+    if wake == gi[4 * link + I_WAKE]:
+        gf[6 * link + F_WAKE_AT] = np.nan
+        _advance(gf, gi, link, gf[G_NOW])
+        _schedule(cf, ci, gf, gi, heaps, events, listeners, link)
 
 
 @_compiled
-def _send(x, L, S, i, link):  # type: ignore[no-untyped-def]
+def _send(cf, ci, gf, gi, heaps, events, listeners, i, link):  # type: ignore[no-untyped-def]
     """Client i's transfer on `link` starts now."""
-    lf, li, heaps, tcap, tkey, tcapped, tser = L
-    cf, ci = S[0], S[1]
-    now = S[2][G_NOW]
-    cf[i, C_BEGIN] = now
-    nbytes, bps = x[X_BYTES][i, link], x[X_BPS][i, link]
-    battery = x[X_BATTERY][i]
-    if math.isinf(lf[link, F_CAPACITY]):
-        if battery and nbytes > 0 and math.isfinite(bps):
-            _on(x, L, S, i, link)
-        _event(S, now + nbytes / bps, TIMEOUT, i, ci[i, C_TOKEN])
+    now = gf[G_NOW]
+    cf[i, BEGIN] = now
+    nbytes, bps = cf[i, BYTES + link], cf[i, BPS + link]
+    if math.isinf(gf[6 * link + F_CAPACITY]):
+        if ci[i, BATTERY] and nbytes > 0 and math.isfinite(bps):
+            _on(cf, ci, gf, gi, events, i, link)
+        _event(gi, events, now + nbytes / bps, TIMEOUT, i, ci[i, TOKEN])
         return
-    _advance(lf, li, link, now)
-    tcap[link, i] = bps
-    li[link, I_COUNT] += 1
-    _place(lf, li, heaps, tcap, tkey, tcapped, tser, link, i, nbytes, False)
-    _settle(lf, li, heaps, tcap, tkey, tcapped, tser, link)
-    if battery:
-        _on(x, L, S, i, link)
-    _schedule(x, L, S, link)
+    _advance(gf, gi, link, now)
+    cf[i, T_CAP + link] = bps
+    gi[4 * link + I_COUNT] += 1
+    _place(cf, ci, gf, gi, heaps, link, i, nbytes, False)
+    _settle(cf, ci, gf, gi, heaps, link)
+    if ci[i, BATTERY]:
+        _on(cf, ci, gf, gi, events, i, link)
+    _schedule(cf, ci, gf, gi, heaps, events, listeners, link)
 
 
 @_compiled
-def _transferred(x, L, S, i):  # type: ignore[no-untyped-def]
+def _transferred(cf, ci, gf, gi, events, i):  # type: ignore[no-untyped-def]
     """Client i's bytes are through: its latency follows."""
-    S[1][i, C_SUB] = 1
-    if x[X_BATTERY][i]:
-        _on(x, L, S, i, -1)
-    _event(S, S[2][G_NOW] + x[X_LATENCY][i], TIMEOUT, i, S[1][i, C_TOKEN])
+    ci[i, SUB] = 1
+    if ci[i, BATTERY]:
+        _on(cf, ci, gf, gi, events, i, -1)
+    _event(gi, events, gf[G_NOW] + cf[i, LATENCY], TIMEOUT, i, ci[i, TOKEN])
 
 
 @_compiled
-def _phase(x, L, S, i, phase):  # type: ignore[no-untyped-def]
+def _phase(cf, ci, gf, gi, heaps, events, listeners, i, phase):  # type: ignore[no-untyped-def]
     """Client i starts `phase` now (after its last: it has uploaded)."""
-    cf, ci, gi = S[0], S[1], S[3]
-    now = S[2][G_NOW]
+    now = gf[G_NOW]
     if phase == 4:
-        ci[i, C_ALIVE] = 0
+        ci[i, ALIVE] = 0
         gi[G_ALIVE] -= 1
-        cf[i, C_STOP] = now
+        cf[i, STOP] = now
         if gi[G_COUNTED] >= gi[G_TARGET]:  # beyond the target: not needed
-            ci[i, C_STATUS] = DROPPED
+            ci[i, STATUS] = DROPPED
         else:
             gi[G_COUNTED] += 1
             if gi[G_COUNTED] == gi[G_TARGET]:
                 gi[G_ENOUGH] = 1
         return
-    ci[i, C_PHASE], ci[i, C_SUB] = phase, 0
-    seconds = x[X_PHASES][i, phase]
-    if x[X_BATTERY][i]:
-        _enter(x, L, S, i, phase, seconds)
+    ci[i, PHASE], ci[i, SUB] = phase, 0
+    seconds = cf[i, PHASES + phase]
+    if ci[i, BATTERY]:
+        _enter(cf, ci, gf, gi, events, i, phase, seconds)
     if gi[G_NET] and (phase == 0 or phase == 3):
-        _send(x, L, S, i, 0 if phase == 0 else 1)
+        _send(cf, ci, gf, gi, heaps, events, listeners, i, 0 if phase == 0 else 1)
     else:
-        _event(S, now + seconds, TIMEOUT, i, ci[i, C_TOKEN])
+        _event(gi, events, now + seconds, TIMEOUT, i, ci[i, TOKEN])
 
 
 @_compiled
-def _timeout(x, L, S, i, token):  # type: ignore[no-untyped-def]
+def _timeout(cf, ci, gf, gi, heaps, events, listeners, i, token):  # type: ignore[no-untyped-def]
     """Client i's timeout: its phase, its transfer alone (an unlimited link) or its latency ends."""
-    cf, ci = S[0], S[1]
-    if ci[i, C_TOKEN] != token or not ci[i, C_ALIVE]:
+    if ci[i, TOKEN] != token or not ci[i, ALIVE]:
         return
-    phase = ci[i, C_PHASE]
-    if S[3][G_NET] and (phase == 0 or phase == 3):
-        if ci[i, C_SUB] == 0:  # the bytes of a transfer alone
-            _transferred(x, L, S, i)
+    phase = ci[i, PHASE]
+    if gi[G_NET] and (phase == 0 or phase == 3):
+        if ci[i, SUB] == 0:  # the bytes of a transfer alone
+            _transferred(cf, ci, gf, gi, events, i)
             return
-        S[6][i, 0 if phase == 0 else 1] = S[2][G_NOW] - cf[i, C_BEGIN]
-    _phase(x, L, S, i, phase + 1)
+        cf[i, TRANSFER_S + (0 if phase == 0 else 1)] = gf[G_NOW] - cf[i, BEGIN]
+    _phase(cf, ci, gf, gi, heaps, events, listeners, i, phase + 1)
 
 
 @_compiled
-def _interrupt(x, L, S, i, cause):  # type: ignore[no-untyped-def]
+def _interrupt(cf, ci, gf, gi, heaps, events, listeners, i, cause):  # type: ignore[no-untyped-def]
     """Client i stops now with status `cause`; a transfer under way leaves its link, the seconds it
     would have taken at its pace noted (edgefl.sim.processes `_send`)."""
-    lf, li, heaps, tcap, tkey, tcapped, tser = L
-    cf, ci, gi, transfer = S[0], S[1], S[3], S[6]
-    if not ci[i, C_ALIVE]:
+    if not ci[i, ALIVE]:
         return
-    now, phase, begin = S[2][G_NOW], ci[i, C_PHASE], cf[i, C_BEGIN]
-    ci[i, C_ALIVE] = 0
-    ci[i, C_TOKEN] += 1
-    ci[i, C_STATUS] = cause
-    cf[i, C_STOP] = now
+    now, phase, begin = gf[G_NOW], ci[i, PHASE], cf[i, BEGIN]
+    ci[i, ALIVE] = 0
+    ci[i, TOKEN] += 1
+    ci[i, STATUS] = cause
+    cf[i, STOP] = now
     gi[G_ALIVE] -= 1
     if not gi[G_NET] or not (phase == 0 or phase == 3):
         return
     link = 0 if phase == 0 else 1
-    nbytes = x[X_BYTES][i, link]
-    if ci[i, C_SUB] == 1:  # in its latency: its bytes all sent
-        transfer[i, link] = now - begin
+    nbytes = cf[i, BYTES + link]
+    if ci[i, SUB] == 1:  # in its latency: its bytes all sent
+        cf[i, TRANSFER_S + link] = now - begin
         return
-    if math.isinf(lf[link, F_CAPACITY]):
-        share = min((now - begin) * x[X_BPS][i, link] / nbytes, 1.0) if nbytes > 0 else 1.0
+    if math.isinf(gf[6 * link + F_CAPACITY]):
+        share = min((now - begin) * cf[i, BPS + link] / nbytes, 1.0) if nbytes > 0 else 1.0
     else:
         left = 0.0
-        if tser[link, i] >= 0:  # (not through at this same instant)
-            _advance(lf, li, link, now)
-            left = max(_left(lf, tcap, tkey, tcapped, link, i), 0.0)
-            _remove(lf, li, tcap, tcapped, tser, link, i)
-            _settle(lf, li, heaps, tcap, tkey, tcapped, tser, link)
-            _schedule(x, L, S, link)
+        if ci[i, T_SERIAL + link] >= 0:  # (not through at this same instant)
+            _advance(gf, gi, link, now)
+            left = max(_left(cf, ci, gf, link, i), 0.0)
+            _remove(cf, ci, gf, gi, link, i)
+            _settle(cf, ci, gf, gi, heaps, link)
+            _schedule(cf, ci, gf, gi, heaps, events, listeners, link)
         share = 1.0 - left / nbytes if nbytes > 0 else 1.0
     if share > 0 and now > begin:
-        transfer[i, link] = (now - begin) / share
+        cf[i, TRANSFER_S + link] = (now - begin) / share
 
 
 @njit(cache=True)
-def _play(phases, off, net, capacity, nbytes, bps, latency, battery, held, watts, spread, per_byte,  # type: ignore[no-untyped-def]
-          from_s, until_s, start, target, deadline_s):
-    n = phases.shape[0]
-    x = (phases, off, nbytes, bps, latency, battery, held, watts, spread, per_byte, from_s, until_s)
-    lf = np.zeros((2, 6))
-    lf[:, F_CAPACITY] = capacity
-    lf[:, F_NOW] = start
-    lf[:, F_LEVEL] = INF
-    lf[:, F_WAKE_AT] = np.nan
-    li = np.zeros((2, 4), dtype=np.int64)
+def _play(cf, ci, capacity, net, start, target, deadline_s):  # type: ignore[no-untyped-def]
+    """Play the round of `cf` and `ci`'s clients (`play_round`): their statuses, stops and transfer
+    seconds in the arrays; the round's close returned."""
+    n = cf.shape[0]
+    gf = np.zeros(14)
+    gi = np.zeros(15, dtype=np.int64)
+    for link in range(2):
+        gf[6 * link + F_CAPACITY] = capacity[link]
+        gf[6 * link + F_NOW] = start
+        gf[6 * link + F_LEVEL] = INF
+        gf[6 * link + F_WAKE_AT] = np.nan
+    gf[G_NOW] = gf[G_START] = start
+    gi[G_ALIVE], gi[G_TARGET], gi[G_NET] = n, target, net
+    ci[:, ALIVE] = 1
+    ci[:, STATUS] = COMPLETED
+    ci[:, W_DONE] = 1  # no watcher until its client has started
+    ci[:, T_SERIAL], ci[:, T_SERIAL + 1] = -1, -1
+    cf[:, TRANSFER_S], cf[:, TRANSFER_S + 1] = np.nan, np.nan
     heaps = [[(0.0, 0, 0)] for _ in range(8)]
     for heap in heaps:
         heap.pop()
-    L = (lf, li, heaps, np.zeros((2, n)), np.zeros((2, n)), np.zeros((2, n), dtype=np.bool_),
-         np.full((2, n), -1, dtype=np.int64))
-    cf = np.zeros((n, 8))
-    ci = np.zeros((n, 12), dtype=np.int64)
-    ci[:, C_ALIVE] = 1
-    ci[:, C_STATUS] = COMPLETED
-    ci[:, W_DONE] = 1  # no watcher until its client has started
-    g = np.array([start, start])
-    gi = np.array([0, n, 0, 0, target, 1 if net else 0, 0], dtype=np.int64)
     events = [(0.0, 0, 0, 0, 0, 0)]
     events.pop()
     listeners = [[(0, 0)] for _ in range(2)]
     for heard in listeners:
         heard.pop()
-    S = (cf, ci, g, gi, events, listeners, np.full((n, 2), np.nan))
     if math.isfinite(deadline_s):  # scheduled before the clients' first events (SimPy: created first)
-        _event(S, start + deadline_s, CLOSE, LATE, 0)
+        _event(gi, events, start + deadline_s, CLOSE, LATE, 0)
     closes = start + deadline_s  # no interrupt for a device going offline once the round has closed
     for i in range(n):
-        _phase(x, L, S, i, 0)
+        _phase(cf, ci, gf, gi, heaps, events, listeners, i, 0)
         end = closes
         if not net:
-            end = min(end, start + phases[i, 0] + phases[i, 1] + phases[i, 2] + phases[i, 3])
-        if off[i] < end:
-            _event(S, start + (off[i] - start), UNPLUG, i, 0)
-        if battery[i]:
+            end = min(end, start + cf[i, PHASES] + cf[i, PHASES + 1] + cf[i, PHASES + 2] + cf[i, PHASES + 3])
+        if cf[i, OFF] < end:
+            _event(gi, events, start + (cf[i, OFF] - start), UNPLUG, i, 0)
+        if ci[i, BATTERY]:
             ci[i, W_DONE] = 0
-            _watch(x, L, S, i)
+            _watch(cf, ci, gf, gi, events, listeners, i)
     closed = n == 0
     while not closed and len(events):
         at, _, _, kind, a, b = heapq.heappop(events)
-        g[G_NOW] = at
+        gf[G_NOW] = at
         if kind == TIMEOUT:
-            _timeout(x, L, S, a, b)
+            _timeout(cf, ci, gf, gi, heaps, events, listeners, a, b)
         elif kind == WAKE:
-            _woken(x, L, S, a, b)
+            _woken(cf, ci, gf, gi, heaps, events, listeners, a, b)
         elif kind == UNPLUG:
-            _event(S, at, INTERRUPT, a, OFFLINE)
+            _event(gi, events, at, INTERRUPT, a, OFFLINE)
         elif kind == INTERRUPT:
-            _interrupt(x, L, S, a, b)
+            _interrupt(cf, ci, gf, gi, heaps, events, listeners, a, b)
         elif kind == WATCH:
-            _timer(x, L, S, a, b)
+            _timer(cf, ci, gf, gi, events, listeners, a, b)
         elif kind in (CHANGED, RATES):
             if ci[a, W_GEN] == b:
                 if kind == CHANGED:
                     ci[a, W_BOUNDS] = 0
-                _watch(x, L, S, a)
+                _watch(cf, ci, gf, gi, events, listeners, a)
         else:
             closed = True
         if not gi[G_CLOSING] and (gi[G_ENOUGH] or gi[G_ALIVE] == 0):  # the round closes at this instant
             gi[G_CLOSING] = 1
-            _event(S, g[G_NOW], CLOSE, 0, 0)
+            _event(gi, events, gf[G_NOW], CLOSE, 0, 0)
     cause = DROPPED if gi[G_ENOUGH] else LATE
     for i in range(n):
-        if ci[i, C_ALIVE]:
-            _interrupt(x, L, S, i, cause)
-    return ci[:, C_STATUS].copy(), cf[:, C_STOP].copy(), S[6], g[G_NOW]
+        if ci[i, ALIVE]:
+            _interrupt(cf, ci, gf, gi, heaps, events, listeners, i, cause)
+    return gf[G_NOW]
