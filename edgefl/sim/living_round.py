@@ -37,15 +37,7 @@ from numba import njit
 from edgefl.sim.availability import Availability
 from edgefl.sim.engine import Federation
 from edgefl.sim.links import DONE_S, Links
-from edgefl.sim.processes import (
-    BOUNDS,
-    COMPLETED,
-    DROPPED,
-    LATE,
-    OFFLINE,
-    Drains,
-    Transfers,
-)
+from edgefl.sim.processes import BOUNDS, COMPLETED, DROPPED, LATE, OFFLINE, Drains, Transfers
 
 INF = math.inf
 
@@ -57,20 +49,23 @@ LOW, HIGH, CAPPED_ENDS, SHARED_ENDS = range(4)  # a link's heaps (4 x link + one
 # The loop's state is four arrays and three lists (few objects: each is reference-counted at every
 # call). cf, ci: a row per client, its inputs (`play_round`'s columns) and its state: its phase and
 # transfer, its battery's meter (edgefl.sim.processes `Meter`) and watcher (`_watch`), its place
-# on each link's Sharing; gf, gi: each link's Sharing (6 floats, 4 ints a link) and the round's;
+# on each link's Sharing; gf, gi: each link's Sharing and its wake-up (LF floats, LI ints a link)
+# and the round's;
 # heaps: each link's four heaps; events: the event heap; listeners: each link's watchers that
 # follow its rates.
 (PHASES, OFF, BYTES, BPS, LATENCY, HELD, WATTS, SPREAD, PER_BYTE, FROM, UNTIL, BEGIN, STOP, M_BASE, M_SINCE,
  M_WATTS, M_LUMP, M_END, W_AT, TRANSFER_S, T_CAP, T_KEY) = (0, 4, 5, 7, 9, 10, 11, 15, 19, 21, 22, 23, 24, 25,
                                                             26, 27, 28, 29, 30, 31, 33, 35)
 CF = 37  # cf's columns; BYTES, BPS, PER_BYTE, TRANSFER_S, T_CAP and T_KEY are two, by link
-(ALIVE, STATUS, PHASE, SUB, TOKEN, M_PHASE, M_LINK, M_PROG, W_BOUNDS, W_GEN, W_DONE, W_EXACT, BATTERY,
- T_CAPPED, T_SERIAL, OUT) = (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 15, 17)
-CI = 18  # ci's columns; T_CAPPED and T_SERIAL are two, by link
-F_CAPACITY, F_NOW, F_V, F_LEVEL, F_CSUM, F_WAKE_AT = range(6)  # gf[6 x link + one of these]
-I_SHARED, I_COUNT, I_SERIAL, I_WAKE = range(4)  # gi[4 x link + one of these]
-G_NOW, G_START = 12, 13
-G_COUNTED, G_ALIVE, G_ENOUGH, G_SEQ, G_TARGET, G_NET, G_CLOSING = range(8, 15)
+(ALIVE, STATUS, PHASE, SUB, TOKEN, M_PHASE, M_LINK, M_PROG, W_BOUNDS, W_GEN, W_DONE, W_EXACT, W_TOLD, BATTERY,
+ T_CAPPED, T_SERIAL, OUT) = (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 16, 18)
+CI = 19  # ci's columns; T_CAPPED and T_SERIAL are two, by link
+F_CAPACITY, F_NOW, F_V, F_LEVEL, F_CSUM, F_WAKE_AT, F_PENDING_AT = range(7)  # gf[LF x link + one of these]
+LF = 7
+I_SHARED, I_COUNT, I_SERIAL, I_WAKE, I_PENDING_SEQ = range(5)  # gi[LI x link + one of these]
+LI = 5
+G_NOW, G_START = 2 * LF, 2 * LF + 1
+G_COUNTED, G_ALIVE, G_ENOUGH, G_SEQ, G_TARGET, G_NET, G_CLOSING = range(2 * LI, 2 * LI + 7)
 
 
 @dataclass(frozen=True)
@@ -136,25 +131,25 @@ def _top(ci, heaps, h, link):  # type: ignore[no-untyped-def]
 
 @_compiled
 def _level(gf, gi, link):  # type: ignore[no-untyped-def]
-    shared = gi[4 * link + I_SHARED]
-    return (gf[6 * link + F_CAPACITY] - gf[6 * link + F_CSUM]) / shared if shared else INF
+    shared = gi[LI * link + I_SHARED]
+    return (gf[LF * link + F_CAPACITY] - gf[LF * link + F_CSUM]) / shared if shared else INF
 
 
 @_compiled
 def _place(cf, ci, gf, gi, heaps, link, i, left, capped):  # type: ignore[no-untyped-def]
-    serial = gi[4 * link + I_SERIAL]
-    gi[4 * link + I_SERIAL] += 1
+    serial = gi[LI * link + I_SERIAL]
+    gi[LI * link + I_SERIAL] += 1
     ci[i, T_SERIAL + link] = serial
     ci[i, T_CAPPED + link] = capped
     cap = cf[i, T_CAP + link]
     if capped:
-        cf[i, T_KEY + link] = gf[6 * link + F_NOW] + left / cap
-        gf[6 * link + F_CSUM] += cap
+        cf[i, T_KEY + link] = gf[LF * link + F_NOW] + left / cap
+        gf[LF * link + F_CSUM] += cap
         heapq.heappush(heaps[4 * link + HIGH], (-cap, serial, i))
         heapq.heappush(heaps[4 * link + CAPPED_ENDS], (cf[i, T_KEY + link], serial, i))
     else:
-        cf[i, T_KEY + link] = gf[6 * link + F_V] + left
-        gi[4 * link + I_SHARED] += 1
+        cf[i, T_KEY + link] = gf[LF * link + F_V] + left
+        gi[LI * link + I_SHARED] += 1
         heapq.heappush(heaps[4 * link + LOW], (cap, serial, i))
         heapq.heappush(heaps[4 * link + SHARED_ENDS], (cf[i, T_KEY + link], serial, i))
 
@@ -162,25 +157,25 @@ def _place(cf, ci, gf, gi, heaps, link, i, left, capped):  # type: ignore[no-unt
 @_compiled
 def _detach(cf, ci, gf, gi, link, i):  # type: ignore[no-untyped-def]
     if ci[i, T_CAPPED + link]:
-        gf[6 * link + F_CSUM] -= cf[i, T_CAP + link]
+        gf[LF * link + F_CSUM] -= cf[i, T_CAP + link]
     else:
-        gi[4 * link + I_SHARED] -= 1
+        gi[LI * link + I_SHARED] -= 1
 
 
 @_compiled
 def _remove(cf, ci, gf, gi, link, i):  # type: ignore[no-untyped-def]
     _detach(cf, ci, gf, gi, link, i)
     ci[i, T_SERIAL + link] = -1
-    gi[4 * link + I_COUNT] -= 1
-    if gi[4 * link + I_SHARED] == gi[4 * link + I_COUNT]:  # none capped: the sum is 0, without its rounding
-        gf[6 * link + F_CSUM] = 0.0
+    gi[LI * link + I_COUNT] -= 1
+    if gi[LI * link + I_SHARED] == gi[LI * link + I_COUNT]:  # none capped: the sum is 0, without its rounding
+        gf[LF * link + F_CSUM] = 0.0
 
 
 @_compiled
 def _left(cf, ci, gf, link, i):  # type: ignore[no-untyped-def]
     if ci[i, T_CAPPED + link]:
-        return (cf[i, T_KEY + link] - gf[6 * link + F_NOW]) * cf[i, T_CAP + link]
-    return cf[i, T_KEY + link] - gf[6 * link + F_V]
+        return (cf[i, T_KEY + link] - gf[LF * link + F_NOW]) * cf[i, T_CAP + link]
+    return cf[i, T_KEY + link] - gf[LF * link + F_V]
 
 
 @_compiled
@@ -195,23 +190,23 @@ def _settle(cf, ci, gf, gi, heaps, link):  # type: ignore[no-untyped-def]
     high, low = 4 * link + HIGH, 4 * link + LOW
     while math.isfinite(_top(ci, heaps, high, link)) and -heaps[high][0][0] > _level(gf, gi, link):
         _move(cf, ci, gf, gi, heaps, link, heaps[high][0][2])
-    while gi[4 * link + I_SHARED] and _top(ci, heaps, low, link) <= _level(gf, gi, link):
+    while gi[LI * link + I_SHARED] and _top(ci, heaps, low, link) <= _level(gf, gi, link):
         _move(cf, ci, gf, gi, heaps, link, heaps[low][0][2])
-    gf[6 * link + F_LEVEL] = _level(gf, gi, link)
+    gf[LF * link + F_LEVEL] = _level(gf, gi, link)
 
 
 @_compiled
 def _advance(gf, gi, link, now):  # type: ignore[no-untyped-def]
-    if gi[4 * link + I_SHARED]:
-        gf[6 * link + F_V] += gf[6 * link + F_LEVEL] * (now - gf[6 * link + F_NOW])
-    gf[6 * link + F_NOW] = now
+    if gi[LI * link + I_SHARED]:
+        gf[LF * link + F_V] += gf[LF * link + F_LEVEL] * (now - gf[LF * link + F_NOW])
+    gf[LF * link + F_NOW] = now
 
 
 @_compiled
 def _next_end(ci, gf, heaps, link):  # type: ignore[no-untyped-def]
     key = _top(ci, heaps, 4 * link + SHARED_ENDS, link)
-    v, level = gf[6 * link + F_V], gf[6 * link + F_LEVEL]
-    shared = gf[6 * link + F_NOW] + (key - v) / level if math.isfinite(key) else INF
+    v, level = gf[LF * link + F_V], gf[LF * link + F_LEVEL]
+    shared = gf[LF * link + F_NOW] + (key - v) / level if math.isfinite(key) else INF
     return min(_top(ci, heaps, 4 * link + CAPPED_ENDS, link), shared)
 
 
@@ -224,7 +219,7 @@ def _through(now, rest_s):  # type: ignore[no-untyped-def]
 def _ended(cf, ci, gf, gi, heaps, link):  # type: ignore[no-untyped-def]
     """How many transfers are through by now, removed (their clients in ci's OUT column): the capped
     ones, then the shared ones."""
-    capped, shared, now = 4 * link + CAPPED_ENDS, 4 * link + SHARED_ENDS, gf[6 * link + F_NOW]
+    capped, shared, now = 4 * link + CAPPED_ENDS, 4 * link + SHARED_ENDS, gf[LF * link + F_NOW]
     found = 0
     while True:
         end = _top(ci, heaps, capped, link)
@@ -236,7 +231,7 @@ def _ended(cf, ci, gf, gi, heaps, link):  # type: ignore[no-untyped-def]
         found += 1
     while True:
         key = _top(ci, heaps, shared, link)
-        if not (math.isfinite(key) and _through(now, (key - gf[6 * link + F_V]) / gf[6 * link + F_LEVEL])):
+        if not (math.isfinite(key) and _through(now, (key - gf[LF * link + F_V]) / gf[LF * link + F_LEVEL])):
             break
         i = heaps[shared][0][2]
         _remove(cf, ci, gf, gi, link, i)
@@ -251,7 +246,7 @@ def _ended(cf, ci, gf, gi, heaps, link):  # type: ignore[no-untyped-def]
 def _rate(cf, ci, gf, link, i):  # type: ignore[no-untyped-def]
     if ci[i, T_SERIAL + link] < 0:
         return 0.0
-    return cf[i, T_CAP + link] if ci[i, T_CAPPED + link] else gf[6 * link + F_LEVEL]
+    return cf[i, T_CAP + link] if ci[i, T_CAPPED + link] else gf[LF * link + F_LEVEL]
 
 
 @_compiled
@@ -260,7 +255,7 @@ def _left_at(cf, ci, gf, link, i, now):  # type: ignore[no-untyped-def]
         return 0.0
     if ci[i, T_CAPPED + link]:
         return max((cf[i, T_KEY + link] - now) * cf[i, T_CAP + link], 0.0)
-    v = gf[6 * link + F_V] + gf[6 * link + F_LEVEL] * (now - gf[6 * link + F_NOW])
+    v = gf[LF * link + F_V] + gf[LF * link + F_LEVEL] * (now - gf[LF * link + F_NOW])
     return max(cf[i, T_KEY + link] - v, 0.0)
 
 
@@ -278,7 +273,7 @@ def _sent(cf, ci, gf, i, now):  # type: ignore[no-untyped-def]
     """The bytes through so far of the transfer client i's meter follows."""
     link = ci[i, M_LINK]
     nbytes = cf[i, BYTES + link]
-    if math.isinf(gf[6 * link + F_CAPACITY]):
+    if math.isinf(gf[LF * link + F_CAPACITY]):
         return min(nbytes, (now - cf[i, BEGIN]) * cf[i, BPS + link])
     return nbytes - _left_at(cf, ci, gf, link, i, now)
 
@@ -298,10 +293,10 @@ def _pace(cf, ci, gf, i, now, peak):  # type: ignore[no-untyped-def]
         return cf[i, M_WATTS]
     link = ci[i, M_LINK]
     bps = cf[i, BPS + link]
-    if math.isinf(gf[6 * link + F_CAPACITY]):
+    if math.isinf(gf[LF * link + F_CAPACITY]):
         rate = bps if peak or now < cf[i, BEGIN] + cf[i, BYTES + link] / bps else 0.0
     elif peak:
-        rate = min(bps, gf[6 * link + F_CAPACITY])
+        rate = min(bps, gf[LF * link + F_CAPACITY])
     else:
         rate = _rate(cf, ci, gf, link, i)
     return cf[i, M_WATTS] + cf[i, PER_BYTE + ci[i, M_PHASE] // 3] * rate
@@ -320,7 +315,8 @@ def _restart(cf, ci, gf, i):  # type: ignore[no-untyped-def]
 def _changed(ci, gf, gi, events, i):  # type: ignore[no-untyped-def]
     """Client i's meter changed: its watcher, once this step is done, starts its bounds afresh (as
     SimPy resumes a process waiting on an event: later in the same instant)."""
-    if not ci[i, W_DONE]:
+    if not ci[i, W_DONE] and ci[i, W_TOLD] != ci[i, W_GEN]:  # once a wait: a second would find it over
+        ci[i, W_TOLD] = ci[i, W_GEN]
         _event(gi, events, gf[G_NOW], CHANGED, i, ci[i, W_GEN])
 
 
@@ -406,20 +402,33 @@ def _schedule(cf, ci, gf, gi, heaps, events, listeners, link):  # type: ignore[n
     for k in range(_ended(cf, ci, gf, gi, heaps, link)):
         _transferred(cf, ci, gf, gi, events, ci[k, OUT])
     at = _next_end(ci, gf, heaps, link)
-    if gi[4 * link + I_COUNT] and at != gf[6 * link + F_WAKE_AT]:
-        gi[4 * link + I_WAKE] += 1
-        gf[6 * link + F_WAKE_AT] = at
-        now = gf[G_NOW]
-        _event(gi, events, now + max(at - now, 0.0), WAKE, link, gi[4 * link + I_WAKE])
+    if gi[LI * link + I_COUNT] and at != gf[LF * link + F_WAKE_AT]:
+        gi[LI * link + I_WAKE] += 1
+        gf[LF * link + F_WAKE_AT] = at
+        now = gf[G_NOW]  # its number now, in the heap before the next event is taken (`_flush`): one
+        gf[LF * link + F_PENDING_AT] = now + max(at - now, 0.0)  # superseded within a step is none
+        gi[LI * link + I_PENDING_SEQ] = gi[G_SEQ]
+        gi[G_SEQ] += 1
     for i, gen in heard:
         if ci[i, W_GEN] == gen:
             _event(gi, events, gf[G_NOW], RATES, i, gen)
 
 
 @_compiled
+def _flush(gf, gi, events):  # type: ignore[no-untyped-def]
+    """Each link's wake-up set in the step just played, into the heap with the number it took."""
+    for link in range(2):
+        seq = gi[LI * link + I_PENDING_SEQ]
+        if seq >= 0:
+            wake = gi[LI * link + I_WAKE]
+            heapq.heappush(events, (gf[LF * link + F_PENDING_AT], NORMAL, seq, WAKE, link, wake))
+            gi[LI * link + I_PENDING_SEQ] = -1
+
+
+@_compiled
 def _woken(cf, ci, gf, gi, heaps, events, listeners, link, wake):  # type: ignore[no-untyped-def]
-    if wake == gi[4 * link + I_WAKE]:
-        gf[6 * link + F_WAKE_AT] = np.nan
+    if wake == gi[LI * link + I_WAKE]:
+        gf[LF * link + F_WAKE_AT] = np.nan
         _advance(gf, gi, link, gf[G_NOW])
         _schedule(cf, ci, gf, gi, heaps, events, listeners, link)
 
@@ -430,14 +439,14 @@ def _send(cf, ci, gf, gi, heaps, events, listeners, i, link):  # type: ignore[no
     now = gf[G_NOW]
     cf[i, BEGIN] = now
     nbytes, bps = cf[i, BYTES + link], cf[i, BPS + link]
-    if math.isinf(gf[6 * link + F_CAPACITY]):
+    if math.isinf(gf[LF * link + F_CAPACITY]):
         if ci[i, BATTERY] and nbytes > 0 and math.isfinite(bps):
             _on(cf, ci, gf, gi, events, i, link)
         _event(gi, events, now + nbytes / bps, TIMEOUT, i, ci[i, TOKEN])
         return
     _advance(gf, gi, link, now)
     cf[i, T_CAP + link] = bps
-    gi[4 * link + I_COUNT] += 1
+    gi[LI * link + I_COUNT] += 1
     _place(cf, ci, gf, gi, heaps, link, i, nbytes, False)
     _settle(cf, ci, gf, gi, heaps, link)
     if ci[i, BATTERY]:
@@ -512,7 +521,7 @@ def _interrupt(cf, ci, gf, gi, heaps, events, listeners, i, cause):  # type: ign
     if ci[i, SUB] == 1:  # in its latency: its bytes all sent
         cf[i, TRANSFER_S + link] = now - begin
         return
-    if math.isinf(gf[6 * link + F_CAPACITY]):
+    if math.isinf(gf[LF * link + F_CAPACITY]):
         share = min((now - begin) * cf[i, BPS + link] / nbytes, 1.0) if nbytes > 0 else 1.0
     else:
         left = 0.0
@@ -532,18 +541,20 @@ def _play(cf, ci, capacity, net, start, target, deadline_s):  # type: ignore[no-
     """Play the round of `cf` and `ci`'s clients (`play_round`): their statuses, stops and transfer
     seconds in the arrays; the round's close returned."""
     n = cf.shape[0]
-    gf = np.zeros(14)
-    gi = np.zeros(15, dtype=np.int64)
+    gf = np.zeros(2 * LF + 2)
+    gi = np.zeros(2 * LI + 7, dtype=np.int64)
     for link in range(2):
-        gf[6 * link + F_CAPACITY] = capacity[link]
-        gf[6 * link + F_NOW] = start
-        gf[6 * link + F_LEVEL] = INF
-        gf[6 * link + F_WAKE_AT] = np.nan
+        gf[LF * link + F_CAPACITY] = capacity[link]
+        gf[LF * link + F_NOW] = start
+        gf[LF * link + F_LEVEL] = INF
+        gf[LF * link + F_WAKE_AT] = np.nan
+        gi[LI * link + I_PENDING_SEQ] = -1
     gf[G_NOW] = gf[G_START] = start
     gi[G_ALIVE], gi[G_TARGET], gi[G_NET] = n, target, net
     ci[:, ALIVE] = 1
     ci[:, STATUS] = COMPLETED
     ci[:, W_DONE] = 1  # no watcher until its client has started
+    ci[:, W_TOLD] = -1
     ci[:, T_SERIAL], ci[:, T_SERIAL + 1] = -1, -1
     cf[:, TRANSFER_S], cf[:, TRANSFER_S + 1] = np.nan, np.nan
     heaps = [[(0.0, 0, 0)] for _ in range(8)]
@@ -568,6 +579,7 @@ def _play(cf, ci, capacity, net, start, target, deadline_s):  # type: ignore[no-
             ci[i, W_DONE] = 0
             _watch(cf, ci, gf, gi, events, listeners, i)
     closed = n == 0
+    _flush(gf, gi, events)
     while not closed and len(events):
         at, _, _, kind, a, b = heapq.heappop(events)
         gf[G_NOW] = at
@@ -591,6 +603,7 @@ def _play(cf, ci, capacity, net, start, target, deadline_s):  # type: ignore[no-
         if not gi[G_CLOSING] and (gi[G_ENOUGH] or gi[G_ALIVE] == 0):  # the round closes at this instant
             gi[G_CLOSING] = 1
             _event(gi, events, gf[G_NOW], CLOSE, 0, 0)
+        _flush(gf, gi, events)
     cause = DROPPED if gi[G_ENOUGH] else LATE
     for i in range(n):
         if ci[i, ALIVE]:
