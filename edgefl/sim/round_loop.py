@@ -338,9 +338,22 @@ def _timer(cf, ci, gf, gi, events, listeners, i, gen):  # type: ignore[no-untype
 
 
 @_compiled
+def _bound(cf, ci, gf, i):  # type: ignore[no-untyped-def]
+    """The soonest client i's battery can be empty, spending from now at its most costly pace."""
+    now = gf[G_NOW]
+    left = cf[i, HELD] - _spent(cf, ci, gf, i, now)
+    peak = _pace(cf, ci, gf, i, now, True)
+    eta = 0.0 if left <= 0 else (left / peak if peak > 0 else INF)
+    return min(max(now + eta, gf[G_START] + cf[i, FROM]), gf[G_START] + cf[i, UNTIL])
+
+
+@_compiled
 def _schedule(cf, ci, gf, gi, heaps, events, listeners, link):  # type: ignore[no-untyped-def]
     """SharedLink._schedule: the transfers through end, the next wake-up is set, and the watchers
-    following the link's rates, once this step is done, work their moments out afresh."""
+    following the link's rates, once this step is done, work their moments out afresh. A watcher
+    whose battery cannot be empty before the link's next wake-up (`_bound`) is not woken: its moment
+    would come after the wake-up, which wakes it again first, so its timer would never fire; it
+    keeps following the link, its wait renewed (its timer, of a moment since passed by, void)."""
     heard = listeners[link]
     if len(heard):
         listeners[link] = [(0, 0)]
@@ -355,8 +368,14 @@ def _schedule(cf, ci, gf, gi, heaps, events, listeners, link):  # type: ignore[n
         gf[LF * link + F_PENDING_AT] = now + max(at - now, 0.0)  # superseded within a step is none
         gi[LI * link + I_PENDING_SEQ] = gi[G_SEQ]
         gi[G_SEQ] += 1
+    wake = gf[LF * link + F_PENDING_AT] if gi[LI * link + I_COUNT] else -INF
     for i, gen in heard:
-        if ci[i, W_GEN] == gen:
+        if ci[i, W_GEN] != gen:
+            continue
+        if ci[i, ALIVE] and not ci[i, W_DONE] and ci[i, M_LINK] == link and _bound(cf, ci, gf, i) > wake:
+            ci[i, W_GEN] += 1
+            listeners[link].append((i, ci[i, W_GEN]))
+        else:
             _event(gi, events, gf[G_NOW], RATES, i, gen)
 
 
