@@ -21,13 +21,12 @@ TIMEOUT, WAKE, UNPLUG, WATCH, CLOSE, INTERRUPT, CHANGED, RATES = range(8)
 URGENT, NORMAL = range(2)
 LOW, HIGH, CAPPED_ENDS, SHARED_ENDS = range(4)  # a link's heaps (4 x link + one of these)
 
-# The loop's state is four arrays and three lists (few objects: each is reference-counted at every
-# call). cf, ci: a row per client, its inputs (`play_round`'s columns) and its state: its phase and
-# transfer, its battery's meter (edgefl.sim.processes `Meter`) and watcher (`_watch`), its place
-# on each link's Sharing; gf, gi: each link's Sharing and its wake-up (LF floats, LI ints a link)
-# and the round's;
-# heaps: each link's four heaps; events: the event heap; listeners: each link's watchers that
-# follow its rates.
+# The loop's state is five arrays and two lists (few objects: each is reference-counted at every
+# call). cf, ci: a row per client, its inputs (`play_round`'s columns) and its state: its phase
+# and transfer, its battery's meter (edgefl.sim.processes `Meter`) and watcher (`_watch`), its
+# place on each link's Sharing; gf, gi: each link's Sharing and its wake-up (LF floats, LI ints a
+# link) and the round's; heaps: each link's four heaps; events: the event heap; listeners (an
+# array): each link's watchers that follow its rates.
 (PHASES, OFF, BYTES, BPS, LATENCY, HELD, WATTS, SPREAD, PER_BYTE, FROM, UNTIL, BEGIN, STOP, M_BASE, M_SINCE,
  M_WATTS, M_LUMP, M_END, W_AT, TRANSFER_S, T_CAP, T_KEY) = (0, 4, 5, 7, 9, 10, 11, 15, 19, 21, 22, 23, 24, 25,
                                                             26, 27, 28, 29, 30, 31, 33, 35)
@@ -40,7 +39,8 @@ LF = 7
 I_SHARED, I_COUNT, I_SERIAL, I_WAKE, I_PENDING_SEQ = range(5)  # gi[LI x link + one of these]
 LI = 5
 G_NOW, G_START = 2 * LF, 2 * LF + 1
-G_COUNTED, G_ALIVE, G_ENOUGH, G_SEQ, G_TARGET, G_NET, G_CLOSING = range(2 * LI, 2 * LI + 7)
+G_COUNTED, G_ALIVE, G_ENOUGH, G_SEQ, G_TARGET, G_NET, G_CLOSING, G_HEARD = range(2 * LI, 2 * LI + 8)
+G = 2 * LI + 9  # gi's length: G_HEARD is two, by link
 
 
 def play(phases: np.ndarray, off: np.ndarray, t: Transfers, b: Drains, capacity: tuple[float, float],
@@ -64,6 +64,7 @@ def play(phases: np.ndarray, off: np.ndarray, t: Transfers, b: Drains, capacity:
 # Compiled with no CPython wrapper: only the loop (`_play`) is called from Python, and a wrapper
 # cannot take the lists of lists it passes on.
 _compiled = njit(cache=True, no_cpython_wrapper=True)  # type: ignore[call-overload]
+_inlined = njit(cache=True, no_cpython_wrapper=True, inline="always")  # type: ignore[call-overload]
 
 
 @_compiled
@@ -301,13 +302,10 @@ def _watch(cf, ci, gf, gi, events, listeners, i):  # type: ignore[no-untyped-def
         return
     now = gf[G_NOW]
     listening = ci[i, W_BOUNDS] >= BOUNDS
-    left = cf[i, HELD] - _spent(cf, ci, gf, i, now)
     on = ci[i, M_LINK] >= 0
     exact = not on or listening
-    rate = _pace(cf, ci, gf, i, now, not exact)
-    eta = 0.0 if left <= 0 else (left / rate if rate > 0 else INF)
+    at = _moment(cf, ci, gf, i, exact)
     plugged = gf[G_START] + cf[i, UNTIL]
-    at = min(max(now + eta, gf[G_START] + cf[i, FROM]), plugged)
     ci[i, W_GEN] += 1
     if at <= now:
         ci[i, W_DONE] = 1
@@ -317,7 +315,7 @@ def _watch(cf, ci, gf, gi, events, listeners, i):  # type: ignore[no-untyped-def
     ci[i, W_EXACT] = exact
     cf[i, W_AT] = at
     if listening and on:
-        listeners[ci[i, M_LINK]].append((i, ci[i, W_GEN]))
+        _listen(ci, gi, listeners, ci[i, M_LINK], i)
     if at < cf[i, M_END] and math.isfinite(at):
         _event(gi, events, now + (at - now), WATCH, i, ci[i, W_GEN])
 
@@ -338,12 +336,13 @@ def _timer(cf, ci, gf, gi, events, listeners, i, gen):  # type: ignore[no-untype
 
 
 @_compiled
-def _bound(cf, ci, gf, i):  # type: ignore[no-untyped-def]
-    """The soonest client i's battery can be empty, spending from now at its most costly pace."""
+def _moment(cf, ci, gf, i, exact):  # type: ignore[no-untyped-def]
+    """When client i's battery is empty, spending from now at its pace now (`exact`; else at its
+    most costly), moved into its window (not before `from_s`, not after its plugging in)."""
     now = gf[G_NOW]
     left = cf[i, HELD] - _spent(cf, ci, gf, i, now)
-    peak = _pace(cf, ci, gf, i, now, True)
-    eta = 0.0 if left <= 0 else (left / peak if peak > 0 else INF)
+    rate = _pace(cf, ci, gf, i, now, not exact)
+    eta = 0.0 if left <= 0 else (left / rate if rate > 0 else INF)
     return min(max(now + eta, gf[G_START] + cf[i, FROM]), gf[G_START] + cf[i, UNTIL])
 
 
@@ -351,13 +350,10 @@ def _bound(cf, ci, gf, i):  # type: ignore[no-untyped-def]
 def _schedule(cf, ci, gf, gi, heaps, events, listeners, link):  # type: ignore[no-untyped-def]
     """SharedLink._schedule: the transfers through end, the next wake-up is set, and the watchers
     following the link's rates, once this step is done, work their moments out afresh. A watcher
-    whose battery cannot be empty before the link's next wake-up (`_bound`) is not woken: its moment
-    would come after the wake-up, which wakes it again first, so its timer would never fire; it
-    keeps following the link, its wait renewed (its timer, of a moment since passed by, void)."""
-    heard = listeners[link]
-    if len(heard):
-        listeners[link] = [(0, 0)]
-        listeners[link].pop()
+    whose moment, worked out now, falls after the link's next wake-up is not woken: the link's
+    rates stay as they are until its next change, which comes by that wake-up and looks at the
+    watcher again, so the timer it would set could never fire; it keeps following the link, its
+    wait renewed (its timer, of a moment worked out before, void)."""
     for k in range(_ended(cf, ci, gf, gi, heaps, link)):
         _transferred(cf, ci, gf, gi, events, ci[k, OUT])
     at = _next_end(ci, gf, heaps, link)
@@ -368,15 +364,55 @@ def _schedule(cf, ci, gf, gi, heaps, events, listeners, link):  # type: ignore[n
         gf[LF * link + F_PENDING_AT] = now + max(at - now, 0.0)  # superseded within a step is none
         gi[LI * link + I_PENDING_SEQ] = gi[G_SEQ]
         gi[G_SEQ] += 1
-    wake = gf[LF * link + F_PENDING_AT] if gi[LI * link + I_COUNT] else -INF
-    for i, gen in heard:
+    now, wake = gf[G_NOW], gf[LF * link + F_PENDING_AT] if gi[LI * link + I_COUNT] else -INF
+    kept = 0
+    for k in range(gi[G_HEARD + link]):
+        i, gen = listeners[link, k, 0], listeners[link, k, 1]
         if ci[i, W_GEN] != gen:
             continue
-        if ci[i, ALIVE] and not ci[i, W_DONE] and ci[i, M_LINK] == link and _bound(cf, ci, gf, i) > wake:
+        on = ci[i, ALIVE] and not ci[i, W_DONE] and ci[i, M_LINK] == link
+        if on and now + (_moment_on(cf, ci, gf, link, i) - now) > wake:
             ci[i, W_GEN] += 1
-            listeners[link].append((i, ci[i, W_GEN]))
+            listeners[link, kept, 0], listeners[link, kept, 1] = i, gen + 1
+            kept += 1
         else:
-            _event(gi, events, gf[G_NOW], RATES, i, gen)
+            _event(gi, events, now, RATES, i, gen)
+    gi[G_HEARD + link] = kept
+
+
+@_inlined
+def _moment_on(cf, ci, gf, link, i):  # type: ignore[no-untyped-def]
+    """`_moment(cf, ci, gf, i, True)` of a client whose meter follows its transfer on the finite
+    `link`, in one body (the same operations: it is asked of every listener at every change)."""
+    now = gf[G_NOW]
+    pace = cf[i, PER_BYTE + ci[i, M_PHASE] // 3]
+    left_at, rate = 0.0, 0.0
+    if ci[i, T_SERIAL + link] >= 0:
+        if ci[i, T_CAPPED + link]:
+            left_at, rate = max((cf[i, T_KEY + link] - now) * cf[i, T_CAP + link], 0.0), cf[i, T_CAP + link]
+        else:
+            v = gf[LF * link + F_V] + gf[LF * link + F_LEVEL] * (now - gf[LF * link + F_NOW])
+            left_at, rate = max(cf[i, T_KEY + link] - v, 0.0), gf[LF * link + F_LEVEL]
+    spent = cf[i, M_BASE] + cf[i, M_WATTS] * (now - cf[i, M_SINCE]) + pace * (cf[i, BYTES + link] - left_at)
+    left = cf[i, HELD] - spent
+    power = cf[i, M_WATTS] + pace * rate
+    eta = 0.0 if left <= 0 else (left / power if power > 0 else INF)
+    return min(max(now + eta, gf[G_START] + cf[i, FROM]), gf[G_START] + cf[i, UNTIL])
+
+
+@_compiled
+def _listen(ci, gi, listeners, link, i):  # type: ignore[no-untyped-def]
+    """Client i's watcher follows `link`'s rates (until the link's next change: `_schedule`)."""
+    k = gi[G_HEARD + link]
+    if k == listeners.shape[1]:  # full of waits since renewed: the current ones kept
+        kept = 0
+        for j in range(k):
+            if ci[listeners[link, j, 0], W_GEN] == listeners[link, j, 1]:
+                listeners[link, kept] = listeners[link, j]
+                kept += 1
+        k = kept
+    listeners[link, k, 0], listeners[link, k, 1] = i, ci[i, W_GEN]
+    gi[G_HEARD + link] = k + 1
 
 
 @_compiled
@@ -507,7 +543,7 @@ def _play(cf, ci, capacity, net, start, target, deadline_s):  # type: ignore[no-
     seconds in the arrays; the round's close returned."""
     n = cf.shape[0]
     gf = np.zeros(2 * LF + 2)
-    gi = np.zeros(2 * LI + 7, dtype=np.int64)
+    gi = np.zeros(G, dtype=np.int64)
     for link in range(2):
         gf[LF * link + F_CAPACITY] = capacity[link]
         gf[LF * link + F_NOW] = start
@@ -527,9 +563,7 @@ def _play(cf, ci, capacity, net, start, target, deadline_s):  # type: ignore[no-
         heap.pop()
     events = [(0.0, 0, 0, 0, 0, 0)]
     events.pop()
-    listeners = [[(0, 0)] for _ in range(2)]
-    for heard in listeners:
-        heard.pop()
+    listeners = np.zeros((2, 2 * n + 16, 2), dtype=np.int64)  # (client, its wait) by link, gi[G_HEARD]
     if math.isfinite(deadline_s):  # scheduled before the clients' first events (SimPy: created first)
         _event(gi, events, start + deadline_s, CLOSE, LATE, 0)
     closes = start + deadline_s  # no interrupt for a device going offline once the round has closed
