@@ -19,7 +19,9 @@ scheduled; a watcher hears of a change once the step that made it is done). Inst
 process, an offline interrupt and a battery watcher per client (edgefl.sim.processes, which async
 rounds still play), the round is one loop over a heap of events, compiled by Numba (its first call
 in a fresh checkout compiles it, about 25 s, then cached): the loop of a round of 65,000 clients of
-living-digits takes about 0.8 s on this 2-core machine, against about 40 s as SimPy processes. The
+living-digits takes 0.6-1.2 s on this 2-core machine, against 30 s and more as SimPy processes
+(docs/benchmarks.md, "Shared links"); a battery watcher following a link's rates is woken only
+when its battery could be empty before the link's next wake-up (round_loop `_schedule`). The
 reference that plays the round as SimPy processes, against which it is tested to the bit (random
 rounds, and whole runs of the bundled living scenarios), is in the tests (tests/living_rounds.py
 `simpy_round`).
