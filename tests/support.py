@@ -5,6 +5,9 @@ from __future__ import annotations
 import csv
 import errno
 import os
+import signal
+import subprocess
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -168,3 +171,40 @@ def dry_twice(s: Scenario, where: Path, out: Path, files: tuple[str, ...]) -> tu
         texts.append([(out / name / f).read_text() for f in files])
     assert texts[0] == texts[1], "the same scenario and seed must give the same files"
     return exp, texts[0]
+
+
+def sleeper(module: str, name: str, ready: str) -> str:
+    """A `python -c` script: `edgefl` run on its arguments but the last (the run's checkpoint, as
+    `checkpoint`), with `module`.`name` patched to touch the file $MARK and sleep until it is killed
+    once `ready` (an expression of `checkpoint`) holds."""
+    return f"""
+import os, sys, time
+from pathlib import Path
+import torch
+import {module} as patched
+from edgefl.cli import main
+real, checkpoint, mark = patched.{name}, Path(sys.argv[-1]), Path(os.environ["MARK"])
+def sleeps(*args, **kwargs):
+    if {ready}:
+        mark.touch()
+        time.sleep(600)
+    return real(*args, **kwargs)
+patched.{name} = sleeps
+raise SystemExit(main(sys.argv[1:-1]))
+"""
+
+
+def kill_at(cmd: list[str], mark: Path, cwd: Path, what: str) -> None:
+    """Run `cmd` (a `sleeper`) until it makes the file `mark` (within 120 s), then SIGKILL it; `what`
+    says what the run never reached if it does not."""
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "MARK": str(mark)})
+    try:
+        deadline = time.monotonic() + 120
+        while not mark.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert mark.exists(), f"the run never reached {what}"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    finally:
+        proc.kill()

@@ -5,16 +5,12 @@ record all go on as they were."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
-from support import dies_before_checkpoint, one_error_line, sets, simulated_rows
+from support import dies_before_checkpoint, kill_at, one_error_line, sets, simulated_rows, sleeper
 
 from edgefl import rundir
 from edgefl.cli import main
@@ -66,37 +62,14 @@ def test_an_async_run_stopped_after_two_aggregations_resumes_to_the_same_files(w
 
 # The killed run's process: once aggregation 2's checkpoint is written, the next client to train
 # says so (a file) and sleeps until it is killed: it dies with clients mid-flight.
-KILLED = """
-import os, sys, time
-from pathlib import Path
-import torch
-import edgefl.executors.executor as executor
-from edgefl.cli import main
-real, checkpoint, mark = executor.train_timed, Path(sys.argv[-1]), Path(os.environ["MID_FLIGHT"])
-def train_timed(*args, **kwargs):  # an async client trains alone, as it starts
-    if checkpoint.exists() and torch.load(checkpoint, weights_only=True)["next_round"] >= 2:
-        mark.touch()
-        time.sleep(600)
-    return real(*args, **kwargs)
-executor.train_timed = train_timed
-raise SystemExit(main(sys.argv[1:-1]))
-"""
+KILLED = sleeper("edgefl.executors.executor", "train_timed",  # an async client trains alone, as it starts
+                 'checkpoint.exists() and torch.load(checkpoint, weights_only=True)["next_round"] >= 2')
 
 
 def test_an_async_run_killed_mid_flight_resumes_to_the_same_files(whole, tmp_path):
     out, mark = tmp_path / "killed", tmp_path / "mid-flight"
     cmd = [sys.executable, "-c", KILLED, *args("living", out), str(out / rundir.CHECKPOINT)]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={**os.environ, "MID_FLIGHT": str(mark)})
-    try:
-        deadline = time.monotonic() + 120
-        while not mark.exists() and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert mark.exists(), "the run never trained a client after its second checkpoint"
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-    finally:
-        proc.kill()
+    kill_at(cmd, mark, ROOT, "a client's training after its second checkpoint")
     assert not (out / "summary.json").exists()
     assert main(["run", "--resume", str(out), "--quiet"]) == 0
     same_files(out, whole["living"])

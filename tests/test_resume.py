@@ -6,15 +6,12 @@ import json
 import os
 import pickle
 import shutil
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
-from support import dies_before_checkpoint, simulated_rows
+from support import dies_before_checkpoint, kill_at, simulated_rows, sleeper
 
 from edgefl import rundir
 from edgefl.cli import main
@@ -47,37 +44,14 @@ def same_logs(a: Path, b: Path) -> None:
 
 # The killed run's process: once round 0's checkpoint is written, the next group to train says so
 # (a file) and sleeps mid-round until it is killed.
-KILLED_RUN = """
-import os, sys, time
-from pathlib import Path
-import edgefl.methods.fedavg as fedavg
-from edgefl.cli import main
-real, checkpoint, mark = fedavg.train_group, Path(sys.argv[-1]), Path(os.environ["MID_ROUND"])
-def train_group(*args, **kwargs):
-    if checkpoint.exists():
-        mark.touch()
-        time.sleep(600)
-    return real(*args, **kwargs)
-fedavg.train_group = train_group
-raise SystemExit(main(sys.argv[1:-1]))
-"""
+KILLED_RUN = sleeper("edgefl.methods.fedavg", "train_group", "checkpoint.exists()")
 
 
 def test_a_real_run_killed_mid_round_resumes_to_the_same_metrics(uninterrupted, tmp_path):
     out, mark = tmp_path / "killed", tmp_path / "mid-round"
     cmd = [sys.executable, "-c", KILLED_RUN, "run", str(QUICKSTART), *sets(SMALL), "--out", str(out),
            "--quiet", str(out / rundir.CHECKPOINT)]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={**os.environ, "MID_ROUND": str(mark)})
-    try:
-        deadline = time.monotonic() + 120
-        while not mark.exists() and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert mark.exists(), "the run never reached round 1's training"
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-    finally:
-        proc.kill()
+    kill_at(cmd, mark, ROOT, "round 1's training")
     assert not (out / "summary.json").exists()
     saved = torch.load(out / rundir.CHECKPOINT, weights_only=True)["next_round"]
     assert saved == 1

@@ -166,24 +166,18 @@ def _through(now, rest_s):  # type: ignore[no-untyped-def]
 def _ended(cf, ci, gf, gi, heaps, link):  # type: ignore[no-untyped-def]
     """How many transfers are through by now, removed (their clients in ci's OUT column): the capped
     ones, then the shared ones."""
-    capped, shared, now = 4 * link + CAPPED_ENDS, 4 * link + SHARED_ENDS, gf[LF * link + F_NOW]
+    now, v, level = gf[LF * link + F_NOW], gf[LF * link + F_V], gf[LF * link + F_LEVEL]
     found = 0
-    while True:
-        end = _top(ci, heaps, capped, link)
-        if not (math.isfinite(end) and _through(now, end - now)):
-            break
-        i = heaps[capped][0][2]
-        _remove(cf, ci, gf, gi, link, i)
-        ci[found, OUT] = i
-        found += 1
-    while True:
-        key = _top(ci, heaps, shared, link)
-        if not (math.isfinite(key) and _through(now, (key - gf[LF * link + F_V]) / gf[LF * link + F_LEVEL])):
-            break
-        i = heaps[shared][0][2]
-        _remove(cf, ci, gf, gi, link, i)
-        ci[found, OUT] = i
-        found += 1
+    for h in (4 * link + CAPPED_ENDS, 4 * link + SHARED_ENDS):
+        while True:
+            key = _top(ci, heaps, h, link)
+            rest = key - now if h % 4 == CAPPED_ENDS else (key - v) / level
+            if not (math.isfinite(key) and _through(now, rest)):
+                break
+            i = heaps[h][0][2]
+            _remove(cf, ci, gf, gi, link, i)
+            ci[found, OUT] = i
+            found += 1
     if found:
         _settle(cf, ci, gf, gi, heaps, link)
     return found
