@@ -1,13 +1,13 @@
 """Checkpoints: everything a run needs to continue after a kill, as plain data.
 
 A checkpoint holds the next round, the method's state (edgefl.snapshot), the client selection's
-record (edgefl.selection), the round player's state (edgefl.experiment.players), every RNG (torch,
-CUDA, NumPy's and Python's global ones), the simulated clock, the metrics rows so far, the run's
-fingerprint (edgefl.rundir) and the length and SHA-256 of each log as it was (metrics.csv and the
-clients and events logs, CSV or Parquet: edgefl.runlog; the trace's spans are read back from the
-events log, once it is shown to be unchanged). It is written by rundir's safe writer, so a kill
-leaves the previous checkpoint whole, and it is read with `torch.load(..., weights_only=True)`: no
-object is ever unpickled.
+record (edgefl.selection), the round player's state (edgefl.experiment.players: the simulated clock
+and batteries, or an async run's replay), every RNG (torch, CUDA, NumPy's and Python's global ones),
+the metrics rows so far, the run's fingerprint (edgefl.rundir) and the length and SHA-256 of each
+log as it was (metrics.csv and the clients and events logs, CSV or Parquet: edgefl.runlog; the
+trace's spans are read back from the events log, once it is shown to be unchanged). It is written by
+rundir's safe writer, so a kill leaves the previous checkpoint whole, and it is read with
+`torch.load(..., weights_only=True)`: no object is ever unpickled.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def save(out: Path, state: dict[str, Any]) -> None:
 
 # what every checkpoint holds, by type: anything else is a foreign or damaged file
 FIELDS: dict[str, type | tuple[type, ...]] = {
-    "next_round": int, "method": dict, "rows": list, "clock": (int, float), "rng": dict,
+    "next_round": int, "method": dict, "rows": list, "rng": dict,
     "fingerprint": dict, "logs": dict, "selection": dict, "wall_s": (int, float), "player": dict}
 
 

@@ -180,3 +180,19 @@ def test_resume_says_a_damaged_marker_is_damaged_not_missing(uninterrupted, tmp_
     assert main(["run", "--resume", str(out), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "marker is damaged" in err and "missing" not in err
+
+
+def test_a_checkpoint_with_a_damaged_clock_is_refused_in_one_line(tmp_path, capsys):
+    """The sync player's clock (its checkpoint state) damaged: one line naming it, nothing run."""
+    out = tmp_path / "run"
+    with dies_before_checkpoint(2):
+        assert main(["run", str(QUICKSTART), *sets(SMALL), "--out", str(out), "--quiet"]) == 130
+    state = torch.load(out / rundir.CHECKPOINT, weights_only=True)
+    state["player"]["clock"] = "noon"
+    torch.save(state, out / rundir.CHECKPOINT)
+    before = (out / "metrics.csv").read_text()
+    capsys.readouterr()
+    assert main(["run", "--resume", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "player: the checkpoint's clock is missing or damaged" in err
+    assert (out / "metrics.csv").read_text() == before  # nothing written

@@ -178,7 +178,7 @@ class AsyncRounds:
                 "losses": torch.tensor(self.losses, dtype=torch.float64), "kept": kept,
                 "queued": [[loss, torch.from_numpy(real)] for _, loss, real in self.done]}
 
-    def resume(self, first: int, saved: dict[str, Any]) -> None:
+    def resume(self, first: int, saved: dict[str, Any], where: str) -> None:
         """Play the run again from its start to its checkpoint (`state`), taken after aggregation
         `first` - 1; one that does not arrive where the checkpoint was is another run's."""
         self.replay = replay = Replay.of(saved)

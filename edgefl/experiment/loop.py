@@ -112,14 +112,10 @@ def _rounds(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[st
     energy = RoundEnergy(s, exp.pool)
     if saved:  # wall seconds: those of the sessions before, and this one's
         rows, first, before_s = saved.state["rows"], saved.state["next_round"], saved.state["wall_s"]
-    if saved and s.round.mode != "async":  # an async run is played again from its start (`resume`)
-        fed = Federation(saved.state["clock"])
-        if energy.battery is not None:
-            energy.battery.restore(saved.state.get("battery"), str(out / CHECKPOINT), fed.now)
     started = time.perf_counter()
     player = make_player(exp, _executor(exp, text), fed, pricer, energy, selection)
     if saved:
-        player.resume(first, saved.state["player"])
+        player.resume(first, saved.state["player"], str(out / CHECKPOINT))
         restore(exp, out, saved, selection)
     kept = saved.logs if saved else {}
     names = log_names(output_format(s))
@@ -155,7 +151,7 @@ def _rounds(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[st
             rows.append(row)
             if resumable(exp) and ((t + 1) % s.checkpoint_every == 0 or last):
                 wall_s = before_s + time.perf_counter() - started
-                _save(out, t + 1, exp, rows, selection, fed, fingerprint, energy, logs, wall_s, player)
+                _save(out, t + 1, exp, rows, selection, fingerprint, logs, wall_s, player)
         tail = player.ending()
         if tail is not None:
             events.write_columns(tail)
@@ -199,13 +195,11 @@ def _warn_diverged(t: int, loss: float | str) -> bool:
 
 
 def _save(out: Path, next_round: int, exp: Experiment, rows: list[dict[str, Any]], selection: Selection,
-          fed: Federation, fingerprint: dict[str, str], energy: RoundEnergy, logs: list[Log],
-          wall_s: float, player: RoundPlayer) -> None:
+          fingerprint: dict[str, str], logs: list[Log], wall_s: float, player: RoundPlayer) -> None:
     """The checkpoint after a round, sealing each log's rows so far; then the logs commit them."""
     checkpoint.save(out, {"next_round": next_round, "method": exp.method.state(), "rows": rows,
-                          "selection": selection.state(), "clock": fed.now, "fingerprint": fingerprint,
+                          "selection": selection.state(), "fingerprint": fingerprint,
                           "wall_s": wall_s, "player": player.state(),
-                          "battery": energy.battery.state(fed.now) if energy.battery else [],
                           "logs": {log.path.name: log.seal() for log in logs}})
     for log in logs:
         log.commit()

@@ -12,8 +12,8 @@
 
 The sync and living players train the clients whose updates arrive and aggregate them (`trained`).
 A checkpoint keeps a player's `state`, and a resumed run's player is given it back (`resume`):
-a round of a sync or living player ends with its round, so theirs is empty; the async player's
-clients are mid-flight at every aggregation.
+a sync or living player's round ends with its round, so theirs is the clock and the batteries'
+charges; the async player's clients are mid-flight at every aggregation.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from edgefl.errors import EdgeflError
 from edgefl.executors.executor import Executor
 from edgefl.experiment.async_rounds import AsyncRounds
 from edgefl.experiment.living import Live, completed, live_round
@@ -51,8 +52,9 @@ class RoundPlayer(Protocol):
         """What a checkpoint taken after the last round played keeps of the player (plain data)."""
         ...
 
-    def resume(self, first: int, saved: dict[str, Any]) -> None:
-        """Go on from a checkpoint taken after round `first` - 1, whose `state` was `saved`."""
+    def resume(self, first: int, saved: dict[str, Any], where: str) -> None:
+        """Go on from a checkpoint (the file `where`) taken after round `first` - 1, whose `state`
+        was `saved`."""
         ...
 
 
@@ -82,10 +84,17 @@ class SyncRounds:
         return None
 
     def state(self) -> dict[str, Any]:
-        return {}  # nothing outlives a round but the clock and the batteries, which the loop keeps
+        battery = self.energy.battery
+        return {"clock": self.fed.now, "battery": battery.state(self.fed.now) if battery else []}
 
-    def resume(self, first: int, saved: dict[str, Any]) -> None:
-        pass
+    def resume(self, first: int, saved: dict[str, Any], where: str) -> None:
+        clock = saved.get("clock")
+        if not isinstance(clock, float | int) or isinstance(clock, bool):
+            raise EdgeflError(where, "player", "the checkpoint's clock is missing or damaged; start the run "
+                              "again")
+        self.fed.reach(float(clock))
+        if self.energy.battery is not None:
+            self.energy.battery.restore(saved.get("battery"), where, self.fed.now)
 
 
 class LivingRounds(SyncRounds):
