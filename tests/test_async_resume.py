@@ -86,3 +86,16 @@ def test_a_checkpoint_the_replay_does_not_reach_is_refused_in_one_line(tmp_path,
     assert main(["run", "--resume", str(out), "--quiet"]) == 2
     line = one_error_line(capsys.readouterr().err)
     assert "--resume" in line and "checkpoint is another run's" in line
+
+
+def test_a_checkpoint_without_its_async_state_is_refused_in_one_line(tmp_path, capsys):
+    out = tmp_path / "cut"
+    with dies_before_checkpoint(3):
+        assert main(args("living", out)) == 130
+    state = torch.load(out / rundir.CHECKPOINT, weights_only=True)
+    del state["player"]["kept"]
+    torch.save(state, out / rundir.CHECKPOINT)
+    capsys.readouterr()
+    assert main(["run", "--resume", str(out), "--quiet"]) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert "player: the checkpoint's async state is missing or damaged (KeyError)" in line

@@ -180,13 +180,18 @@ class AsyncRounds:
 
     def resume(self, first: int, saved: dict[str, Any], where: str) -> None:
         """Play the run again from its start to its checkpoint (`state`), taken after aggregation
-        `first` - 1; one that does not arrive where the checkpoint was is another run's."""
-        self.replay = replay = Replay.of(saved)
+        `first` - 1, the file `where`; one that does not arrive where the checkpoint was is another
+        run's."""
+        try:
+            self.replay = replay = Replay.of(saved)
+            queued = list(saved["queued"])
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:  # any damage of its plain data
+            raise EdgeflError(where, "player", f"the checkpoint's async state is missing or damaged "
+                              f"({type(exc).__name__}); start the run again") from None
         for t in range(first):
             self.play(t)
-        queued = saved["queued"]
         if (self.starts, self.server.version, len(self.done)) != (replay.starts, replay.folds, len(queued)):
-            raise EdgeflError(self.exp.where, "--resume", f"played again, the run is at {self.starts:,} "
+            raise EdgeflError(where, "--resume", f"played again, the run is at {self.starts:,} "
                               f"clients and {self.server.version} aggregations where its checkpoint was "
                               f"at {replay.starts:,} and {replay.folds}: the checkpoint is another run's; "
                               "start the run again")
