@@ -1,10 +1,11 @@
-"""A living fleet's rounds (edgefl.sim.processes): devices that come and go, deadlines, FedBuff.
+"""A living fleet's sync and deadline rounds: devices that come and go, deadlines, batteries.
 
 With `fleet.availability = "always"` and `round.mode = "sync"` (the defaults) none of this runs and
 rounds are edgefl.experiment.rounds's. Otherwise a round's clients are drawn from the devices online
 at its start (a seeded permutation of the fleet, keyed by (seed, SAMPLE, round), the first online
-ones), drawn, planned and priced client by client, and played one SimPy process each; only the
-clients that completed train for real and are aggregated (the others' work is lost).
+ones, or a selection policy's pick among them), drawn, planned and priced in bulk, and played by
+edgefl.sim.living_round's event loop; only the clients that completed train for real and are
+aggregated (the others' work is lost). Async rounds (FedBuff) are edgefl.experiment.async_rounds's.
 
 Batteries (edgefl.sim.battery) make a fleet living: an empty one leaves its device offline until it
 is plugged in (`Powered`). A sync or deadline round drops, at its start, a client whose battery
