@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -71,6 +71,7 @@ def play_round(fed: Federation, clients: np.ndarray, phases: np.ndarray, avail: 
                                                  np.zeros((n, 4)), np.zeros((n, 2)), np.zeros(n),
                                                  np.full(n, math.inf))
     capacity = (shared[0].down_bps, shared[0].up_bps) if shared is not None else (math.inf, math.inf)
+    b = replace(b, on=b.on & could_run_out(phases, t, b, shared is not None, deadline_s))
     from edgefl.sim import round_loop  # here: Numba's import costs a plain fleet's run 0.1 GB and time
 
     status, stop, transfer, close = round_loop.play(phases, off, t, b, capacity, shared is not None, start,
@@ -79,3 +80,20 @@ def play_round(fed: Federation, clients: np.ndarray, phases: np.ndarray, avail: 
     counted = np.asarray(clients)[status == COMPLETED]
     fed.env.run(until=fed.env.timeout(server_s(counted) if callable(server_s) else server_s))
     return LiveRound(start, float(close), fed.now, status, stop, transfer)
+
+
+def could_run_out(phases: np.ndarray, t: Transfers, b: Drains, shared: bool, deadline_s: float) -> np.ndarray:
+    """Which clients' batteries could run out in the round: the rest are not followed (their
+    watchers' events change nothing, and leave the order of the others' as it was). A battery runs
+    out only once the work has spent what it holds; by the round's last moment (its deadline, or,
+    off shared links, the client's last phase's end) the work has spent at most its spread joules,
+    its bytes' joules and, each second, its costliest phase's watts (data access and compute last
+    their seconds, transfers the rest). Where that bound is not finite and non-negative, or held
+    within a millionth of it, the battery is followed."""
+    last = np.minimum(deadline_s, np.inf if shared else phases.sum(axis=1)) + np.zeros(len(phases))
+    moving = np.maximum(b.watts[:, 0], b.watts[:, 3])
+    bound = (np.multiply(moving, last, out=np.zeros(len(last)), where=moving > 0) + (np.maximum(b.watts[:, 1:3] - moving[:, None], 0.0) * phases[:, 1:3]).sum(axis=1)
+             + b.spread.sum(axis=1) + (b.per_byte * t.nbytes).sum(axis=1))
+    known = (np.isfinite(bound) & (b.watts >= 0).all(axis=1) & (b.spread >= 0).all(axis=1)
+             & (b.per_byte >= 0).all(axis=1) & (t.nbytes >= 0).all(axis=1))
+    return ~(known & (b.held_j > bound * (1 + 1e-6) + 1e-6))
