@@ -92,7 +92,8 @@ def could_run_out(phases: np.ndarray, t: Transfers, b: Drains, shared: bool, dea
     within a millionth of it, the battery is followed."""
     last = np.minimum(deadline_s, np.inf if shared else phases.sum(axis=1)) + np.zeros(len(phases))
     moving = np.maximum(b.watts[:, 0], b.watts[:, 3])
-    bound = (np.multiply(moving, last, out=np.zeros(len(last)), where=moving > 0) + (np.maximum(b.watts[:, 1:3] - moving[:, None], 0.0) * phases[:, 1:3]).sum(axis=1)
+    busy = (np.maximum(b.watts[:, 1:3] - moving[:, None], 0.0) * phases[:, 1:3]).sum(axis=1)
+    bound = (np.multiply(moving, last, out=np.zeros(len(last)), where=moving > 0) + busy
              + b.spread.sum(axis=1) + (b.per_byte * t.nbytes).sum(axis=1))
     known = (np.isfinite(bound) & (b.watts >= 0).all(axis=1) & (b.spread >= 0).all(axis=1)
              & (b.per_byte >= 0).all(axis=1) & (t.nbytes >= 0).all(axis=1))

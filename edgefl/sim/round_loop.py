@@ -25,7 +25,7 @@ LOW, HIGH, CAPPED_ENDS, SHARED_ENDS = range(4)  # a link's heaps (4 x link + one
 # call). cf, ci: a row per client, its inputs (`play_round`'s columns) and its state: its phase
 # and transfer, its battery's meter (edgefl.sim.processes `Meter`) and watcher (`_watch`), its
 # place on each link's Sharing; gf, gi: each link's Sharing and its wake-up (LF floats, LI ints a
-# link) and the round's; heaps: each link's four heaps; events: the event heap; listeners (an
+# link) and the round's; heaps: each link's four heaps; events: the events due (`_pop`); listeners (an
 # array): each link's watchers that follow its rates.
 (PHASES, OFF, BYTES, BPS, LATENCY, HELD, WATTS, SPREAD, PER_BYTE, FROM, UNTIL, BEGIN, STOP, M_BASE, M_SINCE,
  M_WATTS, M_LUMP, M_END, W_AT, TRANSFER_S, T_CAP, T_KEY) = (0, 4, 5, 7, 9, 10, 11, 15, 19, 21, 22, 23, 24, 25,
@@ -34,13 +34,14 @@ CF = 37  # cf's columns; BYTES, BPS, PER_BYTE, TRANSFER_S, T_CAP and T_KEY are t
 (ALIVE, STATUS, PHASE, SUB, TOKEN, M_PHASE, M_LINK, M_PROG, W_BOUNDS, W_GEN, W_DONE, W_EXACT, W_TOLD, BATTERY,
  T_CAPPED, T_SERIAL, OUT) = (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 16, 18)
 CI = 19  # ci's columns; T_CAPPED and T_SERIAL are two, by link
-F_CAPACITY, F_NOW, F_V, F_LEVEL, F_CSUM, F_WAKE_AT, F_PENDING_AT = range(7)  # gf[LF x link + one of these]
-LF = 7
-I_SHARED, I_COUNT, I_SERIAL, I_WAKE, I_PENDING_SEQ = range(5)  # gi[LI x link + one of these]
-LI = 5
+F_CAPACITY, F_NOW, F_V, F_LEVEL, F_CSUM, F_WAKE_AT, F_PENDING_AT, F_SLOT_AT = range(8)  # gf[LF x link + ..]
+LF = 8
+I_SHARED, I_COUNT, I_SERIAL, I_WAKE, I_PENDING_SEQ, I_SLOT_SEQ, I_SLOT_WAKE = range(7)  # gi[LI x link + ..]
+LI = 7
 G_NOW, G_START = 2 * LF, 2 * LF + 1
 G_COUNTED, G_ALIVE, G_ENOUGH, G_SEQ, G_TARGET, G_NET, G_CLOSING, G_HEARD = range(2 * LI, 2 * LI + 8)
-G = 2 * LI + 9  # gi's length: G_HEARD is two, by link
+G_HEADS = 2 * LI + 9  # two: the queues' heads
+G = 2 * LI + 11  # gi's length: G_HEARD and G_HEADS are two
 
 
 def play(phases: np.ndarray, off: np.ndarray, t: Transfers, b: Drains, capacity: tuple[float, float],
@@ -204,9 +205,44 @@ def _left_at(cf, ci, gf, link, i, now):  # type: ignore[no-untyped-def]
 
 
 @_compiled
-def _event(gi, events, at, kind, a, b):  # type: ignore[no-untyped-def]
-    heapq.heappush(events, (at, URGENT if kind == INTERRUPT else NORMAL, gi[G_SEQ], kind, a, b))
+def _event(gf, gi, events, at, kind, a, b):  # type: ignore[no-untyped-def]
+    """An event at `at` (now: in its priority's queue, after the others of this instant there)."""
+    priority = URGENT if kind == INTERRUPT else NORMAL
+    item = (at, priority, gi[G_SEQ], kind, a, b)
+    if at == gf[G_NOW]:
+        events[1 + priority].append(item)
+    else:
+        heapq.heappush(events[0], item)
     gi[G_SEQ] += 1
+
+
+@_compiled
+def _pop(gf, gi, events):  # type: ignore[no-untyped-def]
+    """The next event (its source; -1: none is left), the least (time, priority, number) of the
+    heap's, the two queues of this instant's and the links' wake-ups."""
+    source, best = -1, (INF, NORMAL, 0, 0, 0, 0)
+    if len(events[0]):
+        source, best = 0, events[0][0]
+    for q in range(1, 3):
+        head = gi[G_HEADS + q - 1]
+        if head < len(events[q]) and (source < 0 or events[q][head] < best):
+            source, best = q, events[q][head]
+    for link in range(2):
+        seq = gi[LI * link + I_SLOT_SEQ]
+        if seq >= 0:
+            wake = (gf[LF * link + F_SLOT_AT], NORMAL, seq, WAKE, link, gi[LI * link + I_SLOT_WAKE])
+            if source < 0 or wake < best:
+                source, best = 3 + link, wake
+    if source == 0:
+        heapq.heappop(events[0])
+    elif 0 < source < 3:
+        gi[G_HEADS + source - 1] += 1
+        if gi[G_HEADS + source - 1] == len(events[source]):
+            events[source].clear()
+            gi[G_HEADS + source - 1] = 0
+    elif source >= 3:
+        gi[LI * (source - 3) + I_SLOT_SEQ] = -1
+    return source, best
 
 
 @_compiled
@@ -258,7 +294,7 @@ def _changed(ci, gf, gi, events, i):  # type: ignore[no-untyped-def]
     SimPy resumes a process waiting on an event: later in the same instant)."""
     if not ci[i, W_DONE] and ci[i, W_TOLD] != ci[i, W_GEN]:  # once a wait: a second would find it over
         ci[i, W_TOLD] = ci[i, W_GEN]
-        _event(gi, events, gf[G_NOW], CHANGED, i, ci[i, W_GEN])
+        _event(gf, gi, events, gf[G_NOW], CHANGED, i, ci[i, W_GEN])
 
 
 @_compiled
@@ -304,14 +340,14 @@ def _watch(cf, ci, gf, gi, events, listeners, i):  # type: ignore[no-untyped-def
     if at <= now:
         ci[i, W_DONE] = 1
         if at < plugged:
-            _event(gi, events, now, INTERRUPT, i, OFFLINE)
+            _event(gf, gi, events, now, INTERRUPT, i, OFFLINE)
         return
     ci[i, W_EXACT] = exact
     cf[i, W_AT] = at
     if listening and on:
         _listen(ci, gi, listeners, ci[i, M_LINK], i)
     if at < cf[i, M_END] and math.isfinite(at):
-        _event(gi, events, now + (at - now), WATCH, i, ci[i, W_GEN])
+        _event(gf, gi, events, now + (at - now), WATCH, i, ci[i, W_GEN])
 
 
 @_compiled
@@ -326,7 +362,7 @@ def _timer(cf, ci, gf, gi, events, listeners, i, gen):  # type: ignore[no-untype
     ci[i, W_GEN] += 1
     ci[i, W_DONE] = 1
     if cf[i, W_AT] < gf[G_START] + cf[i, UNTIL]:
-        _event(gi, events, gf[G_NOW], INTERRUPT, i, OFFLINE)
+        _event(gf, gi, events, gf[G_NOW], INTERRUPT, i, OFFLINE)
 
 
 @_compiled
@@ -370,7 +406,7 @@ def _schedule(cf, ci, gf, gi, heaps, events, listeners, link):  # type: ignore[n
             listeners[link, kept, 0], listeners[link, kept, 1] = i, gen + 1
             kept += 1
         else:
-            _event(gi, events, now, RATES, i, gen)
+            _event(gf, gi, events, now, RATES, i, gen)
     gi[G_HEARD + link] = kept
 
 
@@ -410,13 +446,14 @@ def _listen(ci, gi, listeners, link, i):  # type: ignore[no-untyped-def]
 
 
 @_compiled
-def _flush(gf, gi, events):  # type: ignore[no-untyped-def]
-    """Each link's wake-up set in the step just played, into the heap with the number it took."""
+def _flush(gf, gi):  # type: ignore[no-untyped-def]
+    """Each link's wake-up set in the step just played, due with the number it took (the one it
+    replaces void: a link has one wake-up due)."""
     for link in range(2):
         seq = gi[LI * link + I_PENDING_SEQ]
         if seq >= 0:
-            wake = gi[LI * link + I_WAKE]
-            heapq.heappush(events, (gf[LF * link + F_PENDING_AT], NORMAL, seq, WAKE, link, wake))
+            gf[LF * link + F_SLOT_AT] = gf[LF * link + F_PENDING_AT]
+            gi[LI * link + I_SLOT_SEQ], gi[LI * link + I_SLOT_WAKE] = seq, gi[LI * link + I_WAKE]
             gi[LI * link + I_PENDING_SEQ] = -1
 
 
@@ -437,7 +474,7 @@ def _send(cf, ci, gf, gi, heaps, events, listeners, i, link):  # type: ignore[no
     if math.isinf(gf[LF * link + F_CAPACITY]):
         if ci[i, BATTERY] and nbytes > 0 and math.isfinite(bps):
             _on(cf, ci, gf, gi, events, i, link)
-        _event(gi, events, now + nbytes / bps, TIMEOUT, i, ci[i, TOKEN])
+        _event(gf, gi, events, now + nbytes / bps, TIMEOUT, i, ci[i, TOKEN])
         return
     _advance(gf, gi, link, now)
     cf[i, T_CAP + link] = bps
@@ -455,7 +492,7 @@ def _transferred(cf, ci, gf, gi, events, i):  # type: ignore[no-untyped-def]
     ci[i, SUB] = 1
     if ci[i, BATTERY]:
         _on(cf, ci, gf, gi, events, i, -1)
-    _event(gi, events, gf[G_NOW] + cf[i, LATENCY], TIMEOUT, i, ci[i, TOKEN])
+    _event(gf, gi, events, gf[G_NOW] + cf[i, LATENCY], TIMEOUT, i, ci[i, TOKEN])
 
 
 @_compiled
@@ -480,7 +517,7 @@ def _phase(cf, ci, gf, gi, heaps, events, listeners, i, phase):  # type: ignore[
     if gi[G_NET] and (phase == 0 or phase == 3):
         _send(cf, ci, gf, gi, heaps, events, listeners, i, 0 if phase == 0 else 1)
     else:
-        _event(gi, events, now + seconds, TIMEOUT, i, ci[i, TOKEN])
+        _event(gf, gi, events, now + seconds, TIMEOUT, i, ci[i, TOKEN])
 
 
 @_compiled
@@ -543,7 +580,7 @@ def _play(cf, ci, capacity, net, start, target, deadline_s):  # type: ignore[no-
         gf[LF * link + F_NOW] = start
         gf[LF * link + F_LEVEL] = INF
         gf[LF * link + F_WAKE_AT] = np.nan
-        gi[LI * link + I_PENDING_SEQ] = -1
+        gi[LI * link + I_PENDING_SEQ] = gi[LI * link + I_SLOT_SEQ] = -1
     gf[G_NOW] = gf[G_START] = start
     gi[G_ALIVE], gi[G_TARGET], gi[G_NET] = n, target, net
     ci[:, ALIVE] = 1
@@ -555,11 +592,12 @@ def _play(cf, ci, capacity, net, start, target, deadline_s):  # type: ignore[no-
     heaps = [[(0.0, 0, 0)] for _ in range(8)]
     for heap in heaps:
         heap.pop()
-    events = [(0.0, 0, 0, 0, 0, 0)]
-    events.pop()
+    events = [[(0.0, 0, 0, 0, 0, 0)] for _ in range(3)]  # a heap; this instant's urgent and normal ones
+    for queue in events:
+        queue.pop()
     listeners = np.zeros((2, 2 * n + 16, 2), dtype=np.int64)  # (client, its wait) by link, gi[G_HEARD]
     if math.isfinite(deadline_s):  # scheduled before the clients' first events (SimPy: created first)
-        _event(gi, events, start + deadline_s, CLOSE, LATE, 0)
+        _event(gf, gi, events, start + deadline_s, CLOSE, LATE, 0)
     closes = start + deadline_s  # no interrupt for a device going offline once the round has closed
     for i in range(n):
         _phase(cf, ci, gf, gi, heaps, events, listeners, i, 0)
@@ -567,21 +605,23 @@ def _play(cf, ci, capacity, net, start, target, deadline_s):  # type: ignore[no-
         if not net:
             end = min(end, start + cf[i, PHASES] + cf[i, PHASES + 1] + cf[i, PHASES + 2] + cf[i, PHASES + 3])
         if cf[i, OFF] < end:
-            _event(gi, events, start + (cf[i, OFF] - start), UNPLUG, i, 0)
+            _event(gf, gi, events, start + (cf[i, OFF] - start), UNPLUG, i, 0)
         if ci[i, BATTERY]:
             ci[i, W_DONE] = 0
             _watch(cf, ci, gf, gi, events, listeners, i)
     closed = n == 0
-    _flush(gf, gi, events)
-    while not closed and len(events):
-        at, _, _, kind, a, b = heapq.heappop(events)
+    _flush(gf, gi)
+    while not closed:
+        source, (at, _, _, kind, a, b) = _pop(gf, gi, events)
+        if source < 0:
+            break
         gf[G_NOW] = at
         if kind == TIMEOUT:
             _timeout(cf, ci, gf, gi, heaps, events, listeners, a, b)
         elif kind == WAKE:
             _woken(cf, ci, gf, gi, heaps, events, listeners, a, b)
         elif kind == UNPLUG:
-            _event(gi, events, at, INTERRUPT, a, OFFLINE)
+            _event(gf, gi, events, at, INTERRUPT, a, OFFLINE)
         elif kind == INTERRUPT:
             _interrupt(cf, ci, gf, gi, heaps, events, listeners, a, b)
         elif kind == WATCH:
@@ -595,8 +635,8 @@ def _play(cf, ci, capacity, net, start, target, deadline_s):  # type: ignore[no-
             closed = True
         if not gi[G_CLOSING] and (gi[G_ENOUGH] or gi[G_ALIVE] == 0):  # the round closes at this instant
             gi[G_CLOSING] = 1
-            _event(gi, events, gf[G_NOW], CLOSE, 0, 0)
-        _flush(gf, gi, events)
+            _event(gf, gi, events, gf[G_NOW], CLOSE, 0, 0)
+        _flush(gf, gi)
     cause = DROPPED if gi[G_ENOUGH] else LATE
     for i in range(n):
         if ci[i, ALIVE]:
