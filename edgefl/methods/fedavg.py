@@ -38,6 +38,7 @@ from edgefl.training.grouped import ClientJob, train_group
 from edgefl.training.local import TrainSettings, client_seed
 from edgefl.training.objectives import OBJECTIVES, Objective
 
+NOTHING_HELD: State = {}  # a dry run's client's own BN: none (never written to)
 GROUP_BYTES = 4 * 2**30  # the most training memory (mem_req) one group of clients may take at once
 
 
@@ -170,8 +171,8 @@ class FedAvgAT(Method):
 
     def skip(self, round_: int, clients: list[int]) -> None:
         """Dry run: the clients now hold their own BN (FedBN), as after a trained round."""
-        if self.fedbn:
-            self.local_states.update({k: {} for k in clients})
+        if self.fedbn:  # one empty state for all (a dry run never reads them: 1,000,000 dicts are 0.1 GB)
+            self.local_states.update(dict.fromkeys(clients, NOTHING_HELD))
 
     def global_model(self) -> torch.nn.Module:
         return self.model
