@@ -23,7 +23,7 @@ from support import dry_twice
 from edgefl.cli import main
 from edgefl.devices import draws
 from edgefl.errors import EdgeflError
-from edgefl.experiment import prepare, run
+from edgefl.experiment import async_rounds, prepare, run
 from edgefl.experiment.async_rounds import Pending, rebase, rebased, running_statistics, stall_error
 from edgefl.experiment.living import Live, phases
 from edgefl.experiment.round_energy import RoundEnergy
@@ -731,3 +731,46 @@ def test_a_csv_trace_read_as_columns_equals_the_same_trace_as_json(tmp_path: Pat
     (tmp_path / "t.json").write_text(json.dumps(table))
     as_csv, as_json = read_trace(tmp_path / "t.csv", False, "s"), read_trace(tmp_path / "t.json", False, "s")
     assert as_csv.intervals == as_json.intervals and as_csv.periods == as_json.periods
+
+
+@pytest.mark.parametrize(("name", "extra"), [
+    ("async-digits", []), ("living-digits", ["round.mode=async", 'selection.policy="uniform"'])])
+def test_async_picks_priced_ahead_write_what_one_row_rounds_write(tmp_path: Path, monkeypatch, name: str,
+                                                                  extra: list[str]) -> None:
+    """An async player prices the likely next picks in one round (`Ahead`); a pick among them is its
+    row, which must be what pricing it alone gives: the files of a dry run are those of a run that
+    prices every pick as its own one-row round, and almost every pick was foreseen (living-digits:
+    diurnal devices, batteries, shared links; its memory_fit picks are not foreseen)."""
+    path = ROOT / "scenarios" / f"{name}.toml"
+    s = load_scenario(path, ["fleet.clients=600", "round.concurrency=60", "round.buffer=12", "rounds=12",
+                             *extra])
+    sizes: list[int] = []
+    real = async_rounds.priced
+
+    def counted(pool, method, pricer, t, clients):  # type: ignore[no-untyped-def]
+        sizes.append(len(clients))
+        return real(pool, method, pricer, t, clients)
+
+    monkeypatch.setattr(async_rounds, "priced", counted)
+    run(prepare(s, str(path), dry_run=True), tmp_path / "ahead", progress=False)
+    picks = sum(1 for _ in csv.DictReader((tmp_path / "ahead" / "clients.csv").open()))
+    alone = sizes.count(1)
+    assert picks > 100 and alone < 0.1 * picks and max(sizes) > 100
+
+    def one_row(self, version: int, k: int):  # type: ignore[no-untyped-def]
+        return real(self.exp.pool, self.exp.method, self.pricer, version, np.array([k], dtype=np.int64))
+
+    monkeypatch.setattr(async_rounds.AsyncRounds, "priced", one_row)
+    run(prepare(s, str(path), dry_run=True), tmp_path / "alone", progress=False)
+    for f in ("metrics.csv", "clients.csv", "events.csv"):
+        assert (tmp_path / "ahead" / f).read_bytes() == (tmp_path / "alone" / f).read_bytes(), f
+
+
+def test_a_users_error_met_inside_an_async_slot_is_one_line(tmp_path: Path, capsys) -> None:
+    """oort reads the clients' data sizes when it first picks, inside an async slot's SimPy process;
+    SimPy remakes a process's exception from its args, and an EdgeflError's once came out as a
+    TypeError traceback."""
+    code = main(["run", str(ASYNC), "--dry-run", "--set", "fleet.clients=3000", "--set",
+                 'selection.policy="oort"', "--out", str(tmp_path / "run"), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "fleet.clients" in err and "no training sample" in err

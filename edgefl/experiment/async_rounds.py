@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from edgefl.devices import draws
-from edgefl.devices.pool import DeviceState
+from edgefl.devices.pool import DeviceState, States
 from edgefl.errors import EdgeflError
 from edgefl.executors.executor import Executor
 from edgefl.experiment.living import FIRST_LOOK, NEVER_ONLINE, fleet_availability, on_links, phases
@@ -51,7 +51,7 @@ from edgefl.scenario import Scenario, check_mode
 from edgefl.selection import Picked
 from edgefl.selection.server import Selection
 from edgefl.sim.availability import Availability
-from edgefl.sim.bulk import Costs, Pricer
+from edgefl.sim.bulk import Costs, Pricer, RoundPlan
 from edgefl.sim.cost import ClientCost
 from edgefl.sim.engine import Federation
 from edgefl.sim.processes import (
@@ -67,6 +67,7 @@ from edgefl.snapshot import plain
 from edgefl.training.local import SERVER, seed_everything
 
 ASYNC = 5  # the random stream of async picks (edgefl.devices.pool's streams, then availability's)
+AHEAD = 1024  # the starts whose uniform picks an async player prices at once (`Ahead`)
 
 
 def idle(clients: int, busy: set[int]) -> np.ndarray:
@@ -117,6 +118,21 @@ class Pending:
     charge_j: float = math.nan
 
 
+@dataclass(frozen=True)
+class Ahead:
+    """The devices the next AHEAD uniform picks will most likely be (each start's first two draws of
+    `idle_pick`), drawn, planned and priced in one round on model `version`: a pick among them is
+    its row, to the bit its own one-row round (each row is priced alone), at a thousandth of the
+    cost of a one-row round a pick."""
+
+    version: int
+    until: int  # the start count the rows foresee up to
+    clients: np.ndarray  # ascending
+    states: States
+    plan: RoundPlan[ClientPlan]
+    costs: Costs
+
+
 @dataclass
 class Replay:
     """A resumed run played again up to its checkpoint: the clients started and the aggregations
@@ -158,6 +174,7 @@ class AsyncRounds:
         self.written = 0  # the aggregation of the last table `play` gave
         self.losses: list[float] = []  # each started client's training loss (a checkpoint's `Replay`)
         self.replay: Replay | None = None
+        self.ahead: Ahead | None = None
 
     def play(self, t: int) -> tuple[RoundTable, float | str, np.ndarray]:
         """Aggregation t (the t-th row: rows and aggregations are counted alike)."""
@@ -220,9 +237,8 @@ class AsyncRounds:
         if not isinstance(chosen, tuple):
             return chosen
         k, utility, reason = chosen
+        gathered, plan, costs = self.priced(version, k)
         serial, self.starts = self.starts, self.starts + 1
-        clients = np.array([k], dtype=np.int64)
-        gathered, plan, costs = priced(exp.pool, m, self.pricer, version, clients)  # a one-row round
         cost = costs.cost(0)
         update, downloaded, loss = None, None, None
         if self.replay is not None:  # played again: trained before the kill
@@ -240,6 +256,26 @@ class AsyncRounds:
         drains = self.energy.drains(gathered, plan, Costs.of([cost]), self.fed.now)
         return Started(k, phases(cost), pending, None if transfers is None else transfers.row(0),
                        None if drains is None else drains.row(0))
+
+    def priced(self, version: int, k: int) -> tuple[States, RoundPlan[ClientPlan], Costs]:
+        """Client k's one-row round on model `version`: its row of `Ahead` where a uniform pick
+        foresaw it."""
+        exp, a = self.exp, self.ahead
+        if not self.selection.logged and (a is None or a.version != version or self.starts >= a.until):
+            a = self.ahead = self.foresee(version)
+        row = 0 if a is None else int(np.searchsorted(a.clients, k))
+        if a is None or row == len(a.clients) or a.clients[row] != k:
+            return priced(exp.pool, exp.method, self.pricer, version, np.array([k], dtype=np.int64))
+        state, plan = exp.pool.state_at(a.states, row), a.plan.plan(row)
+        return exp.pool.gathered(np.array([k]), [state]), grouped([plan]), Costs.of([a.costs.cost(row)])
+
+    def foresee(self, version: int) -> Ahead:
+        """The next AHEAD starts' likely picks, priced on `version`."""
+        s, until = self.exp.scenario, self.starts + AHEAD
+        drawn = draws.words(draws.key(s.seed, ASYNC), np.arange(self.starts, until), 2)
+        clients = np.unique(draws.index(drawn, s.fleet.clients))
+        return Ahead(version, until, clients,
+                     *priced(self.exp.pool, self.exp.method, self.pricer, version, clients))
 
     def heard(self, job: Started) -> None:
         """A client ended: its joules drained from its battery, what it showed the selection."""

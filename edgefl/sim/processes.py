@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import simpy
 
+from edgefl.errors import EdgeflError
 from edgefl.sim.availability import Availability
 from edgefl.sim.engine import Federation, busy_end
 from edgefl.sim.links import Links, Progress, SharedLink
@@ -329,6 +330,15 @@ def stall_runs(buffer: int) -> int:
     return max(STALL_ENDED, 20 * buffer)
 
 
+class Halted(Exception):
+    """A user's error (EdgeflError) met inside an async slot's process, carried out of SimPy
+    whole: SimPy remakes a process's exception from its args, which an EdgeflError's are not."""
+
+    def __init__(self, error: EdgeflError) -> None:
+        super().__init__(error)
+        self.error = error
+
+
 class Stalled(Exception):
     """No next aggregation: every async slot closed (no device comes online again; `arrived` is
     None), or `stall_runs` clients ended since the last one with only `arrived` of the buffer's
@@ -393,6 +403,8 @@ class Buffered:
         if every slot has closed first, or if none comes after `stall_runs` ended clients."""
         try:
             self.env.run(until=self.aggregated)
+        except Halted as halted:
+            raise halted.error from None
         except RuntimeError:  # SimPy: nothing left to play before the aggregation
             if self.open_slots:
                 raise
@@ -407,6 +419,12 @@ class Buffered:
         return list(self.unlogged.values())
 
     def _slot(self) -> Generator[simpy.Event, Any, None]:
+        try:
+            yield from self._work()
+        except EdgeflError as error:
+            raise Halted(error) from None
+
+    def _work(self) -> Generator[simpy.Event, Any, None]:
         while True:
             job = self.pick(self.version, self.busy)
             if not isinstance(job, Started):
