@@ -5,7 +5,8 @@ AISTATS 2022).
 In async mode one metrics row is one aggregation. A client is picked when a slot frees (a uniform
 draw among the online devices not already working, keyed by (seed, ASYNC, start count): idle_pick),
 drawn and planned with the current model version as its round (a client picked twice on one version
-draws the same state and data order: both are keyed by (seed, version, client)), and trains for
+draws the same state and data order: both are keyed by (seed, version, client); the likely
+uniform picks of the next AHEAD starts are drawn and priced together, `Ahead`), and trains for
 real at once, on the version it downloads: its update depends on nothing that happens later, so
 training it at its download is training it from that version's copy; a copy of the model it
 downloaded is kept until its upload is aggregated. When
