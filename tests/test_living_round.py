@@ -16,7 +16,8 @@ from edgefl.experiment import living, prepare, run
 from edgefl.scenario import load_scenario
 from edgefl.sim.engine import Federation
 from edgefl.sim.links import Links
-from edgefl.sim.processes import Drain, Transfer
+from edgefl.sim.living_round import could_run_out
+from edgefl.sim.processes import Drain, Drains, Transfer, Transfers
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -111,3 +112,27 @@ def test_bundled_living_scenarios_write_the_files_simpy_writes(name: str, tmp_pa
     assert texts[0] == texts[1]
     statuses = texts[0][1]
     assert "completed" in statuses
+
+
+def _drains(held: float, watts: list[float]) -> Drains:
+    return Drains(np.array([True]), np.array([held]), np.array([watts]), np.array([[0.1, 0.2, 0.3, 0.4]]),
+                  np.array([[1e-6, 2e-6]]), np.zeros(1), np.full(1, math.inf))
+
+
+@pytest.mark.parametrize(("held", "shared", "deadline_s", "watts", "followed"), [
+    # shared links, a 100 s deadline: 2 W x 100 s + (3 - 2) W x 4 s + 1 J spread + 1 J + 1 J of bytes
+    (207.1, True, 100.0, [1.0, 0.5, 3.0, 2.0], False),
+    (207.0001, True, 100.0, [1.0, 0.5, 3.0, 2.0], True),  # within a millionth of 207 J
+    (35.1, False, 100.0, [1.0, 0.5, 3.0, 2.0], False),  # off shared links: its 14 s of phases, 35 J
+    (34.9, False, 100.0, [1.0, 0.5, 3.0, 2.0], True),
+    (1e9, True, math.inf, [1.0, 0.5, 3.0, 2.0], True),  # no deadline on shared links: no bound
+    (16.6, True, math.inf, [0.0, 0.5, 3.0, 0.0], False),  # no watts in transfers: 1.5 + 12 + 1 + 2 J
+    (1e9, True, 100.0, [1.0, -0.5, 3.0, 2.0], True),  # a negative figure: followed
+])
+def test_a_battery_is_followed_unless_the_round_cannot_spend_what_it_holds(
+        held: float, shared: bool, deadline_s: float, watts: list[float], followed: bool) -> None:
+    """could_run_out's bound by hand: phases 2, 3, 4 and 5 s; 1e6 bytes down at 1e-6 J/byte and
+    5e5 up at 2e-6 J/byte; spread joules 0.1 to 0.4."""
+    phases = np.array([[2.0, 3.0, 4.0, 5.0]])
+    t = Transfers(np.array([[1e6, 5e5]]), np.ones((1, 2)), np.zeros(1))
+    assert could_run_out(phases, t, _drains(held, watts), shared, deadline_s)[0] == followed
