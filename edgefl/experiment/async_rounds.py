@@ -123,8 +123,8 @@ class Pending:
 class Ahead:
     """The devices the next AHEAD uniform picks will most likely be (each start's first two draws of
     `idle_pick`), drawn, planned and priced in one round on model `version`: a pick among them is
-    its row, to the bit its own one-row round (each row is priced alone), at a thousandth of the
-    cost of a one-row round a pick."""
+    its row, to the bit its own one-row round (each row is priced alone), for about a thirtieth of
+    its cost (3,000 rows in 42 ms, against 0.39 ms a one-row round)."""
 
     version: int
     until: int  # the start count the rows foresee up to
