@@ -27,6 +27,13 @@ Run:
     .venv/bin/python bench/fleet.py --clients 100000 --rounds 100          # the issue's target
     .venv/bin/python bench/fleet.py --clients 1000000 --rounds 10
     .venv/bin/python bench/fleet.py --scenario scenarios/fedprophet-quickstart.toml
+    # living fleets (docs/benchmarks.md, "Shared links"):
+    .venv/bin/python bench/fleet.py --scenario scenarios/living-digits.toml --clients 100000 --rounds 100
+    .venv/bin/python bench/fleet.py --scenario scenarios/living-digits.toml --clients 1000000 --rounds 10
+    .venv/bin/python bench/fleet.py --scenario scenarios/energy-digits.toml --clients 100000 --rounds 100 \
+        --fraction 0.5
+    .venv/bin/python bench/fleet.py --scenario scenarios/async-digits.toml --clients 100000 --rounds 100 \
+        --set round.concurrency=10000 --set round.buffer=1000
 """
 
 from __future__ import annotations
