@@ -123,7 +123,8 @@ def test_power_of_choice_draws_candidates_by_data_size():
 
 def test_memory_fit_prefers_clients_whose_memory_holds_the_workload():
     a = ask(12, 3, [1.0] * 12, round_=1, seed=5)
-    memory = a.states.memory_bytes
+    memory = a.memory_bytes(np.arange(12))
+    assert memory.tolist() == a.pool.states(np.arange(12), 1).memory_bytes.tolist()  # as the round's draws
     top3 = sorted(np.argsort(-memory)[:3].tolist())
     k = Known.empty(12)
     # exactly three hold the need: they are the picks

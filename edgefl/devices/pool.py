@@ -176,14 +176,24 @@ class DevicePool:
         prefix = draws.key(self.seed, STATE, round_)
         return self._assemble(clients, draws.words(prefix, clients, LATENCY + 1))
 
-    def _assemble(self, clients: np.ndarray, words: np.ndarray) -> States:
-        """States from each client's six words: app, memory share U(lo, hi) x the app's memory left
-        (at least R_min), network, then its up, down and latency (the release's truncated normals)."""
-        kind = self.kind_of[clients]
+    def memory_bytes(self, clients: np.ndarray, round_: int) -> np.ndarray:
+        """The memory `states` draws for `clients` (in any order) in `round_`, from their app and
+        share words alone."""
+        words = draws.words(draws.key(self.seed, STATE, round_), clients, SHARE + 1)
+        return self._memory(self.kind_of[clients], words)[1]
+
+    def _memory(self, kind: np.ndarray, words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each client's app, and its memory: a share U(lo, hi) x the app's memory left, at least R_min."""
         app = draws.index(words[:, APP], len(self.apps))
         low, high = self.fleet.memory_fraction
         share = (low + (high - low) * draws.uniform(words[:, SHARE])) * self.app_memory[app]
-        memory = np.maximum(self.kind_reserved[kind], self.kind_memory[kind] * share)
+        return app, np.maximum(self.kind_reserved[kind], self.kind_memory[kind] * share)
+
+    def _assemble(self, clients: np.ndarray, words: np.ndarray) -> States:
+        """States from each client's six words: app and memory (`_memory`), network, then its up,
+        down and latency (the release's truncated normals)."""
+        kind = self.kind_of[clients]
+        app, memory = self._memory(kind, words)
         net = self.kind_network[kind, draws.index(words[:, NETWORK], self.kind_networks[kind])]
 
         def draw(what: str, column: int) -> np.ndarray:

@@ -12,13 +12,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cached_property
 
 import numpy as np
 import torch
 
 from edgefl.config import Scenario
-from edgefl.devices.pool import DevicePool, States
+from edgefl.devices.pool import DevicePool
 from edgefl.registry import Registry
 
 SELECT = 4  # the selection's random stream (DevicePool's streams are 0 to 3)
@@ -85,10 +84,9 @@ class Ask:
         key = [self.pool.seed, SELECT, self.round] + ([] if self.draw is None else [self.draw])
         return np.random.default_rng(key)
 
-    @cached_property
-    def states(self) -> States:
-        """Every client's draw this round (the same draws the picked clients then train with)."""
-        return self.pool.states(np.arange(self.clients, dtype=np.int64), self.round)
+    def memory_bytes(self, clients: np.ndarray) -> np.ndarray:
+        """The memory `clients` have this round (drawn as the picked clients then train with it)."""
+        return self.pool.memory_bytes(clients, self.round)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ class MemoryFit(Selector):
 
     def select(self, ask: Ask, known: Known) -> Picked:
         order = ask.candidates(ask.rng().permutation(ask.clients))
-        ratio = ask.states.memory_bytes[order] / ask.need_bytes()
+        ratio = ask.memory_bytes(order) / ask.need_bytes()
         fits = ratio >= 1
         ranked = np.concatenate([np.flatnonzero(fits),
                                  np.flatnonzero(~fits)[np.argsort(-ratio[~fits], kind="stable")]])
