@@ -34,10 +34,10 @@ CF = 37  # cf's columns; BYTES, BPS, PER_BYTE, TRANSFER_S, T_CAP and T_KEY are t
 (ALIVE, STATUS, PHASE, SUB, TOKEN, M_PHASE, M_LINK, M_PROG, W_BOUNDS, W_GEN, W_DONE, W_EXACT, W_TOLD, BATTERY,
  T_CAPPED, T_SERIAL, OUT) = (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 16, 18)
 CI = 19  # ci's columns; T_CAPPED and T_SERIAL are two, by link
-F_CAPACITY, F_NOW, F_V, F_LEVEL, F_CSUM, F_WAKE_AT, F_PENDING_AT, F_SLOT_AT = range(8)  # gf[LF x link + ..]
-LF = 8
-I_SHARED, I_COUNT, I_SERIAL, I_WAKE, I_PENDING_SEQ, I_SLOT_SEQ, I_SLOT_WAKE = range(7)  # gi[LI x link + ..]
-LI = 7
+F_CAPACITY, F_NOW, F_V, F_LEVEL, F_CSUM, F_WAKE_AT, F_SLOT_AT = range(7)  # gf[LF x link + one of these]
+LF = 7
+I_SHARED, I_COUNT, I_SERIAL, I_WAKE, I_SLOT_SEQ = range(5)  # gi[LI x link + one of these]
+LI = 5
 G_NOW, G_START = 2 * LF, 2 * LF + 1
 G_COUNTED, G_ALIVE, G_ENOUGH, G_SEQ, G_TARGET, G_NET, G_CLOSING, G_HEARD = range(2 * LI, 2 * LI + 8)
 G_HEADS = 2 * LI + 9  # two: the queues' heads
@@ -230,7 +230,7 @@ def _pop(gf, gi, events):  # type: ignore[no-untyped-def]
     for link in range(2):
         seq = gi[LI * link + I_SLOT_SEQ]
         if seq >= 0:
-            wake = (gf[LF * link + F_SLOT_AT], NORMAL, seq, WAKE, link, gi[LI * link + I_SLOT_WAKE])
+            wake = (gf[LF * link + F_SLOT_AT], NORMAL, seq, WAKE, link, gi[LI * link + I_WAKE])
             if source < 0 or wake < best:
                 source, best = 3 + link, wake
     if source == 0:
@@ -390,11 +390,11 @@ def _schedule(cf, ci, gf, gi, heaps, events, listeners, link):  # type: ignore[n
     if gi[LI * link + I_COUNT] and at != gf[LF * link + F_WAKE_AT]:
         gi[LI * link + I_WAKE] += 1
         gf[LF * link + F_WAKE_AT] = at
-        now = gf[G_NOW]  # its number now, in the heap before the next event is taken (`_flush`): one
-        gf[LF * link + F_PENDING_AT] = now + max(at - now, 0.0)  # superseded within a step is none
-        gi[LI * link + I_PENDING_SEQ] = gi[G_SEQ]
+        now = gf[G_NOW]  # due in its slot with its number now (`_pop` looks between steps: one
+        gf[LF * link + F_SLOT_AT] = now + max(at - now, 0.0)  # superseded within a step is never due)
+        gi[LI * link + I_SLOT_SEQ] = gi[G_SEQ]
         gi[G_SEQ] += 1
-    now, wake = gf[G_NOW], gf[LF * link + F_PENDING_AT] if gi[LI * link + I_COUNT] else -INF
+    now, wake = gf[G_NOW], gf[LF * link + F_SLOT_AT] if gi[LI * link + I_COUNT] else -INF
     kept = 0
     for k in range(gi[G_HEARD + link]):
         i, gen = listeners[link, k, 0], listeners[link, k, 1]
@@ -443,18 +443,6 @@ def _listen(ci, gi, listeners, link, i):  # type: ignore[no-untyped-def]
         k = kept
     listeners[link, k, 0], listeners[link, k, 1] = i, ci[i, W_GEN]
     gi[G_HEARD + link] = k + 1
-
-
-@_compiled
-def _flush(gf, gi):  # type: ignore[no-untyped-def]
-    """Each link's wake-up set in the step just played, due with the number it took (the one it
-    replaces void: a link has one wake-up due)."""
-    for link in range(2):
-        seq = gi[LI * link + I_PENDING_SEQ]
-        if seq >= 0:
-            gf[LF * link + F_SLOT_AT] = gf[LF * link + F_PENDING_AT]
-            gi[LI * link + I_SLOT_SEQ], gi[LI * link + I_SLOT_WAKE] = seq, gi[LI * link + I_WAKE]
-            gi[LI * link + I_PENDING_SEQ] = -1
 
 
 @_compiled
@@ -580,7 +568,7 @@ def _play(cf, ci, capacity, net, start, target, deadline_s):  # type: ignore[no-
         gf[LF * link + F_NOW] = start
         gf[LF * link + F_LEVEL] = INF
         gf[LF * link + F_WAKE_AT] = np.nan
-        gi[LI * link + I_PENDING_SEQ] = gi[LI * link + I_SLOT_SEQ] = -1
+        gi[LI * link + I_SLOT_SEQ] = -1
     gf[G_NOW] = gf[G_START] = start
     gi[G_ALIVE], gi[G_TARGET], gi[G_NET] = n, target, net
     ci[:, ALIVE] = 1
@@ -610,7 +598,6 @@ def _play(cf, ci, capacity, net, start, target, deadline_s):  # type: ignore[no-
             ci[i, W_DONE] = 0
             _watch(cf, ci, gf, gi, events, listeners, i)
     closed = n == 0
-    _flush(gf, gi)
     while not closed:
         source, (at, _, _, kind, a, b) = _pop(gf, gi, events)
         if source < 0:
@@ -636,7 +623,6 @@ def _play(cf, ci, capacity, net, start, target, deadline_s):  # type: ignore[no-
         if not gi[G_CLOSING] and (gi[G_ENOUGH] or gi[G_ALIVE] == 0):  # the round closes at this instant
             gi[G_CLOSING] = 1
             _event(gf, gi, events, gf[G_NOW], CLOSE, 0, 0)
-        _flush(gf, gi)
     cause = DROPPED if gi[G_ENOUGH] else LATE
     for i in range(n):
         if ci[i, ALIVE]:
