@@ -90,7 +90,7 @@ def could_run_out(phases: np.ndarray, t: Transfers, b: Drains, shared: bool, dea
     its bytes' joules and, each second, its costliest phase's watts (data access and compute last
     their seconds, transfers the rest). Where that bound is not finite and non-negative, or held
     within a millionth of it, the battery is followed."""
-    last = np.minimum(deadline_s, np.inf if shared else phases.sum(axis=1)) + np.zeros(len(phases))
+    last = np.full(len(phases), deadline_s) if shared else np.minimum(deadline_s, phases.sum(axis=1))
     moving = np.maximum(b.watts[:, 0], b.watts[:, 3])
     busy = (np.maximum(b.watts[:, 1:3] - moving[:, None], 0.0) * phases[:, 1:3]).sum(axis=1)
     bound = (np.multiply(moving, last, out=np.zeros(len(last)), where=moving > 0) + busy
