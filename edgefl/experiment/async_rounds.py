@@ -254,7 +254,7 @@ class AsyncRounds:
         pending = Pending(state, plan.plan(0), cost, self.fed.now, update, downloaded, utility, reason,
                           serial, loss)
         transfers = self.energy.transfers(gathered, plan)
-        drains = self.energy.drains(gathered, plan, Costs.of([cost]), self.fed.now)
+        drains = self.energy.drains(gathered, plan, costs, self.fed.now)
         return Started(k, phases(cost), pending, None if transfers is None else transfers.row(0),
                        None if drains is None else drains.row(0))
 

@@ -149,7 +149,7 @@ def _rounds(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[st
             events.write_columns(spans)
             sample.add_columns(spans)  # nothing is kept across rounds but the trace's sample
             rows.append(row)
-            del table, spans  # not held while the next round plays: a million devices' round is 0.1 GB
+            del table, spans  # not held while the next round plays (a million devices': 0.3 GB)
             if resumable(exp) and ((t + 1) % s.checkpoint_every == 0 or last):
                 wall_s = before_s + time.perf_counter() - started
                 _save(out, t + 1, exp, rows, selection, fingerprint, logs, wall_s, player)

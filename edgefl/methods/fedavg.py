@@ -171,7 +171,7 @@ class FedAvgAT(Method):
 
     def skip(self, round_: int, clients: list[int]) -> None:
         """Dry run: the clients now hold their own BN (FedBN), as after a trained round."""
-        if self.fedbn:  # one empty state for all (a dry run never reads them: 1,000,000 dicts are 0.1 GB)
+        if self.fedbn:  # one empty state for all (a dry run never reads them; 550,000 dicts were 32 MB)
             self.local_states.update(dict.fromkeys(clients, NOTHING_HELD))
 
     def global_model(self) -> torch.nn.Module:
