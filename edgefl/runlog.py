@@ -23,6 +23,7 @@ import io
 import os
 import tempfile
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -47,6 +48,9 @@ EVENT_TYPES = {"round": pa.int64(), "client": pa.int64(), "phase": pa.string(), 
                "end_s": pa.float64()}
 LOGS = ("clients", "events")  # the per-client logs, whose format follows `output.format`
 ROW_GROUP = 8192  # rows per Parquet row group
+# A round's Parquet rows up to this size are written while the next round plays (pyarrow writes
+# without the GIL); bigger ones (a million devices') are waited for, so no two rounds' rows are held.
+BEHIND_BYTES = 64 << 20
 Columns = dict[str, np.ndarray | pa.Array]  # rows as columns: numbers (NaN: not measured), text in Arrow
 
 
@@ -127,10 +131,11 @@ class CsvLog:
 
 
 class ParquetLog:
-    """A Parquet log: one row group per `write`. `seal` closes the rows written so far into a whole
-    file beside the target (`pending_path`) and returns its length and SHA-256; `commit`, once the
-    checkpoint naming that seal is saved, moves it into place. `kept` is the sealed file a resume
-    starts from (None for a new log)."""
+    """A Parquet log: one row group per `write`, written by a thread of its own while the run goes
+    on (one write at a time, of up to BEHIND_BYTES; `seal` and the end wait for it). `seal` closes
+    the rows written so far into a whole file beside the target (`pending_path`) and returns its
+    length and SHA-256; `commit`, once the checkpoint naming that seal is saved, moves it into
+    place. `kept` is the sealed file a resume starts from (None for a new log)."""
 
     def __init__(self, path: Path, types: dict[str, pa.DataType], kept: bytes | None) -> None:
         self.path = path
@@ -138,6 +143,8 @@ class ParquetLog:
         self.kept = kept
         self.writer: pq.ParquetWriter | None = None
         self.tmp: str | None = None
+        self.thread = ThreadPoolExecutor(1, thread_name_prefix=f"write {path.name}")
+        self.behind: Future[None] | None = None
 
     def __enter__(self) -> ParquetLog:
         if self.kept is None:
@@ -174,14 +181,30 @@ class ParquetLog:
             raise WriteFailed(self.path, exc) from None
 
     def write_columns(self, columns: Columns) -> None:
-        """Append rows given as columns (NaN is null), in row groups of ROW_GROUP rows."""
+        """Append rows given as columns (NaN is null), in row groups of ROW_GROUP rows: written
+        behind when they are small enough (NumPy columns copied, as Arrow would share their memory
+        with the caller), else before returning."""
         if self.writer is None:
             self._open()
         assert self.writer is not None
-        arrays = [c if isinstance(c := columns[f.name], pa.Array) else pa.array(c, f.type, from_pandas=True)
-                  for f in self.schema]
+        given = [columns[f.name] for f in self.schema]
+        behind = sum(c.nbytes for c in given) <= BEHIND_BYTES
+        arrays = [c if isinstance(c, pa.Array) else pa.array(c.copy() if behind else c, f.type,
+                                                             from_pandas=True)
+                  for c, f in zip(given, self.schema, strict=True)]
+        table = pa.Table.from_arrays(arrays, schema=self.schema)
+        self._caught_up()
+        self.behind = self.thread.submit(self.writer.write_table, table, ROW_GROUP)
+        if not behind:
+            self._caught_up()
+
+    def _caught_up(self) -> None:
+        """Wait for the write under way, if any (its failure raised here)."""
+        behind, self.behind = self.behind, None
+        if behind is None:
+            return
         try:
-            self.writer.write_table(pa.Table.from_arrays(arrays, schema=self.schema), ROW_GROUP)
+            behind.result()
         except OSError as exc:
             raise WriteFailed(self.path, exc) from None
 
@@ -190,6 +213,7 @@ class ParquetLog:
         if self.writer is None:
             return self.sealed
         assert self.tmp is not None
+        self._caught_up()
         pending = pending_path(self.path)
         try:
             self.writer.close()
@@ -215,6 +239,7 @@ class ParquetLog:
                 raise WriteFailed(self.path, exc) from None
 
     def __exit__(self, *exc: object) -> None:
+        self.thread.shutdown()  # the write under way done (after a failure, whatever its end)
         if exc[0] is None:
             self.seal()
             self.commit()

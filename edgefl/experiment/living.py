@@ -71,18 +71,16 @@ def fleet_availability(exp: Experiment, energy: RoundEnergy) -> Availability:
 FIRST_LOOK = 64  # online_pick asks this many clients first, then four times as many each time
 
 
-def online_pick(avail: Availability, order: np.ndarray, now: float, count: int) -> tuple[list[int], float]:
-    """The first `count` clients of `order` online at `now`, and, if none is, when the first of them
-    comes online. The clients are asked in growing slices of `order`, so that a round picking
-    thousands of a large fleet asks a few slices."""
+def online_pick(avail: Availability, order: np.ndarray, now: float, count: int) -> list[int]:
+    """The first `count` clients of `order` online at `now`. The clients are asked in growing slices
+    of `order`, so that a round picking thousands of a large fleet asks a few slices."""
     picked: list[int] = []
     begin, size = 0, max(FIRST_LOOK, count)
     while begin < len(order) and len(picked) < count:
         part = order[begin:begin + size]
         picked += part[avail.online_many(part, now)][:count - len(picked)].tolist()
         begin, size = begin + size, 4 * size
-    return picked, (now if picked else min((avail.online_at(k, now) for k in order.tolist()),
-                                           default=math.inf))
+    return picked
 
 
 NEVER_ONLINE = ("no device of the fleet comes online again (a trace without online intervals for them, "
@@ -94,19 +92,23 @@ Choose = Callable[[np.ndarray], Picked]  # a policy's pick among the online clie
 
 def select_online(live: Live, pool: DevicePool, fed: Federation, t: int, where: str,
                   choose: Choose | None = None) -> np.ndarray | Picked:
-    """Round t's clients, ascending: the first online ones of a seeded permutation, the clock moved
-    on to when one comes online if none is; or, with `choose` (a selection policy), its pick among
-    the clients online then."""
-    order = rng(pool.seed, SAMPLE, t).permutation(pool.fleet.clients)
-    picked, when = online_pick(live.avail, order, fed.now, live.selected)
-    while not picked:
+    """Round t's clients, ascending: the first online ones of a seeded permutation; or, with
+    `choose` (a selection policy), its pick among the clients online (the whole fleet asked once).
+    If none is online, the clock moves on to when the first comes online."""
+    n = pool.fleet.clients
+    while True:
+        if choose is None:
+            picked = online_pick(live.avail, rng(pool.seed, SAMPLE, t).permutation(n), fed.now, live.selected)
+            if picked:
+                return np.array(sorted(picked), dtype=np.int64)
+        else:
+            online = live.avail.online_many(np.arange(n), fed.now)
+            if online.any():
+                return choose(online)
+        when = min((live.avail.online_at(k, fed.now) for k in range(n)), default=math.inf)
         if not math.isfinite(when):
             raise EdgeflError(where, "fleet.availability", NEVER_ONLINE)
         fed.env.run(until=max(when, math.nextafter(fed.now, math.inf)))
-        picked, when = online_pick(live.avail, order, fed.now, live.selected)
-    if choose is not None:
-        return choose(live.avail.online_many(np.arange(pool.fleet.clients), fed.now))
-    return np.array(sorted(picked), dtype=np.int64)
 
 
 def live_round(exp: Experiment, live: Live, pricer: Pricer, fed: Federation, t: int,

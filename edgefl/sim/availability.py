@@ -36,7 +36,7 @@ import warnings
 from abc import ABC, abstractmethod
 from bisect import bisect_right
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -101,11 +101,17 @@ class Diurnal(OneByMany):
     start_h: float
     hours: float
     spread_h: float
+    known: list[np.ndarray] = field(default_factory=list, init=False, repr=False, compare=False)
 
     def offsets_h(self, clients: np.ndarray) -> np.ndarray:
-        """o_k: each device's time-zone offset in hours."""
-        keys = draws.keys(draws.key(self.seed, AVAILABILITY), clients)
-        return self.spread_h * (draws.uniform(keys) - 0.5)
+        """o_k: each device's time-zone offset in hours (drawn once for the ids up to the largest
+        asked so far, and kept: every round asks them of the whole fleet)."""
+        known = self.known[0] if self.known else np.empty(0)
+        top = int(clients.max(initial=-1)) + 1
+        if top > len(known):
+            keys = draws.keys(draws.key(self.seed, AVAILABILITY), np.arange(len(known), top))
+            self.known[:] = [known := np.concatenate([known, self.spread_h * (draws.uniform(keys) - 0.5)])]
+        return known[clients]
 
     def _into(self, clients: np.ndarray, t: float | np.ndarray) -> np.ndarray:
         """Hours since each device's last online_start (local), in [0, 24)."""

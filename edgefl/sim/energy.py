@@ -159,13 +159,14 @@ class FleetPower:
     def __init__(self, pool: DevicePool) -> None:
         self.pool = pool
         nets = [pool.networks[n] for n in pool.network_names]
-        table = [[client_power(d, n) for n in nets] for d in pool.kinds]  # [kind][network]
-        self.table = {f.name: np.array([[getattr(p, f.name) for p in row] for row in table])
-                      for f in fields(Power)}
+        self.networks = len(nets)
+        pairs = [client_power(d, n) for d in pool.kinds for n in nets]  # kind-major
+        self.table = {f.name: np.array([getattr(p, f.name) for p in pairs]) for f in fields(Power)}
 
     def of(self, s: States) -> Power[np.ndarray]:
         """The round's clients' figures."""
-        return Power(**{name: t[s.kind, s.network] for name, t in self.table.items()})
+        pair = s.kind * self.networks + s.network
+        return Power(**{name: t[pair] for name, t in self.table.items()})
 
     def energy(self, s: States, c: Priced, down_bytes: np.ndarray, up_bytes: np.ndarray,
                wait_s: np.ndarray, tails: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
