@@ -240,10 +240,21 @@ class ParquetLog:
 
     def __exit__(self, *exc: object) -> None:
         self.thread.shutdown()  # the write under way done (after a failure, whatever its end)
-        if exc[0] is None:
-            self.seal()
-            self.commit()
-        elif self.tmp is not None:  # a failed run leaves the last sealed file, no temporary one
+        try:
+            if exc[0] is None:
+                self.seal()
+                self.commit()
+        finally:
+            if self.tmp is not None:  # unsealed (a failure): the last sealed file stays, no temporary
+                self._discard()
+
+    def _discard(self) -> None:
+        assert self.tmp is not None and self.writer is not None
+        try:
+            self.writer.close()  # (its footer goes into the file removed next)
+        except OSError:
+            pass
+        finally:
             self.file.close()
             Path(self.tmp).unlink(missing_ok=True)
 
