@@ -63,10 +63,11 @@ def play(phases: np.ndarray, off: np.ndarray, t: Transfers, b: Drains, capacity:
 
 # --- a link's Sharing (edgefl.sim.links), its transfers named by client ---------------------------
 # Compiled with no CPython wrapper: only the loop (`_play`) is called from Python, and a wrapper
-# cannot take the lists of lists it passes on. The small and the once-called functions are inlined
-# (Numba's IR inlining): a call passes seven arrays and lists, and at 100,000 devices the inlined
-# loop plays a living-digits round 12-15 % faster; inlining every function would make it 22 %, but
-# its first compile would take 4 minutes instead of 22 s.
+# cannot take the lists of lists it passes on. Every function but the three largest (`_settle`,
+# `_schedule`, `_interrupt`, each called from several places) is inlined (Numba's IR inlining): a
+# call passes seven arrays and lists. At 100,000 devices a living-digits round plays 16-18 % faster
+# than with none inlined, for a first compile of 36-39 s instead of 15 s; inlining those three too
+# would make it 24 %, for a first compile of 4 minutes.
 _compiled = njit(cache=True, no_cpython_wrapper=True)  # type: ignore[call-overload]
 _inlined = njit(cache=True, no_cpython_wrapper=True, inline="always")  # type: ignore[call-overload]
 
@@ -86,7 +87,7 @@ def _level(gf, gi, link):  # type: ignore[no-untyped-def]
     return (gf[LF * link + F_CAPACITY] - gf[LF * link + F_CSUM]) / shared if shared else INF
 
 
-@_compiled
+@_inlined
 def _place(cf, ci, gf, gi, heaps, link, i, left, capped):  # type: ignore[no-untyped-def]
     serial = gi[LI * link + I_SERIAL]
     gi[LI * link + I_SERIAL] += 1
@@ -113,7 +114,7 @@ def _detach(cf, ci, gf, gi, link, i):  # type: ignore[no-untyped-def]
         gi[LI * link + I_SHARED] -= 1
 
 
-@_compiled
+@_inlined
 def _remove(cf, ci, gf, gi, link, i):  # type: ignore[no-untyped-def]
     _detach(cf, ci, gf, gi, link, i)
     ci[i, T_SERIAL + link] = -1
@@ -129,7 +130,7 @@ def _left(cf, ci, gf, link, i):  # type: ignore[no-untyped-def]
     return cf[i, T_KEY + link] - gf[LF * link + F_V]
 
 
-@_compiled
+@_inlined
 def _move(cf, ci, gf, gi, heaps, link, i):  # type: ignore[no-untyped-def]
     left = _left(cf, ci, gf, link, i)
     _detach(cf, ci, gf, gi, link, i)
@@ -300,7 +301,7 @@ def _changed(ci, gf, gi, events, i):  # type: ignore[no-untyped-def]
         _event(gf, gi, events, gf[G_NOW], CHANGED, i, ci[i, W_GEN])
 
 
-@_compiled
+@_inlined
 def _enter(cf, ci, gf, gi, events, i, phase, seconds):  # type: ignore[no-untyped-def]
     """The meter enters `phase`, `seconds` long alone (Meter.enter)."""
     _restart(cf, ci, gf, i)
@@ -314,7 +315,7 @@ def _enter(cf, ci, gf, gi, events, i, phase, seconds):  # type: ignore[no-untype
     _changed(ci, gf, gi, events, i)
 
 
-@_compiled
+@_inlined
 def _on(cf, ci, gf, gi, events, i, link):  # type: ignore[no-untyped-def]
     """The meter follows a transfer on `link` (-1: its bytes are through; Meter.on)."""
     _restart(cf, ci, gf, i)
@@ -328,7 +329,7 @@ def _on(cf, ci, gf, gi, events, i, link):  # type: ignore[no-untyped-def]
     _changed(ci, gf, gi, events, i)
 
 
-@_compiled
+@_inlined
 def _watch(cf, ci, gf, gi, events, listeners, i):  # type: ignore[no-untyped-def]
     """Work out client i's empty moment afresh and wait for it (edgefl.sim.processes `_watch`)."""
     if not ci[i, ALIVE] or ci[i, W_DONE]:
@@ -477,7 +478,7 @@ def _send(cf, ci, gf, gi, heaps, events, listeners, i, link):  # type: ignore[no
     _schedule(cf, ci, gf, gi, heaps, events, listeners, link)
 
 
-@_compiled
+@_inlined
 def _transferred(cf, ci, gf, gi, events, i):  # type: ignore[no-untyped-def]
     """Client i's bytes are through: its latency follows."""
     ci[i, SUB] = 1
@@ -486,7 +487,7 @@ def _transferred(cf, ci, gf, gi, events, i):  # type: ignore[no-untyped-def]
     _event(gf, gi, events, gf[G_NOW] + cf[i, LATENCY], TIMEOUT, i, ci[i, TOKEN])
 
 
-@_compiled
+@_inlined
 def _phase(cf, ci, gf, gi, heaps, events, listeners, i, phase):  # type: ignore[no-untyped-def]
     """Client i starts `phase` now (after its last: it has uploaded)."""
     now = gf[G_NOW]
