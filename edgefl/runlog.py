@@ -48,9 +48,12 @@ EVENT_TYPES = {"round": pa.int64(), "client": pa.int64(), "phase": pa.string(), 
                "end_s": pa.float64()}
 LOGS = ("clients", "events")  # the per-client logs, whose format follows `output.format`
 ROW_GROUP = 8192  # rows per Parquet row group
-# A round's Parquet rows up to this size are written while the next round plays (pyarrow writes
-# without the GIL); bigger ones (a million devices') are waited for, so no two rounds' rows are held.
-BEHIND_BYTES = 64 << 20
+# A round's Parquet rows of this many bytes are written while the next round plays (pyarrow writes
+# without the GIL): bigger ones (a million devices') are waited for, so that no two rounds' rows
+# are held, and smaller ones too, whose write costs less than the Python running meanwhile may lose
+# to the writer's hand-offs of the GIL (async-digits at 100,000 devices, aggregations of 170-330 KB:
+# 40-46 s written behind, 31-32 s waited for, on a noisy 2-core machine).
+BEHIND_BYTES = (1 << 20, 64 << 20)
 Columns = dict[str, np.ndarray | pa.Array]  # rows as columns: numbers (NaN: not measured), text in Arrow
 
 
@@ -132,7 +135,7 @@ class CsvLog:
 
 class ParquetLog:
     """A Parquet log: one row group per `write`, written by a thread of its own while the run goes
-    on (one write at a time, of up to BEHIND_BYTES; `seal` and the end wait for it). `seal` closes
+    on (one write at a time, of BEHIND_BYTES; `seal` and the end wait for it). `seal` closes
     the rows written so far into a whole file beside the target (`pending_path`) and returns its
     length and SHA-256; `commit`, once the checkpoint naming that seal is saved, moves it into
     place. `kept` is the sealed file a resume starts from (None for a new log)."""
@@ -188,7 +191,7 @@ class ParquetLog:
             self._open()
         assert self.writer is not None
         given = [columns[f.name] for f in self.schema]
-        behind = sum(c.nbytes for c in given) <= BEHIND_BYTES
+        behind = BEHIND_BYTES[0] <= sum(c.nbytes for c in given) <= BEHIND_BYTES[1]
         arrays = [c if isinstance(c, pa.Array) else pa.array(c.copy() if behind else c, f.type,
                                                              from_pandas=True)
                   for c, f in zip(given, self.schema, strict=True)]

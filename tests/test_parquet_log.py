@@ -1,6 +1,6 @@
 """A Parquet log writes a round's rows on a thread of its own while the run goes on
 (edgefl.runlog `ParquetLog`): what it writes is what it was given, even when the caller reuses its
-arrays afterwards, rows bigger than BEHIND_BYTES are written before `write_columns` returns, and a
+arrays afterwards, rows outside BEHIND_BYTES are written before `write_columns` returns, and a
 write that fails is one WriteFailed at the next call that waits for it."""
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ from edgefl.rundir import WriteFailed
 TYPES = {"round": pa.int64(), "wait_s": pa.float64()}
 
 
-def test_rows_written_behind_are_those_given_though_the_caller_reuses_its_arrays(tmp_path: Path) -> None:
+def test_rows_written_behind_are_those_given_though_the_caller_reuses_its_arrays(tmp_path: Path,
+                                                                               monkeypatch) -> None:
+    monkeypatch.setattr(runlog, "BEHIND_BYTES", (0, 1 << 20))
     path = tmp_path / "clients.parquet"
     rounds, waits = np.zeros(3, dtype=np.int64), np.array([1.5, np.nan, 3.0])
     with runlog.ParquetLog(path, TYPES, None) as log:
@@ -31,16 +33,18 @@ def test_rows_written_behind_are_those_given_though_the_caller_reuses_its_arrays
     assert table.column("wait_s").to_pylist() == [w for r in range(4) for w in (10.0 * r, None, 3.0)]
 
 
-def test_rows_above_the_limit_are_written_before_the_call_returns(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(runlog, "BEHIND_BYTES", 16)  # 3 rows of two 8-byte columns: 48 bytes
+def test_rows_outside_the_window_are_written_before_the_call_returns(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(runlog, "BEHIND_BYTES", (32, 48))  # a row: two 8-byte columns, 16 bytes
     with runlog.ParquetLog(tmp_path / "clients.parquet", TYPES, None) as log:
-        log.write_columns({"round": np.zeros(3, dtype=np.int64), "wait_s": np.ones(3)})
-        assert log.behind is None  # waited for
-        log.write_columns({"round": np.zeros(1, dtype=np.int64), "wait_s": np.ones(1)})
-        assert log.behind is not None  # 16 bytes: behind
+        for rows, behind in ((4, False), (1, False), (2, True), (3, True), (2, True)):
+            log.write_columns({"round": np.zeros(rows, dtype=np.int64), "wait_s": np.ones(rows)})
+            assert (log.behind is not None) == behind, rows  # waited for: none under way
+    assert pq.read_table(tmp_path / "clients.parquet").num_rows == 12
 
 
-def test_a_failed_write_behind_is_one_write_failed_and_leaves_no_temporary(tmp_path: Path) -> None:
+def test_a_failed_write_behind_is_one_write_failed_and_leaves_no_temporary(tmp_path: Path,
+                                                                          monkeypatch) -> None:
+    monkeypatch.setattr(runlog, "BEHIND_BYTES", (0, 1 << 20))
     path = tmp_path / "clients.parquet"
 
     def full(*_: object) -> None:
