@@ -174,8 +174,8 @@ class ParquetLog:
         try:
             fd, self.tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp",
                                             dir=self.path.parent)
+            self.file = os.fdopen(fd, "wb")  # (before anything can fail: `_discard` closes it)
             os.fchmod(fd, 0o666 & ~_umask())
-            self.file = os.fdopen(fd, "wb")
             self.writer = self._writer(self.file)
             sealed = pq.ParquetFile(self.path)
             for group in range(sealed.num_row_groups):
@@ -252,9 +252,11 @@ class ParquetLog:
                 self._discard()
 
     def _discard(self) -> None:
-        assert self.tmp is not None and self.writer is not None
+        """Remove the temporary file (closing its writer first, whose footer goes into it)."""
+        assert self.tmp is not None
         try:
-            self.writer.close()  # (its footer goes into the file removed next)
+            if self.writer is not None:
+                self.writer.close()
         except OSError:
             pass
         finally:

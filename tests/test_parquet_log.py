@@ -60,3 +60,17 @@ def test_a_failed_write_behind_is_one_write_failed_and_leaves_no_temporary(tmp_p
                 log.write_columns({"round": np.ones(2, dtype=np.int64), "wait_s": np.ones(2)})
         assert [p.name for p in tmp_path.iterdir()] == ["clients.parquet"]
         assert pq.read_table(path).num_rows == 0  # the last sealed file: empty
+
+
+def test_a_log_whose_temporary_file_cannot_be_set_up_leaves_none(tmp_path: Path, monkeypatch) -> None:
+    """A failure after the temporary file is made (its mode, its writer) is one WriteFailed, and the
+    temporary file goes."""
+    path = tmp_path / "clients.parquet"
+
+    def denied(*_: object) -> None:
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    with pytest.raises(WriteFailed, match="not permitted"), runlog.ParquetLog(path, TYPES, None) as log:
+        monkeypatch.setattr(runlog.os, "fchmod", denied)  # (once the target is written)
+        log.write_columns({"round": np.zeros(2, dtype=np.int64), "wait_s": np.ones(2)})
+    assert [p.name for p in tmp_path.iterdir()] == ["clients.parquet"]
