@@ -1,5 +1,5 @@
 """A living round's two players, for the tests: `simpy_round`, the reference, plays each client as
-SimPy processes (edgefl.sim.processes: its phases, an interrupt at its going offline, a watcher of
+SimPy processes (tests/simpy_clients.py: its phases, an interrupt at its going offline, a watcher of
 its battery), as edgefl played every sync and deadline round on a living fleet before its columns;
 `play_round` is the implementation (edgefl.sim.living_round) behind the same call. Both take the
 round as jobs (client, phase seconds), `Transfer`s and `Drain`s, and give a `LiveRound` of
@@ -14,22 +14,13 @@ from typing import Any
 
 import numpy as np
 import simpy
+from simpy_clients import Net, SharedLink, start_client
 
 from edgefl.sim import living_round
 from edgefl.sim.availability import Availability
+from edgefl.sim.clients import DROPPED, LATE, Drain, Drains, Outcome, Transfer, Transfers
 from edgefl.sim.engine import Federation
-from edgefl.sim.links import Links, SharedLink
-from edgefl.sim.processes import (
-    DROPPED,
-    LATE,
-    Drain,
-    Drains,
-    Net,
-    Outcome,
-    Transfer,
-    Transfers,
-    start_client,
-)
+from edgefl.sim.links import Links
 
 ServerS = float | Callable[[list[int]], float]
 

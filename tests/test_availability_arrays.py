@@ -19,8 +19,8 @@ from edgefl.scenario import load_scenario
 from edgefl.sim.availability import AVAILABILITY, Diurnal, from_mapping
 from edgefl.sim.battery import WH, Battery, Powered
 from edgefl.sim.bulk import Pricer
+from edgefl.sim.clients import Drain
 from edgefl.sim.energy import phase_power
-from edgefl.sim.processes import Drain
 
 CLIENTS = np.arange(40)
 

@@ -9,8 +9,9 @@ import math
 import numpy as np
 import pytest
 import simpy
+from simpy_clients import SharedLink
 
-from edgefl.sim.links import DONE_S, Links, SharedLink, finish_times, shared_round
+from edgefl.sim.links import DONE_S, Links, finish_times, shared_round
 
 MB = 1e6
 CAPS = np.array([2.0, 5.0, 8.0]) * MB  # the three clients' own bandwidths, bytes/s

@@ -1,6 +1,6 @@
-"""A living fleet (edgefl.sim.processes, edgefl.sim.availability, edgefl.experiment.living), against
-values worked by hand: a deadline round, an interrupted client, FedBuff's staleness weights,
-the diurnal formula, the FedScale trace importer and the refusals."""
+"""A living fleet (edgefl.sim.living_round, edgefl.sim.fedbuff, edgefl.sim.availability,
+edgefl.experiment.living), against values worked by hand: a deadline round, an interrupted client,
+FedBuff's staleness weights, the diurnal formula, the FedScale trace importer and the refusals."""
 
 from __future__ import annotations
 
@@ -36,24 +36,12 @@ from edgefl.sim import availability
 from edgefl.sim.availability import Always, Diurnal, from_mapping, read_trace
 from edgefl.sim.battery import WH, Battery
 from edgefl.sim.bulk import Costs, Pricer
+from edgefl.sim.clients import COMPLETED, DROPPED, LATE, OFFLINE, Drain, Outcome, Transfer
 from edgefl.sim.cost import ClientCost
 from edgefl.sim.energy import FleetPower, Power
 from edgefl.sim.engine import Federation, Span
+from edgefl.sim.fedbuff import Buffered, Stalled, Started, stall_runs
 from edgefl.sim.links import Links
-from edgefl.sim.processes import (
-    COMPLETED,
-    DROPPED,
-    LATE,
-    OFFLINE,
-    Buffered,
-    Drain,
-    Outcome,
-    Stalled,
-    Started,
-    Transfer,
-    stall_runs,
-    start_client,
-)
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "scenarios" / "quickstart.toml"
@@ -200,7 +188,8 @@ def test_no_aggregation_is_served_past_the_run_s_last_and_the_uploads_at_its_ins
     server = Buffered(fed, Always(), 3, 1, 8, pick, lambda v, b, e: logged.append([j.client for j in e]),
                       lambda: 0.0, aggregations=1)
     server.next_aggregation()
-    fed.env.run()  # nothing more is served
+    with pytest.raises(Stalled):  # nothing more is served: every slot closes
+        server.next_aggregation()
     assert logged == [[0]] and server.version == 1
     assert sorted(j.client for j in server.stop()) == [1, 2]
 
@@ -304,8 +293,10 @@ def test_fedbuff_drops_an_update_staler_than_max_staleness() -> None:
     for _ in range(4):
         server.next_aggregation()
     # c0 (5 s) started on version 0; c1..c4 (1 s each) aggregate versions 0..3 at 1..4 s: c0 ends at
-    # 5 s with tau = 4 > 1 and is dropped
-    fed.env.run(until=6)
+    # 5 s with tau = 4 > 1 and is dropped; then nothing is left to play
+    with pytest.raises(Stalled):
+        server.next_aggregation()
+    assert fed.now == 5.0
     dropped = [j for j in server.ended if j.client == 0]
     assert dropped and dropped[0].outcome.status == DROPPED and dropped[0].outcome.staleness == 4
 
@@ -441,10 +432,9 @@ def test_a_battery_runs_out_where_its_work_has_spent_the_charge() -> None:
     gathered, costs = exp.pool.gathered(phones, list(states.values())), Costs.of([c for _, _, c in jobs])
     fed, drains = Federation(), energy.drains(gathered, plan, costs, 0.0)
     assert drains is not None
-    outcomes = [Outcome(int(k)) for k in phones]
-    for i, o in enumerate(outcomes):
-        start_client(fed.env, phases(costs.cost(i)), math.inf, o, lambda _: None, None, drains.row(i))
-    fed.env.run()
+    jobs_ = [(int(k), phases(costs.cost(i))) for i, k in enumerate(phones)]
+    outcomes = play_round(fed, jobs_, Always(), len(jobs_), math.inf, 0.0, None,
+                          [drains.row(i) for i in range(len(phones))]).outcomes
     out = np.array([o.stop_s if o.status == OFFLINE else np.inf for o in outcomes])
     idle = np.zeros(len(phones))
     level = energy.battery.level(phones, 0.0)
@@ -478,10 +468,8 @@ def test_drains_by_hand() -> None:
         fed = Federation(now)
         drains = energy.drains(s, list(range(n)), Costs.of([cost] * n), now)  # type: ignore[arg-type]
         assert drains is not None
-        outcomes = [Outcome(k) for k in range(n)]
-        for o in outcomes:
-            start_client(fed.env, phases(cost), math.inf, o, lambda _: None, None, drains.row(o.client))
-        fed.env.run()
+        outcomes = play_round(fed, [(k, phases(cost)) for k in range(n)], Always(), n, math.inf, 0.0, None,
+                              [drains.row(k) for k in range(n)]).outcomes
         return [o.stop_s - now if o.status == OFFLINE else math.inf for o in outcomes]
 
     assert stops([5.0, 100.0], 0.0) == [2.5, math.inf]

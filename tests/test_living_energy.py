@@ -19,10 +19,10 @@ from edgefl.scenario import load_scenario
 from edgefl.selection import SELECTORS
 from edgefl.sim.availability import Always
 from edgefl.sim.bulk import Costs
+from edgefl.sim.clients import COMPLETED, LATE, Transfer
 from edgefl.sim.energy import Power, round_energy
 from edgefl.sim.engine import Federation
 from edgefl.sim.links import Links
-from edgefl.sim.processes import COMPLETED, LATE, Transfer
 
 POLICIES = [p for p in SELECTORS.names() if p != "uniform"]  # a living fleet draws uniform ones itself
 

@@ -14,10 +14,10 @@ from living_rounds import play_round, simpy_columns, simpy_round
 
 from edgefl.experiment import living, prepare, run
 from edgefl.scenario import load_scenario
+from edgefl.sim.clients import Drain, Drains, Transfer, Transfers
 from edgefl.sim.engine import Federation
 from edgefl.sim.links import Links
 from edgefl.sim.living_round import could_run_out
-from edgefl.sim.processes import Drain, Drains, Transfer, Transfers
 
 ROOT = Path(__file__).resolve().parents[1]
 

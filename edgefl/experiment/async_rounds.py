@@ -53,17 +53,10 @@ from edgefl.selection import Picked
 from edgefl.selection.server import Selection
 from edgefl.sim.availability import Availability
 from edgefl.sim.bulk import Costs, Pricer, RoundPlan
+from edgefl.sim.clients import COMPLETED, DROPPED
 from edgefl.sim.cost import ClientCost
 from edgefl.sim.engine import Federation
-from edgefl.sim.processes import (
-    COMPLETED,
-    DROPPED,
-    Buffered,
-    Stalled,
-    Started,
-    staleness_weight,
-    stall_runs,
-)
+from edgefl.sim.fedbuff import Buffered, Stalled, Started, staleness_weight, stall_runs
 from edgefl.snapshot import plain
 from edgefl.training.local import SERVER, seed_everything
 

@@ -32,10 +32,10 @@ from edgefl.selection import Picked
 from edgefl.sim.availability import Availability, make_availability
 from edgefl.sim.battery import Powered
 from edgefl.sim.bulk import Costs, Pricer
+from edgefl.sim.clients import COMPLETED, DROPPED
 from edgefl.sim.cost import ClientCost
 from edgefl.sim.engine import Federation
 from edgefl.sim.living_round import play_round
-from edgefl.sim.processes import COMPLETED, DROPPED
 
 
 def phases(c: ClientCost) -> tuple[float, float, float, float]:

@@ -51,8 +51,8 @@ from edgefl.scenario import Scenario, to_toml
 from edgefl.selection.server import Selection, workload_need
 from edgefl.sim.availability import trace_file
 from edgefl.sim.bulk import Pricer
+from edgefl.sim.clients import STATUSES
 from edgefl.sim.engine import Federation
-from edgefl.sim.processes import STATUSES
 from edgefl.sim.workload import Workload
 from edgefl.training.local import evaluate
 

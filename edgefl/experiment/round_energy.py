@@ -24,9 +24,9 @@ from edgefl.config import MAX_SECONDS, Scenario
 from edgefl.devices.pool import DevicePool, States
 from edgefl.sim.battery import Battery
 from edgefl.sim.bulk import Costs, RoundPlan
+from edgefl.sim.clients import Drains, Transfers
 from edgefl.sim.energy import FleetPower, phase_power, radio_tail
 from edgefl.sim.links import Links, shared_round
-from edgefl.sim.processes import Drains, Transfers
 
 WORK = ("compute_s", "data_access_s", "download_s", "upload_s", "read_bytes", "write_bytes")
 

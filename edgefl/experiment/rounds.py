@@ -25,8 +25,8 @@ from edgefl.methods.base import ClientPlan, Method
 from edgefl.runlog import Columns
 from edgefl.selection import Picked
 from edgefl.sim.bulk import Costs, Pricer, RoundPlan
+from edgefl.sim.clients import COMPLETED, STATUSES
 from edgefl.sim.engine import PHASES, Federation
-from edgefl.sim.processes import COMPLETED, STATUSES
 
 
 @dataclass

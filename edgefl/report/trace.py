@@ -19,8 +19,8 @@ import numpy as np
 
 from edgefl.devices.pool import TRACE, rng
 from edgefl.runlog import Columns, cells
+from edgefl.sim.clients import STATUSES
 from edgefl.sim.engine import Span
-from edgefl.sim.processes import STATUSES
 
 
 def chrome_trace(spans: Sequence[Span], devices: Sequence[str],

@@ -5,12 +5,12 @@ share found by water-filling: clients slower than the level keep their own rate 
 what is left equally (max-min fairness, Bertsekas & Gallager, "Data Networks", 1992, §6.5.2). Rates
 change only when a transfer starts or ends, so finish times are exact event by event.
 
-`Sharing` holds the transfers under way and plays them forward, O(log n) an event. Two forms use
-it. `SharedLink` is a SimPy object for event-driven rounds: `yield from link.transfer(env, nbytes,
-client_bps)` returns when the bytes are through. `finish_times` computes, for transfers starting at
-given times, when each ends (a synchronous round's downloads all start at its start, its uploads as
-each client finishes computing); `shared_round` applies it to a round's phases. A capacity of inf
-(`server.down_mbps = 0`, the default) leaves every transfer at its own rate.
+`Sharing` holds the transfers under way and plays them forward, O(log n) an event. `finish_times`
+computes with it, for transfers starting at given times, when each ends (a synchronous round's
+downloads all start at its start, its uploads as each client finishes computing); `shared_round`
+applies it to a round's phases. A living round's and an async run's transfers start and stop as
+their clients do: the compiled loop of edgefl.sim.round_loop plays them, with the same arithmetic.
+A capacity of inf (`server.down_mbps = 0`, the default) leaves every transfer at its own rate.
 
 `Links.of_server` sizes the links from a scenario's `[server]` (`server_mbps`, the one place that
 does): a fixed Mbit/s plus a share per device of the fleet (`down_mbps_per_device`,
@@ -25,12 +25,9 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
-import simpy
 
 from edgefl.config import ServerConfig
 
@@ -205,17 +202,6 @@ def finish_times(start: np.ndarray, nbytes: np.ndarray, caps: np.ndarray, capaci
     return end
 
 
-@dataclass(frozen=True)
-class Progress:
-    """A transfer under way on a SharedLink: `sent()` its bytes through so far, `rate()` its bytes/s
-    now (which changes when the link's `changed` succeeds), never more than `cap` (its own bandwidth
-    or the link's, whichever is less)."""
-
-    sent: Callable[[], float]
-    rate: Callable[[], float]
-    cap: float
-
-
 def server_mbps(server: ServerConfig, clients: int) -> tuple[float, float]:
     """The server's (down, up) Mbit/s for a fleet of `clients` devices: each link's fixed Mbit/s plus
     its share per device times the fleet (0 in all = unlimited)."""
@@ -256,76 +242,3 @@ def shared_round(links: Links, phases: tuple[np.ndarray, np.ndarray, np.ndarray,
     down = finish_times(zero, sent[0], bps[0], links.down_bps) + latency_s
     ready = down + access_s + compute_s
     return down, finish_times(ready, sent[1], bps[1], links.up_bps) - ready + latency_s
-
-
-class SharedLink:
-    """A processor-sharing link for SimPy processes: `yield from link.transfer(env, nbytes, bps)`
-    (the bytes only: a caller adds its latency); its transfers under way are a `Sharing`, and one
-    SimPy timeout stands for the next end. `changed` succeeds whenever the rates change (a transfer
-    starts, stops or ends) while something waits on it, and is then replaced."""
-
-    def __init__(self, env: simpy.Environment, capacity_bps: float) -> None:
-        self.env, self.capacity = env, capacity_bps
-        self.sharing = Sharing(capacity_bps, float(env.now))
-        self.done: dict[int, simpy.Event] = {}
-        self._names = itertools.count()
-        self._wake, self._at = 0, math.nan  # the pending wake-up's number (older ones are stale), time
-        self.changed = env.event()
-
-    def transfer(self, env: simpy.Environment, nbytes: float, client_bps: float,
-                 cut: Callable[[float], None] | None = None,
-                 started: Callable[[Progress], None] | None = None) -> Generator[simpy.Event, Any, None]:
-        """Send `nbytes` at most `client_bps` bytes/s, sharing the link with every transfer under way;
-        a transfer interrupted first tells `cut` the share of its bytes that got through. `started`
-        is told how to follow the transfer (`Progress`)."""
-        if math.isinf(self.capacity):
-            begin = float(env.now)
-            if started is not None and nbytes > 0 and math.isfinite(client_bps):  # else it takes no time
-                done_s = begin + nbytes / client_bps
-                started(Progress(lambda: min(nbytes, (float(env.now) - begin) * client_bps),
-                                 lambda: client_bps if float(env.now) < done_s else 0.0, client_bps))
-            try:
-                yield env.timeout(nbytes / client_bps)
-            except simpy.Interrupt:
-                if cut is not None:
-                    cut(min((float(env.now) - begin) * client_bps / nbytes, 1.0) if nbytes > 0 else 1.0)
-                raise
-            return
-        i = next(self._names)
-        done = self.done[i] = env.event()
-        self.sharing.advance(float(env.now))
-        self.sharing.start(i, float(nbytes), float(client_bps))
-        if started is not None:
-            started(Progress(lambda: nbytes - self.sharing.left_at(i, float(env.now)),
-                             lambda: self.sharing.rate(i), min(client_bps, self.capacity)))
-        self._schedule()
-        try:
-            yield done
-        except simpy.Interrupt:  # its client stopped: the others share the link without it
-            left = 0.0
-            if self.done.pop(i, None) is not None:  # (not through at this same instant)
-                self.sharing.advance(float(env.now))
-                left = self.sharing.stop(i)
-                self._schedule()
-            if cut is not None:
-                cut(1.0 - left / nbytes if nbytes > 0 else 1.0)
-            raise
-
-    def _schedule(self) -> None:
-        if self.changed.callbacks:  # someone follows the rates (edgefl.sim.processes `_watch`)
-            changed, self.changed = self.changed, self.env.event()
-            changed.succeed()
-        for i in self.sharing.ended():
-            self.done.pop(i).succeed()
-        at = self.sharing.next_end()
-        if not self.done or at == self._at:  # the pending wake-up stands
-            return
-        self._wake, self._at = self._wake + 1, at
-        wake = self._wake
-        self.env.timeout(max(at - float(self.env.now), 0.0)).callbacks.append(lambda _: self._woken(wake))
-
-    def _woken(self, wake: int) -> None:
-        if wake == self._wake:
-            self._at = math.nan
-            self.sharing.advance(float(self.env.now))
-            self._schedule()

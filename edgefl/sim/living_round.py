@@ -36,9 +36,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from edgefl.sim.availability import Availability
+from edgefl.sim.clients import COMPLETED, Drains, Transfers
 from edgefl.sim.engine import Federation
 from edgefl.sim.links import Links
-from edgefl.sim.processes import COMPLETED, Drains, Transfers
 
 
 @dataclass(frozen=True)

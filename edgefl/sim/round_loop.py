@@ -11,13 +11,15 @@ import math
 import numpy as np
 from numba import njit
 
+from edgefl.sim.clients import COMPLETED, DROPPED, LATE, OFFLINE, Drains, Transfers
 from edgefl.sim.links import DONE_S
-from edgefl.sim.processes import BOUNDS, COMPLETED, DROPPED, LATE, OFFLINE, Drains, Transfers
+
+BOUNDS = 8  # a shared transfer's lower bounds on the empty moment before following its every pace (`_watch`)
 
 INF = math.inf
 
 # the event kinds; SimPy's priorities (an interrupt goes before the other events of its instant)
-TIMEOUT, WAKE, UNPLUG, WATCH, CLOSE, INTERRUPT, CHANGED, RATES = range(8)
+TIMEOUT, WAKE, UNPLUG, WATCH, CLOSE, INTERRUPT, CHANGED, RATES, START, ENDED, TIMER = range(11)
 URGENT, NORMAL = range(2)
 LOW, HIGH, CAPPED_ENDS, SHARED_ENDS = range(4)  # a link's heaps (4 x link + one of these)
 
@@ -28,20 +30,22 @@ LOW, HIGH, CAPPED_ENDS, SHARED_ENDS = range(4)  # a link's heaps (4 x link + one
 # link) and the round's; heaps: each link's four heaps; events: the events due (`_pop`); listeners (an
 # array): each link's watchers that follow its rates.
 (PHASES, OFF, BYTES, BPS, LATENCY, HELD, WATTS, SPREAD, PER_BYTE, FROM, UNTIL, BEGIN, STOP, M_BASE, M_SINCE,
- M_WATTS, M_LUMP, M_END, W_AT, TRANSFER_S, T_CAP, T_KEY) = (0, 4, 5, 7, 9, 10, 11, 15, 19, 21, 22, 23, 24, 25,
-                                                            26, 27, 28, 29, 30, 31, 33, 35)
-CF = 37  # cf's columns; BYTES, BPS, PER_BYTE, TRANSFER_S, T_CAP and T_KEY are two, by link
+ M_WATTS, M_LUMP, M_END, W_AT, TRANSFER_S, T_CAP, T_KEY, START_S) = (
+    0, 4, 5, 7, 9, 10, 11, 15, 19, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 33, 35, 37)
+CF = 38  # cf's columns; BYTES, BPS, PER_BYTE, TRANSFER_S, T_CAP and T_KEY are two, by link
+INPUTS = BEGIN  # cf's first columns, a client's inputs: `Stream.start` writes them
 (ALIVE, STATUS, PHASE, SUB, TOKEN, M_PHASE, M_LINK, M_PROG, W_BOUNDS, W_GEN, W_DONE, W_EXACT, W_TOLD, BATTERY,
- T_CAPPED, T_SERIAL, OUT) = (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 16, 18)
-CI = 19  # ci's columns; T_CAPPED and T_SERIAL are two, by link
+ T_CAPPED, T_SERIAL, OUT, RUN) = (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 16, 18, 19)
+CI = 20  # ci's columns; T_CAPPED and T_SERIAL are two, by link; RUN: the row's client, counted
 F_CAPACITY, F_NOW, F_V, F_LEVEL, F_CSUM, F_WAKE_AT, F_SLOT_AT = range(7)  # gf[LF x link + one of these]
 LF = 7
 I_SHARED, I_COUNT, I_SERIAL, I_WAKE, I_SLOT_SEQ = range(5)  # gi[LI x link + one of these]
 LI = 5
-G_NOW, G_START = 2 * LF, 2 * LF + 1
+G_NOW = 2 * LF  # gf's last: the clock
 G_COUNTED, G_ALIVE, G_ENOUGH, G_SEQ, G_TARGET, G_NET, G_CLOSING, G_HEARD = range(2 * LI, 2 * LI + 8)
 G_HEADS = 2 * LI + 9  # two: the queues' heads
-G = 2 * LI + 11  # gi's length: G_HEARD and G_HEADS are two
+G_STREAM = 2 * LI + 11  # clients come and go (`Stream`), instead of a round's all starting at once
+G = 2 * LI + 12  # gi's length: G_HEARD and G_HEADS are two
 
 
 def play(phases: np.ndarray, off: np.ndarray, t: Transfers, b: Drains, capacity: tuple[float, float],
@@ -56,9 +60,64 @@ def play(phases: np.ndarray, off: np.ndarray, t: Transfers, b: Drains, capacity:
         values = np.asarray(values, dtype=np.float64).reshape(n, -1)
         cf[:, column:column + values.shape[1]] = values
     ci[:, BATTERY] = b.on
-    close = _play(cf, ci, np.array(capacity, dtype=np.float64), net, float(start), int(target),
-                  float(deadline_s))
-    return ci[:, STATUS].copy(), cf[:, STOP].copy(), cf[:, TRANSFER_S:TRANSFER_S + 2].copy(), float(close)
+    gf, gi = _clock(start, net, False)
+    next(_loop(cf, ci, gf, gi, np.array(capacity, dtype=np.float64), int(target), float(deadline_s),
+               np.zeros(1, dtype=np.int64), np.zeros(1)))
+    return ci[:, STATUS].copy(), cf[:, STOP].copy(), cf[:, TRANSFER_S:TRANSFER_S + 2].copy(), float(gf[G_NOW])
+
+
+def _clock(now: float, net: bool, stream: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The loop's state of its links and its own (gf, gi) at `now`."""
+    gf, gi = np.zeros(2 * LF + 1), np.zeros(G, dtype=np.int64)
+    gf[G_NOW], gi[G_NET], gi[G_STREAM] = now, net, stream
+    return gf, gi
+
+
+class Stream:
+    """Clients that start when the caller says and run until they end, each in a row of its own
+    (an async run's slots, edgefl.sim.processes `Buffered`), played by the round's loop: `start` a
+    client in a row, or a `timer`, then `step` to the next client that ends or timer that fires."""
+
+    def __init__(self, rows: int, capacity: tuple[float, float], net: bool, now: float) -> None:
+        self.cf, self.ci = np.zeros((rows, CF)), np.zeros((rows, CI), dtype=np.int64)
+        self.gf, gi = _clock(now, net, True)
+        self.mail, self.delays = np.zeros(2 * rows + 7, dtype=np.int64), np.zeros(rows + 3)
+        self._steps = _loop(self.cf, self.ci, self.gf, gi, np.array(capacity, dtype=np.float64), rows + 1,
+                            INF, self.mail, self.delays)
+
+    @property
+    def now(self) -> float:
+        return float(self.gf[G_NOW])
+
+    def start(self, row: int, inputs: list[float], battery: bool) -> None:
+        """A client starts in `row` now: its phases (4), offline moment, bytes (2), bandwidths (2),
+        latency, and its battery's (`Drain`: held, watts (4), spread (4), per byte (2), from, until),
+        followed where `battery`."""
+        self.cf[row, :INPUTS] = inputs
+        self.cf[row, TRANSFER_S:TRANSFER_S + 2] = np.nan  # none through yet (`ended` before it plays)
+        self.ci[row, BATTERY] = battery
+        self._order(START, row, 0.0)
+
+    def timer(self, delay_s: float, key: int) -> None:
+        """A timer that fires `delay_s` from now (`step` gives TIMER, key)."""
+        self._order(TIMER, key, delay_s)
+
+    def _order(self, kind: int, arg: int, delay_s: float) -> None:
+        j = int(self.mail[0])
+        self.mail[1 + 2 * j], self.mail[2 + 2 * j], self.delays[j] = kind, arg, delay_s
+        self.mail[0] = j + 1
+
+    def step(self) -> tuple[bool, int] | None:
+        """Play on to the next report: (True, row) where the row's client ended, (False, key) where
+        the timer `key` fired; None where nothing is left to play."""
+        kind, arg = next(self._steps)
+        return None if kind < 0 else (kind == ENDED, int(arg))
+
+    def ended(self, row: int) -> tuple[int, float, float, float]:
+        """The row's client's status, stop, and its transfers' seconds (download, upload; NaN: not
+        through)."""
+        cf = self.cf[row]
+        return int(self.ci[row, STATUS]), float(cf[STOP]), float(cf[TRANSFER_S]), float(cf[TRANSFER_S + 1])
 
 
 # --- a link's Sharing (edgefl.sim.links), its transfers named by client ---------------------------
@@ -211,13 +270,20 @@ def _left_at(cf, ci, gf, link, i, now):  # type: ignore[no-untyped-def]
 @_inlined
 def _event(gf, gi, events, at, kind, a, b):  # type: ignore[no-untyped-def]
     """An event at `at` (now: in its priority's queue, after the others of this instant there)."""
-    priority = URGENT if kind == INTERRUPT else NORMAL
+    priority = URGENT if kind in (INTERRUPT, START) else NORMAL
     item = (at, priority, gi[G_SEQ], kind, a, b)
     if at == gf[G_NOW]:
         events[1 + priority].append(item)
     else:
         heapq.heappush(events[0], item)
     gi[G_SEQ] += 1
+
+
+@_inlined
+def _kill(ci, gf, gi, events, i, cause):  # type: ignore[no-untyped-def]
+    """Client i is interrupted now, with status `cause` (SimPy's Interruption: urgent; it names the
+    row's client, so a row taken by the next one is not stopped by the interrupt of the last)."""
+    _event(gf, gi, events, gf[G_NOW], INTERRUPT, i, cause + 4 * ci[i, RUN])
 
 
 @_inlined
@@ -339,12 +405,12 @@ def _watch(cf, ci, gf, gi, events, listeners, i):  # type: ignore[no-untyped-def
     on = ci[i, M_LINK] >= 0
     exact = not on or listening
     at = _moment(cf, ci, gf, i, exact)
-    plugged = gf[G_START] + cf[i, UNTIL]
+    plugged = cf[i, START_S] + cf[i, UNTIL]
     ci[i, W_GEN] += 1
     if at <= now:
         ci[i, W_DONE] = 1
         if at < plugged:
-            _event(gf, gi, events, now, INTERRUPT, i, OFFLINE)
+            _kill(ci, gf, gi, events, i, OFFLINE)
         return
     ci[i, W_EXACT] = exact
     cf[i, W_AT] = at
@@ -365,8 +431,8 @@ def _timer(cf, ci, gf, gi, events, listeners, i, gen):  # type: ignore[no-untype
         return
     ci[i, W_GEN] += 1
     ci[i, W_DONE] = 1
-    if cf[i, W_AT] < gf[G_START] + cf[i, UNTIL]:
-        _event(gf, gi, events, gf[G_NOW], INTERRUPT, i, OFFLINE)
+    if cf[i, W_AT] < cf[i, START_S] + cf[i, UNTIL]:
+        _kill(ci, gf, gi, events, i, OFFLINE)
 
 
 @_inlined
@@ -377,7 +443,7 @@ def _moment(cf, ci, gf, i, exact):  # type: ignore[no-untyped-def]
     left = cf[i, HELD] - _spent(cf, ci, gf, i, now)
     rate = _pace(cf, ci, gf, i, now, not exact)
     eta = 0.0 if left <= 0 else (left / rate if rate > 0 else INF)
-    return min(max(now + eta, gf[G_START] + cf[i, FROM]), gf[G_START] + cf[i, UNTIL])
+    return min(max(now + eta, cf[i, START_S] + cf[i, FROM]), cf[i, START_S] + cf[i, UNTIL])
 
 
 @_compiled
@@ -431,7 +497,7 @@ def _moment_on(cf, ci, gf, link, i):  # type: ignore[no-untyped-def]
     left = cf[i, HELD] - spent
     power = cf[i, M_WATTS] + pace * rate
     eta = 0.0 if left <= 0 else (left / power if power > 0 else INF)
-    return min(max(now + eta, gf[G_START] + cf[i, FROM]), gf[G_START] + cf[i, UNTIL])
+    return min(max(now + eta, cf[i, START_S] + cf[i, FROM]), cf[i, START_S] + cf[i, UNTIL])
 
 
 @_inlined
@@ -495,7 +561,9 @@ def _phase(cf, ci, gf, gi, heaps, events, listeners, i, phase):  # type: ignore[
         ci[i, ALIVE] = 0
         gi[G_ALIVE] -= 1
         cf[i, STOP] = now
-        if gi[G_COUNTED] >= gi[G_TARGET]:  # beyond the target: not needed
+        if gi[G_STREAM]:  # its process ends: its slot hears of it once this step is done
+            _event(gf, gi, events, now, ENDED, i, 0)
+        elif gi[G_COUNTED] >= gi[G_TARGET]:  # beyond the target: not needed
             ci[i, STATUS] = DROPPED
         else:
             gi[G_COUNTED] += 1
@@ -528,19 +596,25 @@ def _timeout(cf, ci, gf, gi, heaps, events, listeners, i, token):  # type: ignor
 
 @_compiled
 def _interrupt(cf, ci, gf, gi, heaps, events, listeners, i, cause):  # type: ignore[no-untyped-def]
-    """Client i stops now with status `cause`; a transfer under way leaves its link, the seconds it
-    would have taken at its pace noted (edgefl.sim.processes `_send`)."""
+    """Client i stops now with status `cause`; a transfer under way leaves its link (`_cut`)."""
     if not ci[i, ALIVE]:
         return
-    now, phase, begin = gf[G_NOW], ci[i, PHASE], cf[i, BEGIN]
     ci[i, ALIVE] = 0
     ci[i, TOKEN] += 1
     ci[i, STATUS] = cause
-    cf[i, STOP] = now
+    cf[i, STOP] = gf[G_NOW]
     gi[G_ALIVE] -= 1
-    if not gi[G_NET] or not (phase == 0 or phase == 3):
-        return
-    link = 0 if phase == 0 else 1
+    if gi[G_NET] and (ci[i, PHASE] == 0 or ci[i, PHASE] == 3):
+        _cut(cf, ci, gf, gi, heaps, events, listeners, i)
+    if gi[G_STREAM]:
+        _event(gf, gi, events, gf[G_NOW], ENDED, i, 0)
+
+
+@_inlined
+def _cut(cf, ci, gf, gi, heaps, events, listeners, i):  # type: ignore[no-untyped-def]
+    """Client i's transfer stopped now: it leaves its link, the seconds it would have taken at its
+    pace noted (edgefl.sim.processes `_send`)."""
+    now, begin, link = gf[G_NOW], cf[i, BEGIN], 0 if ci[i, PHASE] == 0 else 1
     nbytes = cf[i, BYTES + link]
     if ci[i, SUB] == 1:  # in its latency: its bytes all sent
         cf[i, TRANSFER_S + link] = now - begin
@@ -560,27 +634,55 @@ def _interrupt(cf, ci, gf, gi, heaps, events, listeners, i, cause):  # type: ign
         cf[i, TRANSFER_S + link] = (now - begin) / share
 
 
+@_inlined
+def _begin(cf, ci, gf, gi, heaps, events, listeners, i, closes):  # type: ignore[no-untyped-def]
+    """Client i (its inputs in its row) starts its work now: its process, the interrupt of its
+    device going offline before it would finish or the round `closes`, and its battery's watcher
+    (edgefl.sim.processes `start_client`)."""
+    now = gf[G_NOW]
+    ci[i, ALIVE], ci[i, STATUS], ci[i, RUN] = 1, COMPLETED, ci[i, RUN] + 1
+    ci[i, TOKEN] += 1  # the last client's events in this row are void
+    ci[i, W_GEN] += 1
+    ci[i, W_DONE], ci[i, W_TOLD], ci[i, W_BOUNDS] = 1, -1, 0  # no watcher until it has started
+    ci[i, T_SERIAL], ci[i, T_SERIAL + 1], ci[i, M_LINK], ci[i, M_PROG] = -1, -1, -1, 0
+    cf[i, BEGIN:] = 0.0
+    cf[i, TRANSFER_S], cf[i, TRANSFER_S + 1], cf[i, START_S] = np.nan, np.nan, now
+    gi[G_ALIVE] += 1
+    _phase(cf, ci, gf, gi, heaps, events, listeners, i, 0)
+    end = closes
+    if not gi[G_NET]:
+        end = min(end, now + cf[i, PHASES] + cf[i, PHASES + 1] + cf[i, PHASES + 2] + cf[i, PHASES + 3])
+    if cf[i, OFF] < end:
+        _event(gf, gi, events, now + (cf[i, OFF] - now), UNPLUG, i, ci[i, RUN])
+    if ci[i, BATTERY]:
+        ci[i, W_DONE] = 0
+        _watch(cf, ci, gf, gi, events, listeners, i)
+
+
+@_inlined
+def _mail(gf, gi, events, mail, delays):  # type: ignore[no-untyped-def]
+    """`Stream`'s orders since the last step, in order: a client to start (its process: urgent), a
+    timer (a slot's or the server's) to fire after its delay."""
+    for j in range(mail[0]):
+        kind, arg = mail[1 + 2 * j], mail[2 + 2 * j]
+        _event(gf, gi, events, gf[G_NOW] + (delays[j] if kind == TIMER else 0.0), kind, arg, 0)
+    mail[0] = 0
+
+
 @njit(cache=True, nogil=True)  # a log is written meanwhile (edgefl.runlog `ParquetLog`)
-def _play(cf, ci, capacity, net, start, target, deadline_s):  # type: ignore[no-untyped-def]
-    """Play the round of `cf` and `ci`'s clients (`play_round`): their statuses, stops and transfer
-    seconds in the arrays; the round's close returned."""
-    n = cf.shape[0]
-    gf = np.zeros(2 * LF + 2)
-    gi = np.zeros(G, dtype=np.int64)
+def _loop(cf, ci, gf, gi, capacity, target, deadline_s, mail, delays):  # type: ignore[no-untyped-def]
+    """Play the clients of `cf` and `ci` from gf's clock: a round's (all start now; yields once,
+    when it has closed: at gf's clock, their statuses, stops and transfer seconds in the arrays), or
+    with gi[G_STREAM] those `mail` starts (yields (ENDED, row) when one ends, (TIMER, key) when a
+    timer fires, (-1, 0) when nothing is left to play, and reads `mail` when resumed)."""
+    n, start = cf.shape[0], gf[G_NOW]
     for link in range(2):
         gf[LF * link + F_CAPACITY] = capacity[link]
         gf[LF * link + F_NOW] = start
         gf[LF * link + F_LEVEL] = INF
         gf[LF * link + F_WAKE_AT] = np.nan
         gi[LI * link + I_SLOT_SEQ] = -1
-    gf[G_NOW] = gf[G_START] = start
-    gi[G_ALIVE], gi[G_TARGET], gi[G_NET] = n, target, net
-    ci[:, ALIVE] = 1
-    ci[:, STATUS] = COMPLETED
-    ci[:, W_DONE] = 1  # no watcher until its client has started
-    ci[:, W_TOLD] = -1
-    ci[:, T_SERIAL], ci[:, T_SERIAL + 1] = -1, -1
-    cf[:, TRANSFER_S], cf[:, TRANSFER_S + 1] = np.nan, np.nan
+    gi[G_TARGET] = target
     heaps = [[(0.0, 0, 0)] for _ in range(8)]
     for heap in heaps:
         heap.pop()
@@ -590,31 +692,31 @@ def _play(cf, ci, capacity, net, start, target, deadline_s):  # type: ignore[no-
     listeners = np.zeros((2, 2 * n + 16, 2), dtype=np.int64)  # (client, its wait) by link, gi[G_HEARD]
     if math.isfinite(deadline_s):  # scheduled before the clients' first events (SimPy: created first)
         _event(gf, gi, events, start + deadline_s, CLOSE, LATE, 0)
-    closes = start + deadline_s  # no interrupt for a device going offline once the round has closed
-    for i in range(n):
-        _phase(cf, ci, gf, gi, heaps, events, listeners, i, 0)
-        end = closes
-        if not net:
-            end = min(end, start + cf[i, PHASES] + cf[i, PHASES + 1] + cf[i, PHASES + 2] + cf[i, PHASES + 3])
-        if cf[i, OFF] < end:
-            _event(gf, gi, events, start + (cf[i, OFF] - start), UNPLUG, i, 0)
-        if ci[i, BATTERY]:
-            ci[i, W_DONE] = 0
-            _watch(cf, ci, gf, gi, events, listeners, i)
-    closed = n == 0
+    stream = gi[G_STREAM]
+    if not stream:
+        for i in range(n):
+            _begin(cf, ci, gf, gi, heaps, events, listeners, i, start + deadline_s)
+    closed = n == 0 and not stream
     while not closed:
+        if mail[0]:
+            _mail(gf, gi, events, mail, delays)
         source, (at, _, _, kind, a, b) = _pop(gf, gi, events)
         if source < 0:
-            break
+            if not stream:
+                break
+            yield -1, 0
+            continue
         gf[G_NOW] = at
         if kind == TIMEOUT:
             _timeout(cf, ci, gf, gi, heaps, events, listeners, a, b)
         elif kind == WAKE:
             _woken(cf, ci, gf, gi, heaps, events, listeners, a, b)
         elif kind == UNPLUG:
-            _event(gf, gi, events, at, INTERRUPT, a, OFFLINE)
+            if ci[a, RUN] == b:
+                _kill(ci, gf, gi, events, a, OFFLINE)
         elif kind == INTERRUPT:
-            _interrupt(cf, ci, gf, gi, heaps, events, listeners, a, b)
+            if ci[a, RUN] == b // 4:
+                _interrupt(cf, ci, gf, gi, heaps, events, listeners, a, b % 4)
         elif kind == WATCH:
             _timer(cf, ci, gf, gi, events, listeners, a, b)
         elif kind in (CHANGED, RATES):
@@ -622,13 +724,17 @@ def _play(cf, ci, capacity, net, start, target, deadline_s):  # type: ignore[no-
                 if kind == CHANGED:
                     ci[a, W_BOUNDS] = 0
                 _watch(cf, ci, gf, gi, events, listeners, a)
+        elif kind == START:
+            _begin(cf, ci, gf, gi, heaps, events, listeners, a, INF)
+        elif kind in (ENDED, TIMER):
+            yield kind, a
         else:
             closed = True
-        if not gi[G_CLOSING] and (gi[G_ENOUGH] or gi[G_ALIVE] == 0):  # the round closes at this instant
+        if not stream and not gi[G_CLOSING] and (gi[G_ENOUGH] or gi[G_ALIVE] == 0):  # it closes now
             gi[G_CLOSING] = 1
             _event(gf, gi, events, gf[G_NOW], CLOSE, 0, 0)
     cause = DROPPED if gi[G_ENOUGH] else LATE
     for i in range(n):
         if ci[i, ALIVE]:
             _interrupt(cf, ci, gf, gi, heaps, events, listeners, i, cause)
-    return gf[G_NOW]
+    yield -1, 0

@@ -1,90 +1,110 @@
-"""A living fleet in SimPy: devices that go offline mid-round, deadlines, buffered asynchronous
-aggregation.
-
-Each participating client is a SimPy process whose phases (download, data access, compute,
-upload) are timeouts. Its device's availability (edgefl.sim.availability) schedules an interrupt at
-the moment it goes offline: the process stops there, its work is lost and it uploads nothing
-(status `offline`). How a round closes is `round.mode`:
-
-* `sync` with a changing fleet: when every selected client has uploaded or gone offline.
-* `deadline` (FedScale's over-commitment, Lai et al., OSDI 2021 / Yang et al. 2021): the server
-  selects ceil(over_selection x target) clients and closes the round at `deadline_s` after its start
-  or as soon as `target` clients have uploaded, whichever is first. Clients still working are
-  interrupted: `late` at the deadline, `dropped` once the target has reported (their update is not
-  needed; an upload at the very instant the target was reached, beyond it, is `dropped` too).
-  These two are played in columns (edgefl.sim.living_round, which follows these processes' rules
-  to the bit; they play them in the tests' reference).
-* `async` (FedBuff, Nguyen et al., "Federated Learning with Buffered Asynchronous Aggregation",
-  AISTATS 2022, Alg. 1): `concurrency` clients work at once, a new one starts as one ends; each
-  downloads the current model version; the server aggregates every `buffer` uploads, each weighted by
-  s(tau) = 1 / sqrt(1 + tau), tau its staleness (aggregations since its download; the paper's
-  polynomial staleness scaling, §5, with exponent 1/2), and drops uploads with tau > `max_staleness`
-  (status `dropped`). The server aggregates one buffer at a time, for `server_s` each: uploads
-  that arrive meanwhile wait for it, in arrival order, `buffer` at a time, their staleness checked
-  again when their aggregation starts (a server slower than the uploads drops the backlog as it
-  ages). `Buffered` plays it; what a client trains and what an aggregation does are the caller's
-  (edgefl.experiment.async_rounds).
-"""
+"""The reference for a living fleet's clients, for the tests: each client's work as SimPy processes
+(its phases, its transfers on a `SharedLink`, an interrupt at its going offline, a watcher of its
+battery: `start_client`) and FedBuff's slots and server as SimPy processes (`SimpyBuffered`), as
+edgefl played every living round and async run before its compiled loop (edgefl.sim.round_loop),
+which is tested against them to the bit (tests/living_rounds.py, tests/test_fedbuff.py)."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import simpy
 
 from edgefl.errors import EdgeflError
 from edgefl.sim.availability import Availability
+from edgefl.sim.clients import COMPLETED, DROPPED, OFFLINE, Drain, Outcome, Transfer
 from edgefl.sim.engine import Federation, busy_end
-from edgefl.sim.links import Links, Progress, SharedLink
-
-STATUSES = ("completed", "dropped", "late", "offline")
-COMPLETED, DROPPED, LATE, OFFLINE = range(4)
-
-
-@dataclass
-class Outcome:
-    """How a client's participation ended: its status code (STATUSES) and when it stopped (its
-    upload's end, or the interrupt)."""
-
-    client: int
-    status: int = COMPLETED
-    stop_s: float = 0.0
-    staleness: int = 0  # async: aggregations between its download and its upload
-    download_s: float = math.nan  # on shared links: its download's seconds, once it has ended
-    upload_s: float = math.nan  # the same for its upload
+from edgefl.sim.fedbuff import Stalled, Started, stall_runs
+from edgefl.sim.links import Links, Sharing
+from edgefl.sim.round_loop import BOUNDS
 
 
 @dataclass(frozen=True)
-class Transfer:
-    """A client's transfers on the server's shared links: bytes, its own bandwidths (bytes/s) and the
-    latency added after each transfer's bytes (edgefl.sim.links)."""
+class Progress:
+    """A transfer under way on a SharedLink: `sent()` its bytes through so far, `rate()` its bytes/s
+    now (which changes when the link's `changed` succeeds), never more than `cap` (its own bandwidth
+    or the link's, whichever is less)."""
 
-    down_bytes: float
-    up_bytes: float
-    down_bps: float
-    up_bps: float
-    latency_s: float
+    sent: Callable[[], float]
+    rate: Callable[[], float]
+    cap: float
 
 
-@dataclass(frozen=True)
-class Transfers:
-    """Clients' transfers on the server's shared links as columns, a `Transfer` a row: bytes and
-    their own bandwidths (bytes/s), each (n, 2) for (down, up), and the latency after each."""
+class SharedLink:
+    """A processor-sharing link for SimPy processes: `yield from link.transfer(env, nbytes, bps)`
+    (the bytes only: a caller adds its latency); its transfers under way are a `Sharing`, and one
+    SimPy timeout stands for the next end. `changed` succeeds whenever the rates change (a transfer
+    starts, stops or ends) while something waits on it, and is then replaced."""
 
-    nbytes: np.ndarray
-    bps: np.ndarray
-    latency_s: np.ndarray
+    def __init__(self, env: simpy.Environment, capacity_bps: float) -> None:
+        self.env, self.capacity = env, capacity_bps
+        self.sharing = Sharing(capacity_bps, float(env.now))
+        self.done: dict[int, simpy.Event] = {}
+        self._names = itertools.count()
+        self._wake, self._at = 0, math.nan  # the pending wake-up's number (older ones are stale), time
+        self.changed = env.event()
 
-    def row(self, i: int) -> Transfer:
-        return Transfer(float(self.nbytes[i, 0]), float(self.nbytes[i, 1]), float(self.bps[i, 0]),
-                        float(self.bps[i, 1]), float(self.latency_s[i]))
+    def transfer(self, env: simpy.Environment, nbytes: float, client_bps: float,
+                 cut: Callable[[float], None] | None = None,
+                 started: Callable[[Progress], None] | None = None) -> Generator[simpy.Event, Any, None]:
+        """Send `nbytes` at most `client_bps` bytes/s, sharing the link with every transfer under way;
+        a transfer interrupted first tells `cut` the share of its bytes that got through. `started`
+        is told how to follow the transfer (`Progress`)."""
+        if math.isinf(self.capacity):
+            begin = float(env.now)
+            if started is not None and nbytes > 0 and math.isfinite(client_bps):  # else it takes no time
+                done_s = begin + nbytes / client_bps
+                started(Progress(lambda: min(nbytes, (float(env.now) - begin) * client_bps),
+                                 lambda: client_bps if float(env.now) < done_s else 0.0, client_bps))
+            try:
+                yield env.timeout(nbytes / client_bps)
+            except simpy.Interrupt:
+                if cut is not None:
+                    cut(min((float(env.now) - begin) * client_bps / nbytes, 1.0) if nbytes > 0 else 1.0)
+                raise
+            return
+        i = next(self._names)
+        done = self.done[i] = env.event()
+        self.sharing.advance(float(env.now))
+        self.sharing.start(i, float(nbytes), float(client_bps))
+        if started is not None:
+            started(Progress(lambda: nbytes - self.sharing.left_at(i, float(env.now)),
+                             lambda: self.sharing.rate(i), min(client_bps, self.capacity)))
+        self._schedule()
+        try:
+            yield done
+        except simpy.Interrupt:  # its client stopped: the others share the link without it
+            left = 0.0
+            if self.done.pop(i, None) is not None:  # (not through at this same instant)
+                self.sharing.advance(float(env.now))
+                left = self.sharing.stop(i)
+                self._schedule()
+            if cut is not None:
+                cut(1.0 - left / nbytes if nbytes > 0 else 1.0)
+            raise
 
-    def take(self, rows: np.ndarray) -> Transfers:
-        return Transfers(self.nbytes[rows], self.bps[rows], self.latency_s[rows])
+    def _schedule(self) -> None:
+        if self.changed.callbacks:  # someone follows the rates (edgefl.sim.processes `_watch`)
+            changed, self.changed = self.changed, self.env.event()
+            changed.succeed()
+        for i in self.sharing.ended():
+            self.done.pop(i).succeed()
+        at = self.sharing.next_end()
+        if not self.done or at == self._at:  # the pending wake-up stands
+            return
+        self._wake, self._at = self._wake + 1, at
+        wake = self._wake
+        self.env.timeout(max(at - float(self.env.now), 0.0)).callbacks.append(lambda _: self._woken(wake))
+
+    def _woken(self, wake: int) -> None:
+        if wake == self._wake:
+            self._at = math.nan
+            self.sharing.advance(float(self.env.now))
+            self._schedule()
 
 
 @dataclass(frozen=True)
@@ -94,11 +114,6 @@ class Net:
     down: SharedLink
     up: SharedLink
     transfer: Transfer
-
-
-def staleness_weight(tau: int) -> float:
-    """FedBuff's s(tau) = 1 / sqrt(1 + tau)."""
-    return 1 / math.sqrt(1 + tau)
 
 
 def _send(env: simpy.Environment, net: Net, up: bool, out: Outcome,
@@ -146,50 +161,6 @@ def _work(env: simpy.Environment, phases: Sequence[float], out: Outcome, reporte
         return
     out.stop_s = float(env.now)
     reported(out)
-
-
-@dataclass(frozen=True)
-class Drain:
-    """A client's battery over its work (edgefl.experiment.round_energy `RoundEnergy.drains`): the
-    `held_j` joules it can spend, which each phase (download, data access, compute, upload) spends
-    at `watts` plus its `spread` joules at an even pace over its seconds (edgefl.sim.energy
-    `phase_power`), or, for a transfer on a shared link, `per_byte` joules (download, upload) per
-    byte at the transfer's pace. It can run out only from `from_s` seconds into its work (on its
-    charger until then: `held_j` is its charge at the unplugging) and not once `until_s` seconds
-    in (plugged in then)."""
-
-    held_j: float
-    watts: tuple[float, ...]
-    spread: tuple[float, ...]
-    per_byte: tuple[float, float]
-    from_s: float = 0.0
-    until_s: float = math.inf
-
-
-@dataclass(frozen=True)
-class Drains:
-    """Clients' batteries over their work as columns, a `Drain` a row where `on` (a battery
-    followed; elsewhere mains powered, or batteries not tracked): `watts` and `spread` (n, 4) by
-    phase, `per_byte` (n, 2) for (download, upload)."""
-
-    on: np.ndarray
-    held_j: np.ndarray
-    watts: np.ndarray
-    spread: np.ndarray
-    per_byte: np.ndarray
-    from_s: np.ndarray
-    until_s: np.ndarray
-
-    def row(self, i: int) -> Drain | None:
-        if not self.on[i]:
-            return None
-        return Drain(float(self.held_j[i]), tuple(self.watts[i].tolist()), tuple(self.spread[i].tolist()),
-                     (float(self.per_byte[i, 0]), float(self.per_byte[i, 1])), float(self.from_s[i]),
-                     float(self.until_s[i]))
-
-    def take(self, rows: np.ndarray) -> Drains:
-        return Drains(self.on[rows], self.held_j[rows], self.watts[rows], self.spread[rows],
-                      self.per_byte[rows], self.from_s[rows], self.until_s[rows])
 
 
 class Meter:
@@ -256,7 +227,6 @@ class Meter:
             changed.succeed()
 
 
-BOUNDS = 8  # a shared transfer's lower bounds on the empty moment before following its every pace
 
 
 def _watch(env: simpy.Environment, proc: simpy.Process, meter: Meter) -> Generator[simpy.Event, Any, None]:
@@ -321,15 +291,6 @@ def start_client(env: simpy.Environment, phases: Sequence[float], off: float, ou
     return proc
 
 
-STALL_ENDED = 10_000  # async: max(this, 20 x buffer) clients ended and no aggregation: none will come
-
-
-def stall_runs(buffer: int) -> int:
-    """How many clients may end between two aggregations before an async run counts as stalled: at
-    least 10,000, and 20 per buffered update (fewer than 5 % of the clients bring an update)."""
-    return max(STALL_ENDED, 20 * buffer)
-
-
 class Halted(Exception):
     """A user's error (EdgeflError) met inside an async slot's process, carried out of SimPy
     whole: SimPy remakes a process's exception from its args, which an EdgeflError's are not."""
@@ -339,33 +300,7 @@ class Halted(Exception):
         self.error = error
 
 
-class Stalled(Exception):
-    """No next aggregation: every async slot closed (no device comes online again; `arrived` is
-    None), or `stall_runs` clients ended since the last one with only `arrived` of the buffer's
-    updates in, or (`serving`) while the server still worked on it."""
-
-    def __init__(self, arrived: int | None = None, serving: bool = False) -> None:
-        super().__init__(arrived, serving)  # every field in args: SimPy remakes an exception from them
-        self.arrived, self.serving = arrived, serving
-
-
-@dataclass
-class Started:
-    """A client the caller started: its phase seconds and what it trained (kept until it ends)."""
-
-    client: int
-    phases: Sequence[float]
-    payload: Any = None
-    transfer: Transfer | None = None  # its transfers on the server's shared links (None: unlimited)
-    drain: Drain | None = None  # its battery (None: mains powered, or batteries not tracked)
-    version: int = 0  # the model version it downloaded
-    outcome: Outcome = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.outcome = Outcome(self.client)
-
-
-class Buffered:
+class SimpyBuffered:
     """FedBuff's server and client slots as SimPy processes (see the module docstring).
 
     `pick(version, busy)` starts a client not in `busy` on the current version (a `Started`), or
