@@ -127,8 +127,8 @@ class CostConfig:
 
 @dataclass
 class RoundConfig:
-    """How a round closes (edgefl.sim.processes): all selected clients (sync), a deadline with
-    over-selection (FedScale), or buffered asynchronous aggregation (FedBuff)."""
+    """How a round closes (edgefl.sim.living_round, edgefl.sim.fedbuff): all selected clients (sync),
+    a deadline with over-selection (FedScale), or buffered asynchronous aggregation (FedBuff)."""
 
     mode: str = "sync"  # sync | deadline | async
     deadline_s: float = 600.0  # deadline: the round closes this many seconds after it starts

@@ -20,7 +20,9 @@ from edgefl.experiment import async_rounds, living, players
 from edgefl.experiment.round_energy import RoundEnergy
 from edgefl.experiment.rounds import RoundTable
 from edgefl.methods.base import ClientPlan, Method
+from edgefl.selection import Picked
 from edgefl.sim.bulk import Costs, Pricer, RoundPlan
+from edgefl.sim.clients import COMPLETED
 from edgefl.sim.cost import ClientCost
 from edgefl.sim.energy import client_power, round_energy
 from edgefl.sim.engine import Federation, busy_end
@@ -92,19 +94,21 @@ def each_priced(pool: DevicePool, method: Method, pricer: Pricer, t: int, client
 
 
 def each_round(pool: DevicePool, method: Method, pricer: Pricer, fed: Federation, t: int,
-               server_s: Callable[[], float], clients: np.ndarray,
-               energy: RoundEnergy | None = None) -> RoundTable:
+               server_s: Callable[[], float], picked: Picked, energy: RoundEnergy) -> RoundTable:
     """As edgefl.experiment.rounds `bulk_round`, client by client, one SimPy process each."""
+    clients = picked.clients
     states, plan, jobs = planned_jobs(pool, method, pricer, t, clients)
     table = pool.gathered(clients, list(states.values()))
-    if energy:
-        settled = energy.shared(table, plan, Costs.of([c for _, _, c in jobs]))
-        jobs = [(k, st, settled.cost(i)) for i, (k, st, _) in enumerate(jobs)]
+    settled = energy.shared(table, plan, Costs.of([c for _, _, c in jobs]))
+    jobs = [(k, st, settled.cost(i)) for i, (k, st, _) in enumerate(jobs)]
     r = run_round(fed, t, jobs, server_s())
-    out = RoundTable(t, r.start_s, r.end_s, r.server_s, table, plan, Costs.of([c.cost for c in r.clients]),
-                     np.array([c.finish_s for c in r.clients]), np.array([c.wait_s for c in r.clients]))
-    out.energy_j = each_energy(energy, list(states.values()), plan, out.costs, out.wait_s) if energy else None
-    return out
+    n, costs = len(clients), Costs.of([c.cost for c in r.clients])
+    finish, wait = np.array([c.finish_s for c in r.clients]), np.array([c.wait_s for c in r.clients])
+    joules = each_energy(energy, list(states.values()), plan, costs, wait)
+    return RoundTable(t, r.start_s, max(finish, default=r.start_s), r.end_s, r.server_s, table, plan, costs,
+                      np.full(n, r.start_s), finish, wait, np.full(n, COMPLETED), np.zeros(n, dtype=np.int64),
+                      np.zeros(n, dtype=bool), np.full(n, np.nan) if joules is None else joules,
+                      energy.charge(table), picked)
 
 
 def each_energy(energy: RoundEnergy, states: list[DeviceState], plan: RoundPlan, costs: Costs,

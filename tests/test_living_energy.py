@@ -226,3 +226,19 @@ def test_a_round_no_battery_or_charger_can_ever_pay_for_is_one_line(tmp_path: Pa
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "energy.charge_w: round 0: the battery of every one of its 10 clients " \
         "is too low to pay for its work, and no charger fills one within 1e+09 s" in err
+
+
+def test_every_wait_ends_exactly_at_its_round_s_close(tmp_path: Path) -> None:
+    """A completed client's wait span ends where its round closed: the last completed upload (the
+    straggler's finish_s). Written as its stop plus its wait, it ended an ulp short of it: in
+    energy-digits' first round, client 15 (stop 6.386147337793233 s, wait 285.28372921421646 s)
+    waited until 291.66987655200967 s, while client 11 uploaded at 291.6698765520097 s."""
+    out = tmp_path / "run"
+    assert main(["run", str(ROOT / "scenarios" / "energy-digits.toml"), "--set", "rounds=3", "--dry-run",
+                 "--quiet", "--out", str(out)]) == 0
+    clients = list(csv.DictReader((out / "clients.csv").open()))
+    close = {t: max(float(r["finish_s"]) for r in clients if r["round"] == t and r["status"] == "completed")
+             for t in {r["round"] for r in clients}}
+    waits = [e for e in csv.DictReader((out / "events.csv").open()) if e["phase"] == "wait"]
+    assert any(e["round"] == "0" and e["client"] == "15" for e in waits)
+    assert all(float(e["end_s"]) == close[e["round"]] for e in waits)

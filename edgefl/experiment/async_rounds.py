@@ -1,4 +1,4 @@
-"""FedBuff on a living fleet: an async run's player (edgefl.sim.processes `Buffered`), one
+"""FedBuff on a living fleet: an async run's player (edgefl.sim.fedbuff `Buffered`), one
 aggregation a row (Nguyen et al., "Federated Learning with Buffered Asynchronous Aggregation",
 AISTATS 2022).
 
@@ -278,11 +278,7 @@ class AsyncRounds:
         states, costs = self.exp.pool.gathered(clients, [p.state]), self.costs([job])
         joules = self.energy.living(states, grouped([p.plan]), costs, np.array([out.stop_s - p.start_s]),
                                     np.zeros(1), np.zeros(1, dtype=bool), out.stop_s)
-        if joules is not None:
-            p.energy_j = float(joules[0])
-        charge = self.energy.charge(states)
-        if charge is not None:
-            p.charge_j = float(charge[0])
+        p.energy_j, p.charge_j = float(joules[0]), float(self.energy.charge(states)[0])
         uploaded = out.status in (COMPLETED, DROPPED)  # async drops only stale uploads: the loss came
         loss = {} if p.loss is None or not uploaded else {job.client: p.loss}
         seen = seen_duration(np.array([out.stop_s - p.start_s]), np.array([out.status]), costs)
@@ -321,20 +317,17 @@ class AsyncRounds:
         clients = np.array([j.client for j in ended], dtype=np.int64)
         states = self.exp.pool.gathered(clients, [p.state for p in pending])
         plan = grouped([p.plan for p in pending])
-        stop, begin = np.array([j.outcome.stop_s for j in ended]), np.array([p.start_s for p in pending])
-        table = RoundTable(version, self.last_end, self.fed.now, self.server_s(version), states, plan,
-                           self.costs(ended), stop, np.zeros(len(ended)),
-                           np.array([j.outcome.status for j in ended], dtype=np.int64),
-                           np.array([j.outcome.staleness for j in ended], dtype=np.int64), begin)
-        if self.selection.logged:
-            table.picked = Picked(clients, np.array([p.utility for p in pending]),
-                                  [p.reason for p in pending])
-        if self.energy.power is not None:  # an async client never waits for a round to close
-            table.energy_j = np.array([p.energy_j for p in pending])
-        if self.energy.battery is not None:  # nor is it dropped for its battery: it runs until empty
-            table.dropped = np.zeros(len(ended), dtype=bool)
-            table.charge_j = np.array([p.charge_j for p in pending])
-        return table
+        n, now, outcomes = len(ended), self.fed.now, [j.outcome for j in ended]
+        # the window closes at its aggregation: an async client never waits for it, nor is it dropped
+        # for its battery (it runs until empty)
+        return RoundTable(version, self.last_end, now, now, self.server_s(version), states, plan,
+                          self.costs(ended), np.array([p.start_s for p in pending]),
+                          np.array([o.stop_s for o in outcomes]), np.zeros(n),
+                          np.array([o.status for o in outcomes], dtype=np.int64),
+                          np.array([o.staleness for o in outcomes], dtype=np.int64), np.zeros(n, dtype=bool),
+                          np.array([p.energy_j for p in pending]), np.array([p.charge_j for p in pending]),
+                          Picked(clients, np.array([p.utility for p in pending]),
+                                 [p.reason for p in pending]))
 
 
 def stall_error(s: Scenario, where: str, stalled: Stalled) -> EdgeflError:

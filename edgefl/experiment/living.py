@@ -27,7 +27,7 @@ from edgefl.devices.pool import SAMPLE, DevicePool, rng, selected_per_round
 from edgefl.errors import EdgeflError
 from edgefl.experiment.prepare import Experiment
 from edgefl.experiment.round_energy import RoundEnergy
-from edgefl.experiment.rounds import RoundTable, priced
+from edgefl.experiment.rounds import RoundTable, priced, uniform
 from edgefl.selection import Picked
 from edgefl.sim.availability import Availability, make_availability
 from edgefl.sim.battery import Powered
@@ -91,7 +91,7 @@ Choose = Callable[[np.ndarray], Picked]  # a policy's pick among the online clie
 
 
 def select_online(live: Live, pool: DevicePool, fed: Federation, t: int, where: str,
-                  choose: Choose | None = None) -> np.ndarray | Picked:
+                  choose: Choose | None = None) -> Picked:
     """Round t's clients, ascending: the first online ones of a seeded permutation; or, with
     `choose` (a selection policy), its pick among the clients online (the whole fleet asked once).
     If none is online, the clock moves on to when the first comes online."""
@@ -100,7 +100,7 @@ def select_online(live: Live, pool: DevicePool, fed: Federation, t: int, where: 
         if choose is None:
             picked = online_pick(live.avail, rng(pool.seed, SAMPLE, t).permutation(n), fed.now, live.selected)
             if picked:
-                return np.array(sorted(picked), dtype=np.int64)
+                return uniform(np.array(sorted(picked), dtype=np.int64))
         else:
             online = live.avail.online_many(np.arange(n), fed.now)
             if online.any():
@@ -119,7 +119,7 @@ def live_round(exp: Experiment, live: Live, pricer: Pricer, fed: Federation, t: 
     links and prices the work each other client did; `choose` picks the round's clients among those
     online (select_online); `server_s(clients whose updates count)` is the server's time."""
     picked = select_online(live, exp.pool, fed, t, exp.where, choose)
-    clients = picked.clients if isinstance(picked, Picked) else picked
+    clients = picked.clients
     gathered, plan, priced_costs = priced(exp.pool, exp.method, pricer, t, clients)
     costs, dropped = energy.unpaid(gathered, plan, priced_costs, fed.now)
     if len(clients) and dropped.all():  # no one can pay: the round waits until one's battery can
@@ -141,13 +141,11 @@ def live_round(exp: Experiment, live: Live, pricer: Pricer, fed: Federation, t: 
     status, stop = np.full(len(clients), DROPPED, dtype=np.int64), np.full(len(clients), r.start_s)
     status[played], stop[played] = r.status, r.stop_s
     costs = on_links(costs, played, r.transfer_s)
-    wait = np.where(status == COMPLETED, r.close_s - stop, 0.0)
-    table = RoundTable(t, r.start_s, r.end_s, r.end_s - r.close_s, gathered, plan, costs, stop, wait, status,
-                       picked=picked if isinstance(picked, Picked) else None)
-    table.energy_j = energy.living(gathered, plan, costs, stop - r.start_s, wait, dropped, stop + wait)
-    if energy.battery is not None:
-        table.dropped, table.charge_j = dropped, energy.charge(gathered)
-    return table
+    wait, n = np.where(status == COMPLETED, r.close_s - stop, 0.0), len(clients)
+    joules = energy.living(gathered, plan, costs, stop - r.start_s, wait, dropped, stop + wait)
+    return RoundTable(t, r.start_s, r.close_s, r.end_s, r.end_s - r.close_s, gathered, plan, costs,
+                      np.full(n, r.start_s), stop, wait, status, np.zeros(n, dtype=np.int64), dropped, joules,
+                      energy.charge(gathered), picked)
 
 
 def on_links(costs: Costs, rows: np.ndarray, transfer_s: np.ndarray) -> Costs:

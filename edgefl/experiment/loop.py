@@ -143,8 +143,7 @@ def _rounds(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[st
                 bar.set_postfix(clean=f"{row['clean_acc']:.3f}", adv=f"{row['adv_acc']:.3f}",
                                 sim_h=f"{fed.now / 3600:.2f}")
             metrics.write([row])
-            why = table.picked if selection.logged else None
-            clients.write_columns(client_columns(table, exp.pool, real, why))
+            clients.write_columns(client_columns(table, exp.pool, real, client_headers))
             spans = event_columns(table)
             events.write_columns(spans)
             sample.add_columns(spans)  # nothing is kept across rounds but the trace's sample

@@ -5,7 +5,7 @@
   policy's clients, drawn, planned, priced and played in bulk (edgefl.experiment.rounds).
 * `LivingRounds`: `sync` or `deadline` rounds on a living fleet (availability, batteries): the
   clients online at the round's start, played with their interrupts (edgefl.experiment.living,
-  edgefl.sim.processes; FedScale's over-commitment and deadline in `deadline` mode, Lai et al., OSDI
+  edgefl.sim.living_round; FedScale's over-commitment and deadline in `deadline` mode, Lai et al., OSDI
   2021).
 * `AsyncRounds` (edgefl.experiment.async_rounds): FedBuff's buffered asynchronous aggregation (Nguyen et
   al., AISTATS 2022), one aggregation a row.
@@ -76,8 +76,7 @@ class SyncRounds:
     def play(self, t: int) -> Played:
         exp, picked = self.exp, self.selection.pick(t)
         table = bulk_round(exp.pool, exp.method, self.pricer, self.fed, t, lambda: server_seconds(exp, t),
-                           picked.clients, self.energy)
-        table.picked = picked
+                           picked, self.energy)
         return trained(exp, self.executor, table, table.states.clients.tolist(), self.selection)
 
     def ending(self) -> Columns | None:
@@ -130,7 +129,7 @@ def trained(exp: Experiment, executor: Executor, table: RoundTable, clients: lis
     measured training seconds (NaN where none was); `selection` records what the round showed."""
     s, m, t = exp.scenario, exp.method, table.round
     n = len(table.states.clients)
-    ran = np.ones(n, dtype=bool) if table.dropped is None else ~table.dropped  # a battery too low: not run
+    ran = ~table.dropped  # a battery too low: not run
     shown = table.states.clients[ran], table.seen_s()[ran]
     if exp.dry_run or not clients:
         m.skip(t, clients)

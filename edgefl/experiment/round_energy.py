@@ -88,16 +88,16 @@ class RoundEnergy:
 
     def transfers(self, s: States, plan: RoundPlan) -> Transfers | None:
         """The clients' transfers on the server's links (`sharing`), for a living fleet's rounds
-        (edgefl.sim.living_round, edgefl.sim.processes); None where the links are not shared."""
+        (edgefl.sim.living_round, edgefl.sim.fedbuff); None where the links are not shared."""
         if self.sharing is None:
             return None
         return Transfers(np.column_stack(self.sent(plan)), np.column_stack([s.down_bps, s.up_bps]),
                          np.asarray(s.latency_s, dtype=np.float64))
 
-    def bulk(self, s: States, plan: RoundPlan, costs: Costs, wait_s: np.ndarray) -> np.ndarray | None:
-        """The round's joules per client (columns); None without energy."""
+    def bulk(self, s: States, plan: RoundPlan, costs: Costs, wait_s: np.ndarray) -> np.ndarray:
+        """The round's joules per client (columns); NaN without energy."""
         if self.power is None:
-            return None
+            return np.full(len(s.clients), np.nan)
         return self.power.energy(s, costs, *self.sent(plan), wait_s)
 
     def work_j(self, s: States, plan: RoundPlan, costs: Costs, elapsed: np.ndarray,
@@ -111,21 +111,21 @@ class RoundEnergy:
         return self.power.energy(s, done, down * down_share, up * up_share, wait_s, tails)
 
     def living(self, s: States, plan: RoundPlan, costs: Costs, elapsed: np.ndarray, wait_s: np.ndarray,
-               dropped: np.ndarray, end_s: np.ndarray | float) -> np.ndarray | None:
+               dropped: np.ndarray, end_s: np.ndarray | float) -> np.ndarray:
         """A living fleet's joules per client for the work each did in its `elapsed` seconds (its
-        stop less its start; edgefl.sim.processes) and its waiting, ended by `end_s`, batteries
+        stop less its start; edgefl.sim.clients) and its waiting, ended by `end_s`, batteries
         drained: no more than a battery held (one that empties while its client waits for the
         round gives what it had, as does one whose client stopped where its work spent the
-        charge, `drains`, up to rounding); None without energy."""
+        charge, `drains`, up to rounding); NaN without energy."""
         if self.power is None:
-            return None
+            return np.full(len(s.clients), np.nan)
         joules = np.where(dropped, 0.0, self.work_j(s, plan, costs, elapsed, wait_s))
         if self.battery is not None:
             return self.battery.drain(s.clients, joules, end_s)
         return joules
 
     def drains(self, s: States, plan: RoundPlan, costs: Costs, now: float) -> Drains | None:
-        """Each client's battery over its work starting `now` (edgefl.sim.processes `Drain`, which
+        """Each client's battery over its work starting `now` (edgefl.sim.clients `Drain`, which
         stops the client where its work has spent the charge; None: mains powered, or batteries not
         tracked). Unplugged at `now`, a battery holds its charge then and can run out until the
         device is next plugged in; plugged in at `now`, the device runs on its charger until it is
@@ -146,9 +146,11 @@ class RoundEnergy:
         return Drains(~np.isinf(levels), held, np.column_stack(watts), np.column_stack(spread),
                       np.column_stack(per_byte), begin, end)
 
-    def charge(self, s: States) -> np.ndarray | None:
-        """The selected clients' charge left, J (inf: mains powered; None: batteries not tracked)."""
-        return None if self.battery is None else self.battery.charge_j[s.clients].copy()
+    def charge(self, s: States) -> np.ndarray:
+        """The selected clients' charge left, J (inf: mains powered, or batteries not tracked)."""
+        if self.battery is None:
+            return np.full(len(s.clients), np.inf)
+        return self.battery.charge_j[s.clients].copy()
 
 
 def worked(c: Costs, elapsed: np.ndarray) -> tuple[Costs, np.ndarray, np.ndarray]:

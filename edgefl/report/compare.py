@@ -198,7 +198,7 @@ def breakdown(run: Run) -> dict[str, float]:
     round waited for a device to come online), is wait. Async: the mean over the
     min(`round.concurrency`, clients) slots of the phases in the events log (cut where a client
     stopped); a slot's time without a client working is wait, and the server aggregates beside the
-    slots (edgefl.sim.processes `Buffered`), so its time is not part of theirs: the other parts add up
+    slots (edgefl.sim.fedbuff `Buffered`), so its time is not part of theirs: the other parts add up
     to the simulated time, the server's comes on top. (A client still working when an async run
     ends, or whose upload still waits for the server, has its phases in the events log under the
     last aggregation, edgefl.experiment.living `AsyncRounds.ending`.)"""

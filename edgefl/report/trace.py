@@ -1,6 +1,6 @@
 """The per-client event log as a Chrome trace (the JSON Trace Event Format that Perfetto and
 chrome://tracing open): one track per client, one complete event per download, data access,
-compute, upload and wait, in simulated microseconds. On a living fleet (edgefl.sim.processes) a client
+compute, upload and wait, in simulated microseconds. On a living fleet (edgefl.sim.clients) a client
 stopped early shows an instant event named after its status (offline, late, dropped) where it
 stopped.
 

@@ -23,7 +23,7 @@ afterwards, down to 0 J, `drain` giving what it held): it does no work, spends n
 update, as an FL client that checks its battery before accepting a task (Bonawitz et al., "Towards
 Federated Learning at Scale", MLSys 2019: devices take part only when their state allows it). Async
 clients, started one by one, accept whenever their battery is not empty. A client at work goes
-offline where its battery runs out (edgefl.sim.processes `Drain`): in sync rounds only where a transfer
+offline where its battery runs out (edgefl.sim.clients `Drain`): in sync rounds only where a transfer
 slowed on the server's shared links, or an unplugging, costs more than the check priced.
 """
 

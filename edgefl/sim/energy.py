@@ -27,7 +27,7 @@ is charged the download's tail as if spread at an even pace over the data access
 their storage bytes are; the radio really spends it first), in proportion to the data access and
 compute it did, and the upload's tail with the upload's bytes, in proportion to those it sent; a
 battery that runs out mid-work stops its client where the same joules are spent
-(edgefl.sim.processes `Drain`: a battery that cannot pay for the upload's tail stops its client
+(edgefl.sim.clients `Drain`: a battery that cannot pay for the upload's tail stops its client
 before the last byte, where the radio would spend it after). The radio's promotion from idle to
 connected before a transfer is not charged.
 

@@ -8,7 +8,7 @@ once `target` clients have uploaded (the rest `dropped`: over-commitment), or on
 stopped. The server's links share their bandwidth by water-filling among the transfers under way
 (max-min fairness, Bertsekas & Gallager, "Data Networks", 1992, §6.5.2), played as edgefl.sim.links
 `Sharing` plays it (the same arithmetic, O(log n) an event: a virtual clock for the transfers at the
-level, heaps by cap and by end). A battery is followed as edgefl.sim.processes `_watch` follows it:
+level, heaps by cap and by end). A battery is followed by a watcher:
 its empty moment is worked out at every change of phase, on a shared link first bounded from below
 by the transfer's most costly pace `BOUNDS` times, then at every change of the link's rates.
 
@@ -16,15 +16,15 @@ by the transfer's most costly pace `BOUNDS` times, then at every change of the l
 out as SimPy's clock adds it (an event `d` seconds after `now` falls at `now + d`), and events at
 one instant run in the order SimPy runs them (an interrupt first, then in the order they were
 scheduled; a watcher hears of a change once the step that made it is done). Instead of one SimPy
-process, an offline interrupt and a battery watcher per client (edgefl.sim.processes, which async
-rounds still play), the round is one loop over a heap of events, compiled by Numba (its first call
-in a fresh checkout compiles it, about 25 s, then cached): the loop of a round of 65,000 clients of
-living-digits takes 0.6-1.2 s on this 2-core machine, against 30 s and more as SimPy processes
-(docs/benchmarks.md, "Shared links"); a battery watcher following a link's rates is woken only
-when its battery could be empty before the link's next wake-up (round_loop `_schedule`). The
-reference that plays the round as SimPy processes, against which it is tested to the bit (random
-rounds, and whole runs of the bundled living scenarios), is in the tests (tests/living_rounds.py
-`simpy_round`).
+process, an offline interrupt and a battery watcher per client, the round is one loop over a heap of
+events, compiled by Numba (its first call in a fresh checkout compiles it, then it is cached; an
+async run's clients are played by the same loop: round_loop `Stream`, edgefl.sim.fedbuff): the
+loop of a round of 65,000 clients of living-digits takes 0.6-1.2 s on this 2-core machine, against
+30 s and more as SimPy processes (docs/benchmarks.md, "Shared links"); a battery watcher following a
+link's rates is woken only when its battery could be empty before the link's next wake-up
+(round_loop `_schedule`). The reference that plays the round as SimPy processes, against which it
+is tested to the bit (random rounds, and whole runs of the bundled living scenarios), is in the
+tests (tests/living_rounds.py `simpy_round`, tests/simpy_clients.py).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from edgefl.sim.links import Links
 @dataclass(frozen=True)
 class LiveRound:
     """How a round went: when it started, closed (before the server's time) and ended; each client's
-    status (edgefl.sim.processes STATUSES) and stop (its upload's end, or its interrupt), and its
+    status (edgefl.sim.clients STATUSES) and stop (its upload's end, or its interrupt), and its
     transfers' seconds on the shared links (n, 2: down, up; NaN where it has none: never started,
     or the links not shared)."""
 

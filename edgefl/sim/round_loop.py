@@ -1,7 +1,8 @@
 """The compiled event loop of a living fleet's sync or deadline round (edgefl.sim.living_round,
 which says what it plays and how it is tested): a link's Sharing (edgefl.sim.links) on arrays, and
-the round's clients, their meters and battery watchers (edgefl.sim.processes `Meter`, `_watch`),
-compiled by Numba."""
+the round's clients, their meters and battery watchers (the reference's `Meter`, `_watch`:
+tests/simpy_clients.py), compiled by Numba; with `Stream`, an async run's clients, which start and
+end one by one (edgefl.sim.fedbuff)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ LOW, HIGH, CAPPED_ENDS, SHARED_ENDS = range(4)  # a link's heaps (4 x link + one
 
 # The loop's state is five arrays and two lists (few objects: each is reference-counted at every
 # call). cf, ci: a row per client, its inputs (`play_round`'s columns) and its state: its phase
-# and transfer, its battery's meter (edgefl.sim.processes `Meter`) and watcher (`_watch`), its
+# and transfer, its battery's meter (tests/simpy_clients.py `Meter`) and watcher (`_watch`), its
 # place on each link's Sharing; gf, gi: each link's Sharing and its wake-up (LF floats, LI ints a
 # link) and the round's; heaps: each link's four heaps; events: the events due (`_pop`); listeners (an
 # array): each link's watchers that follow its rates.
@@ -75,7 +76,7 @@ def _clock(now: float, net: bool, stream: bool) -> tuple[np.ndarray, np.ndarray]
 
 class Stream:
     """Clients that start when the caller says and run until they end, each in a row of its own
-    (an async run's slots, edgefl.sim.processes `Buffered`), played by the round's loop: `start` a
+    (an async run's slots, edgefl.sim.fedbuff `Buffered`), played by the round's loop: `start` a
     client in a row, or a `timer`, then `step` to the next client that ends or timer that fires."""
 
     def __init__(self, rows: int, capacity: tuple[float, float], net: bool, now: float) -> None:
@@ -397,7 +398,7 @@ def _on(cf, ci, gf, gi, events, i, link):  # type: ignore[no-untyped-def]
 
 @_inlined
 def _watch(cf, ci, gf, gi, events, listeners, i):  # type: ignore[no-untyped-def]
-    """Work out client i's empty moment afresh and wait for it (edgefl.sim.processes `_watch`)."""
+    """Work out client i's empty moment afresh and wait for it (tests/simpy_clients.py `_watch`)."""
     if not ci[i, ALIVE] or ci[i, W_DONE]:
         return
     now = gf[G_NOW]
@@ -613,7 +614,7 @@ def _interrupt(cf, ci, gf, gi, heaps, events, listeners, i, cause):  # type: ign
 @_inlined
 def _cut(cf, ci, gf, gi, heaps, events, listeners, i):  # type: ignore[no-untyped-def]
     """Client i's transfer stopped now: it leaves its link, the seconds it would have taken at its
-    pace noted (edgefl.sim.processes `_send`)."""
+    pace noted (tests/simpy_clients.py `_send`)."""
     now, begin, link = gf[G_NOW], cf[i, BEGIN], 0 if ci[i, PHASE] == 0 else 1
     nbytes = cf[i, BYTES + link]
     if ci[i, SUB] == 1:  # in its latency: its bytes all sent
@@ -638,7 +639,7 @@ def _cut(cf, ci, gf, gi, heaps, events, listeners, i):  # type: ignore[no-untype
 def _begin(cf, ci, gf, gi, heaps, events, listeners, i, closes):  # type: ignore[no-untyped-def]
     """Client i (its inputs in its row) starts its work now: its process, the interrupt of its
     device going offline before it would finish or the round `closes`, and its battery's watcher
-    (edgefl.sim.processes `start_client`)."""
+    (tests/simpy_clients.py `start_client`)."""
     now = gf[G_NOW]
     ci[i, ALIVE], ci[i, STATUS], ci[i, RUN] = 1, COMPLETED, ci[i, RUN] + 1
     ci[i, TOKEN] += 1  # the last client's events in this row are void
