@@ -9,9 +9,10 @@ import math
 import numpy as np
 import pytest
 import simpy
-from simpy_clients import SharedLink
+from simpy_clients import SharedLink, finish_times
 
-from edgefl.sim.links import DONE_S, Links, finish_times, shared_round
+from edgefl.sim.links import Links, shared_round
+from edgefl.sim.round_loop import DONE_S
 
 MB = 1e6
 CAPS = np.array([2.0, 5.0, 8.0]) * MB  # the three clients' own bandwidths, bytes/s
@@ -208,3 +209,23 @@ def test_random_small_fleets_against_the_oracle() -> None:
                            oracle(start, nbytes, caps, capacity, stop))):
             assert np.array_equal(np.isnan(got), np.isnan(want)), trial
             assert got - start == pytest.approx(want - start, rel=1e-8, abs=1e-9, nan_ok=True), trial
+
+
+def test_random_shared_rounds_against_the_oracle() -> None:
+    """100 random synchronous rounds of 1-60 clients on shared links (edgefl.sim.links
+    `shared_round`, played by the compiled loop): each download, from the round's start, and each
+    upload, from its client's end of compute, ends where the oracle says, plus its latency."""
+    r = np.random.default_rng(3)
+    for trial in range(100):
+        n = int(r.integers(1, 61))
+        caps = r.uniform(0.5, 20, (2, n)) * MB
+        sent = r.uniform(0, 30, (2, n)) * MB * (r.random((2, n)) < 0.9)
+        capacity = r.choice([0.3, 3.0, 30.0, math.inf], 2) * MB
+        latency, access, compute = r.uniform(0, 0.2, n), r.uniform(0, 3, n), r.uniform(0, 10, n)
+        down, up = shared_round(Links(*capacity), (np.zeros(n), access, compute, np.zeros(n)),
+                                (sent[0], sent[1]), (caps[0], caps[1]), latency)
+        want_down = oracle(np.zeros(n), sent[0], caps[0], capacity[0]) + latency
+        ready = want_down + access + compute
+        want_up = oracle(ready, sent[1], caps[1], capacity[1]) - ready + latency
+        assert down == pytest.approx(want_down, rel=1e-8, abs=1e-9), trial
+        assert up == pytest.approx(want_up, rel=1e-8, abs=1e-9), trial

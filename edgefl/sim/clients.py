@@ -54,6 +54,11 @@ class Transfers:
     bps: np.ndarray
     latency_s: np.ndarray
 
+    @classmethod
+    def none(cls, n: int) -> Transfers:
+        """n clients with no bytes to send (their transfers take their phases' seconds)."""
+        return cls(np.zeros((n, 2)), np.ones((n, 2)), np.zeros(n))
+
     def row(self, i: int) -> Transfer:
         return Transfer(float(self.nbytes[i, 0]), float(self.nbytes[i, 1]), float(self.bps[i, 0]),
                         float(self.bps[i, 1]), float(self.latency_s[i]))
@@ -93,6 +98,12 @@ class Drains:
     per_byte: np.ndarray
     from_s: np.ndarray
     until_s: np.ndarray
+
+    @classmethod
+    def none(cls, n: int) -> Drains:
+        """n clients on mains power (no battery followed)."""
+        return cls(np.zeros(n, dtype=bool), np.zeros(n), np.zeros((n, 4)), np.zeros((n, 4)), np.zeros((n, 2)),
+                   np.zeros(n), np.full(n, math.inf))
 
     def row(self, i: int) -> Drain | None:
         if not self.on[i]:

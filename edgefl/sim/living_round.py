@@ -66,10 +66,8 @@ def play_round(fed: Federation, clients: np.ndarray, phases: np.ndarray, avail: 
     links; with `drains`, a client whose battery runs out stops there."""
     n, start = len(clients), fed.now
     off = avail.offline_many(np.asarray(clients, dtype=np.int64), start)
-    t = shared[1] if shared is not None else Transfers(np.zeros((n, 2)), np.ones((n, 2)), np.zeros(n))
-    b = drains if drains is not None else Drains(np.zeros(n, dtype=bool), np.zeros(n), np.zeros((n, 4)),
-                                                 np.zeros((n, 4)), np.zeros((n, 2)), np.zeros(n),
-                                                 np.full(n, math.inf))
+    t = shared[1] if shared is not None else Transfers.none(n)
+    b = drains if drains is not None else Drains.none(n)
     capacity = (shared[0].down_bps, shared[0].up_bps) if shared is not None else (math.inf, math.inf)
     b = replace(b, on=b.on & could_run_out(phases, t, b, shared is not None, deadline_s))
     from edgefl.sim import round_loop  # here: Numba's import costs a plain fleet's run 0.1 GB and time

@@ -13,8 +13,8 @@ import numpy as np
 from numba import njit
 
 from edgefl.sim.clients import COMPLETED, DROPPED, LATE, OFFLINE, Drains, Transfers
-from edgefl.sim.links import DONE_S
 
+DONE_S = 1e-9  # a transfer with at most this many seconds of bytes left is through (float rounding)
 BOUNDS = 8  # a shared transfer's lower bounds on the empty moment before following its every pace (`_watch`)
 
 INF = math.inf
