@@ -6,11 +6,11 @@ stops where its device goes offline, where its battery runs out, or when the rou
 `deadline_s` (FedScale's deadline, Lai et al., OSDI 2021; the clients still working are `late`),
 once `target` clients have uploaded (the rest `dropped`: over-commitment), or once every client has
 stopped. The server's links share their bandwidth by water-filling among the transfers under way
-(max-min fairness, Bertsekas & Gallager, "Data Networks", 1992, §6.5.2), played as edgefl.sim.links
-`Sharing` plays it (the same arithmetic, O(log n) an event: a virtual clock for the transfers at the
-level, heaps by cap and by end). A battery is followed by a watcher:
-its empty moment is worked out at every change of phase, on a shared link first bounded from below
-by the transfer's most costly pace `BOUNDS` times, then at every change of the link's rates.
+(max-min fairness, Bertsekas & Gallager, "Data Networks", 1992, §6.5.2; edgefl.sim.links), O(log
+n) an event: a virtual clock for the transfers at the level, heaps by cap and by end. A battery is
+followed by a watcher: its empty moment is worked out at every change of phase, on a shared link
+first bounded from below by the transfer's most costly pace `BOUNDS` times, then at every change of
+the link's rates.
 
 `play_round` is the implementation (its loop in edgefl.sim.round_loop): every clock value is worked
 out as SimPy's clock adds it (an event `d` seconds after `now` falls at `now + d`), and events at

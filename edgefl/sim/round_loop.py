@@ -1,5 +1,6 @@
 """The compiled event loop of a living fleet's sync or deadline round (edgefl.sim.living_round,
-which says what it plays and how it is tested): a link's Sharing (edgefl.sim.links) on arrays, and
+which says what it plays and how it is tested): a link's water-filling (edgefl.sim.links; the
+reference's `Sharing`, tests/simpy_clients.py) on arrays, and
 the round's clients, their meters and battery watchers (the reference's `Meter`, `_watch`:
 tests/simpy_clients.py), compiled by Numba; with `Stream`, an async run's clients, which start and
 end one by one (edgefl.sim.fedbuff)."""
@@ -121,7 +122,7 @@ class Stream:
         return int(self.ci[row, STATUS]), float(cf[STOP]), float(cf[TRANSFER_S]), float(cf[TRANSFER_S + 1])
 
 
-# --- a link's Sharing (edgefl.sim.links), its transfers named by client ---------------------------
+# --- a link's water-filling (the reference's Sharing), its transfers named by client --------------
 # Compiled with no CPython wrapper: only the loop (`_play`) is called from Python, and a wrapper
 # cannot take the lists of lists it passes on. Every function but the three largest (`_settle`,
 # `_schedule`, `_interrupt`, each called from several places) is inlined (Numba's IR inlining): a
@@ -449,8 +450,9 @@ def _moment(cf, ci, gf, i, exact):  # type: ignore[no-untyped-def]
 
 @_compiled
 def _schedule(cf, ci, gf, gi, heaps, events, listeners, link):  # type: ignore[no-untyped-def]
-    """SharedLink._schedule: the transfers through end, the next wake-up is set, and the watchers
-    following the link's rates, once this step is done, work their moments out afresh. A watcher
+    """The reference's SharedLink._schedule: the transfers through end, the next wake-up is set,
+    and the watchers following the link's rates, once this step is done, work their moments out
+    afresh. A watcher
     whose moment, worked out now, falls after the link's next wake-up is not woken: the link's
     rates stay as they are until its next change, which comes by that wake-up and looks at the
     watcher again, so the timer it would set could never fire; it keeps following the link, its
