@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from living_rounds import play_round
+from living_rounds import play_round, simpy_round
 from reference import planned_jobs
 from support import dry_twice
 
@@ -394,7 +394,8 @@ def test_watching_batteries_costs_a_few_events_a_client_not_one_per_other_transf
     """300 clients sharing 2 MB/s links, each with a battery far from empty: a watcher that woke at
     every start and end of another's transfer made a round quadratic (1000 clients: 20 s against
     0.07 s). Bounded by the most a transfer can spend, each wakes a few times: the events SimPy
-    schedules stay within a small multiple of the round's without batteries."""
+    schedules stay within a small multiple of the round's without batteries. Counted on the SimPy
+    reference, whose events the compiled loop plays one for one (tests/test_living_round.py)."""
     n = 300  # transfers of different sizes: each ends at its own moment, a change of everyone's pace
     jobs = [(k, (1.0 + k / n, 1.0, 5.0, 1.0 + k / n)) for k in range(n)]
     transfers = [Transfer(1e6 * (1 + k / n), 1e6 * (1 + k / n), 1e6, 1e6, 0.0) for k in range(n)]
@@ -408,7 +409,7 @@ def test_watching_batteries_costs_a_few_events_a_client_not_one_per_other_transf
             schedule(*args, **kwargs)  # type: ignore[arg-type]
 
         fed.env.schedule = counted  # type: ignore[method-assign]
-        r = play_round(fed, jobs, Always(), n, math.inf, 0.0, (Links(2e6, 2e6), transfers), drains)
+        r = simpy_round(fed, jobs, Always(), n, math.inf, 0.0, (Links(2e6, 2e6), transfers), drains)
         assert all(o.status == COMPLETED for o in r.outcomes)
         return count[0]
 
