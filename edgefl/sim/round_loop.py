@@ -123,12 +123,13 @@ class Stream:
 
 
 # --- a link's water-filling (the reference's Sharing), its transfers named by client --------------
-# Compiled with no CPython wrapper: only the loop (`_play`) is called from Python, and a wrapper
-# cannot take the lists of lists it passes on. Every function but the three largest (`_settle`,
-# `_schedule`, `_interrupt`, each called from several places) is inlined (Numba's IR inlining): a
-# call passes seven arrays and lists. At 100,000 devices a living-digits round plays 16-18 % faster
-# than with none inlined, for a first compile of 36-39 s instead of 15 s; inlining those three too
-# would make it 24 %, for a first compile of 4 minutes.
+# Compiled with no CPython wrapper: only the loop (`_loop`) is called from Python, and a wrapper
+# cannot take the lists of lists it passes on. Every function but the four largest (`_settle`,
+# `_schedule`, `_interrupt`, `_begin`, each called from several places) is inlined (Numba's IR
+# inlining): a call passes seven arrays and lists. At 100,000 devices a living-digits round plays
+# 16-18 % faster than with none inlined; the first compile takes 43-48 s (72 s with `_begin`
+# inlined too, for no gain measured), once per machine (Numba's cache); inlining all would make a
+# round 24 % faster than none, for a first compile of 4 minutes.
 _compiled = njit(cache=True, no_cpython_wrapper=True)  # type: ignore[call-overload]
 _inlined = njit(cache=True, no_cpython_wrapper=True, inline="always")  # type: ignore[call-overload]
 
@@ -637,7 +638,7 @@ def _cut(cf, ci, gf, gi, heaps, events, listeners, i):  # type: ignore[no-untype
         cf[i, TRANSFER_S + link] = (now - begin) / share
 
 
-@_inlined
+@_compiled
 def _begin(cf, ci, gf, gi, heaps, events, listeners, i, closes):  # type: ignore[no-untyped-def]
     """Client i (its inputs in its row) starts its work now: its process, the interrupt of its
     device going offline before it would finish or the round `closes`, and its battery's watcher
@@ -700,14 +701,14 @@ def _loop(cf, ci, gf, gi, capacity, target, deadline_s, mail, delays):  # type: 
         for i in range(n):
             _begin(cf, ci, gf, gi, heaps, events, listeners, i, start + deadline_s)
     closed = n == 0 and not stream
+    _mail(gf, gi, events, mail, delays)
     while not closed:
-        if mail[0]:
-            _mail(gf, gi, events, mail, delays)
         source, (at, _, _, kind, a, b) = _pop(gf, gi, events)
         if source < 0:
             if not stream:
                 break
             yield -1, 0
+            _mail(gf, gi, events, mail, delays)
             continue
         gf[G_NOW] = at
         if kind == TIMEOUT:
@@ -731,6 +732,7 @@ def _loop(cf, ci, gf, gi, capacity, target, deadline_s, mail, delays):  # type: 
             _begin(cf, ci, gf, gi, heaps, events, listeners, a, INF)
         elif kind in (ENDED, TIMER):
             yield kind, a
+            _mail(gf, gi, events, mail, delays)
         else:
             closed = True
         if not stream and not gi[G_CLOSING] and (gi[G_ENOUGH] or gi[G_ALIVE] == 0):  # it closes now
