@@ -149,17 +149,20 @@ def event_columns(r: RoundTable) -> Columns:
         start = start + seconds
         ends.append(start)
     done = r.status == COMPLETED
-    began = (done[:, None] | (np.stack(starts, axis=1) < stop[:, None])).reshape(-1)  # (client, phase)
-    starts, ends = [np.minimum(x, stop) for x in starts], [np.minimum(x, stop) for x in ends]
     early = np.flatnonzero(~done)
+    rows: slice | np.ndarray = slice(None)  # the (client, phase) spans entered: all, where all completed
+    if len(early):
+        rows = (done[:, None] | (np.stack(starts, axis=1) < stop[:, None])).reshape(-1)
+    starts, ends = [np.minimum(x, stop) for x in starts], [np.minimum(x, stop) for x in ends]
     waiting = np.flatnonzero((r.wait_s > 0) & done)
     tail = np.concatenate([early, waiting])
-    return {"round": np.full(int(began.sum()) + len(tail), r.round),
-            "client": np.concatenate([np.repeat(r.states.clients, 4)[began], r.states.clients[tail]]),
-            "phase": names(np.concatenate([np.tile(np.arange(4), n)[began], 5 + r.status[early],
+    entered = 4 * n if isinstance(rows, slice) else int(rows.sum())
+    return {"round": np.full(entered + len(tail), r.round),
+            "client": np.concatenate([np.repeat(r.states.clients, 4)[rows], r.states.clients[tail]]),
+            "phase": names(np.concatenate([np.tile(np.arange(4), n)[rows], 5 + r.status[early],
                                            np.full(len(waiting), 4)]), [*PHASES, "wait", *STATUSES]),
-            "start_s": np.concatenate([np.stack(starts, axis=1).reshape(-1)[began], stop[tail]]),
-            "end_s": np.concatenate([np.stack(ends, axis=1).reshape(-1)[began], stop[early],
+            "start_s": np.concatenate([np.stack(starts, axis=1).reshape(-1)[rows], stop[tail]]),
+            "end_s": np.concatenate([np.stack(ends, axis=1).reshape(-1)[rows], stop[early],
                                      np.full(len(waiting), r.close_s)])}
 
 

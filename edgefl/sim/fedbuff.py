@@ -50,7 +50,7 @@ class Stalled(Exception):
     updates in, or (`serving`) while the server still worked on it."""
 
     def __init__(self, arrived: int | None = None, serving: bool = False) -> None:
-        super().__init__(arrived, serving)  # every field in args: SimPy remakes an exception from them
+        super().__init__(arrived, serving)  # every field in args: an exception is remade from them
         self.arrived, self.serving = arrived, serving
 
 
@@ -91,7 +91,7 @@ class Buffered:
                  links: Links | None = None, aggregations: float = math.inf) -> None:
         from edgefl.sim.round_loop import Stream  # here: Numba's import costs a plain fleet's run 0.1 GB
 
-        self.fed, self.avail, self.links = fed, avail, links
+        self.fed, self.avail = fed, avail
         self.size, self.max_staleness = buffer, max_staleness
         self.pick, self.fold, self.server_s, self.heard = pick, aggregate, server_s, ended
         capacity = (math.inf, math.inf) if links is None else (links.down_bps, links.up_bps)
@@ -103,7 +103,6 @@ class Buffered:
         self.folded = False
         self.unlogged: dict[int, Started] = {}  # by id: the jobs started that no aggregation logged
         self.slots: list[Started | None] = [None] * concurrency  # the job at work in each
-        self.open_slots = concurrency
         self.begun = False  # the slots pick their first clients when first played
 
     def next_aggregation(self) -> None:
@@ -141,10 +140,8 @@ class Buffered:
         """The slot starts its next client, or waits until one comes online (or closes: never)."""
         job = self.pick(self.version, self.busy)
         if not isinstance(job, Started):
-            if math.isfinite(job):
+            if math.isfinite(job):  # else no free device comes online again: the slot closes
                 self.stream.timer(max(job - self.fed.now, 0.0), slot)
-            else:  # no free device comes online again: the slot closes
-                self.open_slots -= 1
             return
         job.version = self.version
         self.busy.add(job.client)
