@@ -18,11 +18,10 @@ from typing import Any
 import numpy as np
 import simpy
 
-from edgefl.errors import EdgeflError
 from edgefl.sim.availability import Availability
-from edgefl.sim.clients import COMPLETED, DROPPED, OFFLINE, Drain, Outcome, Transfer
+from edgefl.sim.clients import OFFLINE, Drain, Outcome, Transfer
 from edgefl.sim.engine import Federation, busy_end
-from edgefl.sim.fedbuff import Stalled, Started, stall_runs
+from edgefl.sim.fedbuff import Buffered, Stalled, Started
 from edgefl.sim.links import Links
 from edgefl.sim.round_loop import BOUNDS, DONE_S
 
@@ -463,148 +462,45 @@ def start_client(env: simpy.Environment, phases: Sequence[float], off: float, ou
     return proc
 
 
-class Halted(Exception):
-    """A user's error (EdgeflError) met inside an async slot's process, carried out of SimPy
-    whole: SimPy remakes a process's exception from its args, which an EdgeflError's are not."""
-
-    def __init__(self, error: EdgeflError) -> None:
-        super().__init__(error)
-        self.error = error
-
-
-class SimpyBuffered:
-    """FedBuff's server and client slots as SimPy processes (see the module docstring).
-
-    `pick(version, busy)` starts a client not in `busy` on the current version (a `Started`), or
-    says when to look again (a time in seconds; inf: never, and the slot closes) when no device
-    is online; `ended(job)` hears of each client that stopped, at once (an upload it hears of as
-    completed may still be dropped, gone stale while it waited for the server); `aggregate(version,
-    batch, ended)` folds the first `buffer` uploads waiting into the model as version `version` + 1,
-    after the server's `server_s()` seconds, given every client that ended since the last
-    aggregation but those still waiting. With `links` the clients' transfers share the server's
-    links (each Started's `transfer`). After `aggregations` folds no more are served."""
+class SimpyBuffered(Buffered):
+    """FedBuff's slots and server (edgefl.sim.fedbuff `Buffered`) with each client played as SimPy
+    processes (`start_client`), as edgefl played them before its compiled loop: a slot hears of its
+    client's end as a SimPy process waiting on it did (the process's first callback), its waits and
+    the server's time are SimPy timeouts."""
 
     def __init__(self, fed: Federation, avail: Availability, concurrency: int, buffer: int,
                  max_staleness: int, pick: Callable[[int, set[int]], Started | float],
                  aggregate: Callable[[int, list[Started], list[Started]], None],
                  server_s: Callable[[], float], ended: Callable[[Started], None] = lambda _: None,
                  links: Links | None = None, aggregations: float = math.inf) -> None:
-        self.env, self.avail = fed.env, avail
-        self.size, self.max_staleness = buffer, max_staleness
-        self.pick, self.fold, self.server_s, self.heard = pick, aggregate, server_s, ended
+        super().__init__(fed, avail, concurrency, buffer, max_staleness, pick, aggregate, server_s, ended,
+                         links, aggregations)
+        self.env = fed.env
         self.links = None if links is None else (SharedLink(self.env, links.down_bps),
                                                  SharedLink(self.env, links.up_bps))
-        self.version, self.busy, self.aggregations = 0, set[int](), aggregations
-        self.buffer: list[Started] = []
-        self.ended: list[Started] = []
-        self.aggregated = self.env.event()
-        self.serving = False  # an aggregation is under way (server_s > 0)
-        self.unlogged: dict[int, Started] = {}  # by id: the jobs started that no aggregation logged
-        self.working: set[int] = set()  # the ids of those still at work
-        self.open_slots = concurrency
-        for _ in range(concurrency):
-            self.env.process(self._slot())
 
     def next_aggregation(self) -> None:
-        """Play on until the next aggregation has been folded in (`aggregate` was called); Stalled
-        if every slot has closed first, or if none comes after `stall_runs` ended clients."""
-        try:
-            self.env.run(until=self.aggregated)
-        except Halted as halted:
-            raise halted.error from None
-        except RuntimeError:  # SimPy: nothing left to play before the aggregation
-            if self.open_slots:
-                raise
-            raise Stalled from None
-        self.aggregated = self.env.event()
+        self._open()
+        self.folded = False
+        while not self.folded:
+            try:
+                self.env.step()
+            except simpy.core.EmptySchedule:
+                raise Stalled from None
 
     def stop(self) -> list[Started]:
-        """The run ends now: the jobs no aggregation logged (at work, waiting for the server, or
-        stopped since the last aggregation), those at work cut here (their outcome's `stop_s`)."""
-        for i in self.working:
-            self.unlogged[i].outcome.stop_s = float(self.env.now)
+        for job in self.slots:
+            if job is not None:
+                job.outcome.stop_s = float(self.env.now)
         return list(self.unlogged.values())
 
-    def _slot(self) -> Generator[simpy.Event, Any, None]:
-        try:
-            yield from self._work()
-        except EdgeflError as error:
-            raise Halted(error) from None
+    def _play(self, slot: int, job: Started, off: float) -> None:
+        net = None if self.links is None or job.transfer is None else Net(*self.links, job.transfer)
+        proc = start_client(self.env, job.phases, off, job.outcome, lambda _: None, net, job.drain)
+        proc.callbacks.append(lambda _: self._done(slot))
 
-    def _work(self) -> Generator[simpy.Event, Any, None]:
-        while True:
-            job = self.pick(self.version, self.busy)
-            if not isinstance(job, Started):
-                if not math.isfinite(job):  # no free device comes online again: the slot closes
-                    self.open_slots -= 1
-                    return
-                yield self.env.timeout(max(job - self.env.now, 0.0))
-                continue
-            job.version = self.version
-            self.busy.add(job.client)
-            self.unlogged[id(job)] = job
-            self.working.add(id(job))
-            net = None if self.links is None or job.transfer is None else Net(*self.links, job.transfer)
-            off = self.avail.offline_at(job.client, float(self.env.now))
-            yield start_client(self.env, job.phases, off, job.outcome, lambda _: None, net, job.drain)
-            self.busy.discard(job.client)
-            self.working.discard(id(job))
-            self._ended(job)
+    def _wait(self, slot: int, delay_s: float) -> None:
+        self.env.timeout(delay_s).callbacks.append(lambda _: self._next(slot))
 
-    def _ended(self, job: Started) -> None:
-        out = job.outcome
-        out.staleness = self.version - job.version
-        if out.status == COMPLETED and out.staleness > self.max_staleness:
-            out.status = DROPPED
-        self.heard(job)
-        self.ended.append(job)
-        if out.status == COMPLETED:
-            self.buffer.append(job)
-        if len(self.buffer) < self.size:
-            if len(self.ended) >= stall_runs(self.size):
-                raise Stalled(len(self.buffer))  # ends the SimPy run: the caller says why
-        elif not self.serving:
-            self._serve()
-        elif len(self.ended) >= stall_runs(self.size):  # the server cannot keep up: uploads pile up
-            raise Stalled(len(self.buffer), serving=True)
-
-    def _serve(self) -> None:
-        """Aggregate the first `buffer` uploads waiting: at once, or after the server's time (clients
-        starting meanwhile download the version before). Uploads gone stale while they waited for
-        the server are dropped first; with too few left, nothing is served yet; after the run's last
-        aggregation, nothing more (uploads arriving at its instant wait: the run ends there)."""
-        if self.version >= self.aggregations:
-            return
-        for job in self.buffer:  # staleness as of the aggregation that folds it in
-            job.outcome.staleness = self.version - job.version
-            if job.outcome.staleness > self.max_staleness:
-                job.outcome.status = DROPPED
-        self.buffer = [job for job in self.buffer if job.outcome.status == COMPLETED]
-        if len(self.buffer) < self.size:
-            return
-        batch, self.buffer = self.buffer[:self.size], self.buffer[self.size:]
-        waiting = {id(job) for job in self.buffer}  # logged with the aggregation that folds them
-        ended = [job for job in self.ended if id(job) not in waiting]
-        self.ended = [job for job in self.ended if id(job) in waiting]
-        server = self.server_s()
-        if server > 0:
-            self.serving = True
-            self.env.process(self._after(server, batch, ended))
-        else:
-            self._aggregate(batch, ended)
-
-    def _after(self, server_s: float, batch: list[Started], ended: list[Started]
-               ) -> Generator[simpy.Event, Any, None]:
-        yield self.env.timeout(server_s)
-        self.serving = False
-        self._aggregate(batch, ended)
-        if len(self.buffer) >= self.size:  # filled while the server worked
-            self._serve()
-
-    def _aggregate(self, batch: list[Started], ended: list[Started]) -> None:
-        for job in ended:
-            del self.unlogged[id(job)]
-        self.fold(self.version, batch, ended)
-        self.version += 1
-        if not self.aggregated.triggered:  # two folds at one instant: the caller keeps both
-            self.aggregated.succeed()
+    def _after(self, server_s: float) -> None:
+        self.env.timeout(server_s).callbacks.append(lambda _: self._served())

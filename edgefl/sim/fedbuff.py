@@ -108,10 +108,7 @@ class Buffered:
     def next_aggregation(self) -> None:
         """Play on until the next aggregation has been folded in (`aggregate` was called); Stalled
         if every slot has closed first, or if none comes after `stall_runs` ended clients."""
-        if not self.begun:
-            self.begun = True
-            for slot in range(len(self.slots)):
-                self._next(slot)
+        self._open()
         self.folded = False
         while not self.folded:
             report = self.stream.step()
@@ -136,25 +133,50 @@ class Buffered:
                 job.outcome.stop_s = self.fed.now
         return list(self.unlogged.values())
 
+    def _open(self) -> None:
+        """The slots pick their first clients, when the run is first played."""
+        if not self.begun:
+            self.begun = True
+            for slot in range(len(self.slots)):
+                self._next(slot)
+
     def _next(self, slot: int) -> None:
         """The slot starts its next client, or waits until one comes online (or closes: never)."""
         job = self.pick(self.version, self.busy)
         if not isinstance(job, Started):
             if math.isfinite(job):  # else no free device comes online again: the slot closes
-                self.stream.timer(max(job - self.fed.now, 0.0), slot)
+                self._wait(slot, max(job - self.fed.now, 0.0))
             return
         job.version = self.version
         self.busy.add(job.client)
         self.unlogged[id(job)] = job
         self.slots[slot] = job
-        off = self.avail.offline_at(job.client, self.fed.now)
+        self._play(slot, job, self.avail.offline_at(job.client, self.fed.now))
+
+    def _play(self, slot: int, job: Started, off: float) -> None:
+        """The slot's client starts its work now; its device goes offline at `off`."""
         self.stream.start(slot, inputs(job, off), job.drain is not None)
 
+    def _wait(self, slot: int, delay_s: float) -> None:
+        """The slot picks again `delay_s` from now."""
+        self.stream.timer(delay_s, slot)
+
+    def _after(self, server_s: float) -> None:
+        """The aggregation under way is folded in `server_s` from now."""
+        self.stream.timer(server_s, len(self.slots))
+
     def _finished(self, slot: int) -> None:
+        """The slot's client ended, as the stream reports."""
         job = self.slots[slot]
         assert job is not None
-        out, self.slots[slot] = job.outcome, None
-        out.status, out.stop_s, out.download_s, out.upload_s = self.stream.ended(slot)
+        job.outcome.status, job.outcome.stop_s, job.outcome.download_s, job.outcome.upload_s = \
+            self.stream.ended(slot)
+        self._done(slot)
+
+    def _done(self, slot: int) -> None:
+        """The slot's client ended (its outcome filled): heard, then the slot's next."""
+        job, self.slots[slot] = self.slots[slot], None
+        assert job is not None
         self.busy.discard(job.client)
         self._ended(job)
         self._next(slot)
@@ -197,7 +219,7 @@ class Buffered:
         server = self.server_s()
         if server > 0:
             self.serving = batch, ended
-            self.stream.timer(server, len(self.slots))
+            self._after(server)
         else:
             self._aggregate(batch, ended)
 
