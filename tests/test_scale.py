@@ -95,16 +95,16 @@ def test_a_fleet_too_large_for_memory_is_one_line(capsys: pytest.CaptureFixture[
 
 
 def test_a_living_fleet_is_priced_per_client_it_plays() -> None:
-    """Deadline rounds select 1.3 x half of 100,000 clients, 10,000 B each: 1e5 x (160 + 0.65 x 10,000)
-    = 0.666 GB; at most 5e8 // 6,660 = 75,075 clients fit 0.5 GB. Async holds 8 at a time: 1e5 x 160 +
-    8 x 10,000 B = 16 MB."""
+    """Deadline rounds select 1.3 x half of 100,000 clients, 3,000 B each: 1e5 x (160 + 0.65 x 3,000)
+    = 0.211 GB; at most 2e8 // 2,110 = 94,786 clients fit 0.2 GB. Async holds 8 at a time: 1e5 x 160 +
+    8 x 3,000 B = 16.02 MB."""
     fleet = FleetConfig(clients=100_000, sample_fraction=0.5)
     deadline = RoundConfig(mode="deadline", over_selection=1.3)
-    with pytest.raises(EdgeflError, match=r"about 0\.7 GB .* use at most 75,075 clients"):
-        check_fleet_memory(fleet, "here", available=5e8, living=deadline)
-    check_fleet_memory(fleet, "here", available=5e8)  # not living: 1e5 x (160 + 750) = 91 MB
+    with pytest.raises(EdgeflError, match=r"about 0\.2 GB .* use at most 94,786 clients"):
+        check_fleet_memory(fleet, "here", available=2e8, living=deadline)
+    check_fleet_memory(fleet, "here", available=2e8)  # not living: 1e5 x (160 + 750) = 91 MB
     check_fleet_memory(fleet, "here", available=1.7e7, living=RoundConfig(mode="async", concurrency=8))
-    with pytest.raises(EdgeflError, match=r"use at most 99,500 clients"):  # (1.6e7 - 8 x 10,000) // 160
+    with pytest.raises(EdgeflError, match=r"use at most 99,850 clients"):  # (1.6e7 - 8 x 3,000) // 160
         check_fleet_memory(fleet, "here", available=1.6e7, living=RoundConfig(mode="async", concurrency=8))
 
 

@@ -32,10 +32,12 @@ from edgefl.errors import EdgeflError
 # 616 MB at 10,000 with 10 selected; 1,500 B with a margin)
 BYTES_PER_CLIENT = 160
 BYTES_PER_SELECTED = 1500
-# a living round's selected client is played as objects and one SimPy process (edgefl.experiment.living):
-# 7-9 kB measured (living-digits dry runs, 20,000 against 200,000 clients: 825 -> 1,918 MB in deadline
-# mode, 13 of every 20 selected; about 1,400 MB in sync mode); 10,000 B with a margin
-BYTES_PER_LIVING_SELECTED = 10_000
+# a living round's selected client (its columns and its row of the compiled loop, edgefl.sim.round_loop)
+# or an async client at work (its objects besides): measured on bench/fleet.py dry runs, 1.4 kB a
+# living-digits deadline round's client (20,000 against 200,000 devices, 11 of every 20 selected: 913
+# -> 1,079 MB) and 2.6 kB an async-digits job (concurrency 1,000 against 20,000 at 100,000 devices:
+# 887 -> 936 MB); 3,000 B with a margin (10,000 B when each was a SimPy process, 7-9 kB measured)
+BYTES_PER_LIVING_SELECTED = 3_000
 ASSIGN, SAMPLE, STATE, TRACE = 0, 1, 2, 3  # independent random streams (TRACE: the trace's sample)
 APP, SHARE, NETWORK, UP, DOWN, LATENCY = range(6)  # a client's draws in a round (STATE's draw index)
 
