@@ -27,7 +27,7 @@ from edgefl.devices.pool import SAMPLE, DevicePool, rng, selected_per_round
 from edgefl.errors import EdgeflError
 from edgefl.experiment.prepare import Experiment
 from edgefl.experiment.round_energy import RoundEnergy
-from edgefl.experiment.rounds import RoundTable, priced, uniform
+from edgefl.experiment.rounds import RoundTable, priced
 from edgefl.selection import Picked
 from edgefl.sim.availability import Availability, make_availability
 from edgefl.sim.battery import Powered
@@ -100,7 +100,7 @@ def select_online(live: Live, pool: DevicePool, fed: Federation, t: int, where: 
         if choose is None:
             picked = online_pick(live.avail, rng(pool.seed, SAMPLE, t).permutation(n), fed.now, live.selected)
             if picked:
-                return uniform(np.array(sorted(picked), dtype=np.int64))
+                return Picked.uniform(np.array(sorted(picked), dtype=np.int64))
         else:
             online = live.avail.online_many(np.arange(n), fed.now)
             if online.any():

@@ -73,11 +73,6 @@ class RoundTable:
         return int(np.argmax(np.where(done, self.finish_s, -np.inf) if done.any() else self.finish_s))
 
 
-def uniform(clients: np.ndarray) -> Picked:
-    """Clients picked by a uniform draw, which ranks none."""
-    return Picked(clients, np.full(len(clients), np.nan), ["uniform"] * len(clients))
-
-
 def seen_duration(ran: np.ndarray, status: np.ndarray, costs: Costs) -> np.ndarray:
     """Download to upload where a client completed; where it stopped early (late, dropped, offline),
     the longer of what it ran and its priced work (a transfer cut on the shared links counts what it

@@ -98,6 +98,11 @@ class Picked:
     reason: list[str]
 
     @classmethod
+    def uniform(cls, clients: np.ndarray) -> Picked:
+        """`clients` (ascending) drawn uniformly: no figure ranked them."""
+        return cls(clients.astype(np.int64), np.full(len(clients), np.nan), ["uniform"] * len(clients))
+
+    @classmethod
     def of(cls, clients: np.ndarray, utility: np.ndarray, reason: list[str]) -> Picked:
         """Sorted by client."""
         order = np.argsort(clients, kind="stable")

@@ -3,8 +3,6 @@ before selection policies picked (DevicePool.sampled)."""
 
 from __future__ import annotations
 
-import numpy as np
-
 from edgefl.selection.base import SELECTORS, Ask, Known, Picked, Selector
 
 
@@ -17,5 +15,4 @@ class Uniform(Selector):
 
     def select(self, ask: Ask, known: Known) -> Picked:
         assert ask.online is None and ask.draw is None, "a living fleet picks its uniform clients itself"
-        clients = ask.pool.sampled(ask.round)
-        return Picked.of(clients, np.full(len(clients), np.nan), ["uniform"] * len(clients))
+        return Picked.uniform(ask.pool.sampled(ask.round))
