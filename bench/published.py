@@ -6,7 +6,10 @@ batch, input, classes and precision, SGD with momentum, on its bundled profile) 
 its measured seconds per step. The fit (edgefl.calibration.fit) sets per-kind efficiencies (conv,
 conv3x3, dwconv, linear; fp16 apart) for each kind of hardware, and each device's deviation from
 them; a row's prediction is made **leave-one-out**: the fit that predicts it never saw it (a device
-with one row is predicted by its group's figures alone). The raw prediction (the profile as
+with one row is predicted by its group's figures alone), nor did the choice of that fit's ridge (how
+far the rows may pull a kind of hardware from its class defaults: chosen_ridge, by cross-validation
+on the other rows alone). The leave-one-out figures at each fixed ridge are printed beside: a ridge
+picked from them would have seen the rows it is judged on. The raw prediction (the profile as
 bundled, no fit) and the in-sample fit are shown beside, never instead. Rows kept apart (another
 framework, a fine-tuning run, a relative figure, ...) are listed with the reason, priced raw where
 they can be. Not a test: it prints its figures.
@@ -26,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from edgefl.calibration.fit import Fit, Priced, fit, leave_one_out, priced  # noqa: E402
+from edgefl.calibration.fit import RIDGES, Fit, Priced, chosen_ridges, fit, leave_one_out, priced  # noqa: E402
 from edgefl.devices.catalog import load_catalog  # noqa: E402
 from edgefl.price import atoms_of, step_for  # noqa: E402
 
@@ -62,7 +65,8 @@ def main() -> int:
     rows = list(csv.DictReader(TABLE.open(encoding="utf-8")))
     priced_by_id = priced_rows(rows)
     fitted = [priced_by_id[r["id"]] for r in rows if r["use"] == "fit"]
-    loo, whole, raw = leave_one_out(fitted), fit(fitted), Fit({}, {})
+    ridges = chosen_ridges(fitted)
+    loo, whole, raw = leave_one_out(fitted), fit(fitted, ridges), Fit({}, {})
     by_id = {r["id"]: r for r in rows}
     print(f"{'id':<6}{'profile':<19}{'model':<26}{'batch':>5}{'measured s':>11}{'raw':>7}{'LOO':>7}"
           f"{'in-sample':>10}   (predicted / measured)")
@@ -70,16 +74,21 @@ def main() -> int:
     for p in fitted:
         r = by_id[p.id]
         by_kind[p.group].append(loo[p.id] / p.seconds)
-        print(f"{p.id:<6}{p.device:<19}{r['price_model'][12:] + ' ' + r['price_precision']:<26}"
+        print(f"{p.id:<6}{p.device:<19}{r['price_model'].split(':')[-1] + ' ' + r['price_precision']:<26}"
               f"{r['batch']:>5}{p.seconds:>11.4g}{raw.predict(p) / p.seconds:>7.2f}"
               f"{loo[p.id] / p.seconds:>7.2f}{whole.predict(p) / p.seconds:>10.2f}")
-    print("\nLeave-one-out (the row's own measurement left out of the fit that predicts it):")
+    print("\nLeave-one-out (the row's own measurement left out of the fit that predicts it, and of the "
+          "choice of that fit's ridge):")
     print(summary("all training rows", [x for xs in by_kind.values() for x in xs]))
     for kind, xs in sorted(by_kind.items()):
         print(summary(f"  {kind}", xs))
     print(summary("raw profiles, no fit", [raw.predict(p) / p.seconds for p in fitted]))
     print(summary("in-sample (beside, not judged)", [whole.predict(p) / p.seconds for p in fitted]))
-    print("\nFitted efficiencies (share of peak; the whole table), by kind of hardware and by device:")
+    for r in RIDGES:  # a ridge fixed after seeing these rows: optimistic, beside
+        fixed = leave_one_out(fitted, r)
+        print(summary(f"leave-one-out at a fixed ridge {r}", [fixed[p.id] / p.seconds for p in fitted]))
+    print("\nRidges chosen on the whole table: " + ", ".join(f"{g} {r}" for g, r in ridges.items()))
+    print("Fitted efficiencies (share of peak; the whole table), by kind of hardware and by device:")
     for (group, k), v in sorted(whole.group.items()):
         print(f"  {group:<14}{k:<14}{math.exp(v):>7.3f}")
     for p in {p.device: p for p in fitted}.values():

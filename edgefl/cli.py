@@ -275,12 +275,14 @@ def _devices_parser(sub: Subparsers) -> None:
 
 def _price_parser(sub: Subparsers) -> None:
     price = sub.add_parser("price", help="what one step of a model costs on a device (no scenario)")
-    price.add_argument("model", help="a zoo model (smallcnn, vgg11, resnet18, ...) or torchvision:NAME")
+    price.add_argument("model", help="a zoo model (smallcnn, vgg11, resnet18, ...), torchvision:NAME or "
+                       "timm:NAME (where timm is installed)")
     price.add_argument("--device", required=True, help="a device profile's name (edgefl devices list)")
     price.add_argument("--batch", type=int, default=32, help="samples per iteration (default 32)")
     price.add_argument("--input", help="one sample's C,H,W (default 3,32,32 for the zoo, 3,224,224 for "
-                       "torchvision)")
-    price.add_argument("--classes", type=int, help="outputs (default 10 for the zoo, 1000 for torchvision)")
+                       "torchvision and timm)")
+    price.add_argument("--classes", type=int, help="outputs (default 10 for the zoo, 1000 for torchvision "
+                       "and timm)")
     price.add_argument("--pass", dest="pass_", default="train", help="train (default) or forward")
     price.add_argument("--attack-steps", type=int, default=0,
                        help="PGD steps per train iteration (default 0)")
@@ -828,6 +830,8 @@ def cmd_devices_fit(args: argparse.Namespace) -> int:
     from edgefl.calibration.calibrate import prepare_target, write_profile
     from edgefl.calibration.fit import (
         FIT_KINDS,
+        chosen_ridge,
+        device_bandwidth_gbps,
         device_efficiencies,
         device_overhead_us,
         fit,
@@ -852,7 +856,7 @@ def cmd_devices_fit(args: argparse.Namespace) -> int:
                         precision=r.get("price_precision") or r.get("precision") or "fp32")
         rows.append(priced(r.get("id") or f"row {i}", args.device, float(r["seconds_per_step"]), step,
                            atoms_of(step), device))
-    whole, loo = fit(rows), leave_one_out(rows)
+    whole, loo = fit(rows, chosen_ridge(rows)), leave_one_out(rows)
     print(f"{'row':<10}{'measured s':>12}{'fitted':>9}{'LOO':>9}   (predicted / measured)")
     for p in rows:
         print(f"{p.id:<10}{p.seconds:>12.4g}{whole.predict(p) / p.seconds:>9.2f}"
@@ -862,11 +866,11 @@ def cmd_devices_fit(args: argparse.Namespace) -> int:
     source = (f"edgefl devices fit on {args.measurements.name}: {len(rows)} rows, leave-one-out median "
               f"|log2(predicted / measured)| {error:.2f}")
     base = path.read_text(encoding="utf-8-sig")
-    overhead = device_overhead_us(whole, rows[0])
-    write_profile(args.out, profile_text(base, args.out.stem, efficiencies, overhead, source))
+    overhead, bandwidth = device_overhead_us(whole, rows[0]), device_bandwidth_gbps(whole, rows[0])
+    write_profile(args.out, profile_text(base, args.out.stem, efficiencies, overhead, bandwidth, source))
     print(f"leave-one-out median |log2 ratio| {error:.2f} over {len(rows)} rows; efficiencies "
           + ", ".join(f"{k} {v:.3g}" for k, v in efficiencies.items())
-          + f", overhead {overhead:.3g} us per operator -> {args.out}")
+          + f", overhead {overhead:.3g} us per operator, bandwidth {bandwidth:.3g} GB/s -> {args.out}")
     return 0
 
 

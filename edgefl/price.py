@@ -1,12 +1,13 @@
 """`edgefl price`: what one step of a model costs on a device, with no scenario (issue 36).
 
-The model, a zoo name or `torchvision:NAME` (any torchvision classification model, profiled as it
-is, one atom), is profiled on the CPU (edgefl.profiling); one iteration is priced by the compute
-model every run uses (edgefl.sim.compute: per layer kind and pass, max(FLOPs / sustained FLOP/s,
-bytes / bandwidth) + operators x overhead, Williams et al., "Roofline", CACM 2009) on the device's
-rooflines in the asked precision (edgefl.sim.classes), and its memory by the MemReq estimator
-(edgefl.sim.records). A `train` step is one iteration of PGD-K adversarial training (K = 0: plain
-training) with the optimizer's step; a `forward` pass is one forward over the batch.
+The model, a zoo name, `torchvision:NAME` (any torchvision classification model, profiled as it is,
+one atom) or `timm:NAME` (any timm model, where timm is installed), is profiled on the CPU
+(edgefl.profiling); one iteration is priced by the compute model every run uses (edgefl.sim.compute:
+per layer kind and pass, max(FLOPs / sustained FLOP/s, bytes / bandwidth) + operators x overhead,
+Williams et al., "Roofline", CACM 2009) on the device's rooflines in the asked precision
+(edgefl.sim.classes), and its memory by the MemReq estimator (edgefl.sim.records). A `train` step is
+one iteration of PGD-K adversarial training (K = 0: plain training) with the optimizer's step; a
+`forward` pass is one forward over the batch.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from edgefl.sim.records import BYTES, AtomProfile, mem_parts
 
 WHERE = "edgefl price"
 TORCHVISION = "torchvision:"
+TIMM = "timm:"
 SLOTS = {"sgd": 0, "momentum": 1, "adam": 2}  # optimizer state tensors per parameter
 PASSES = ("train", "forward")
 
@@ -80,8 +82,8 @@ class Price:
 
 def step_for(model: str, batch: int, input_: str | None, classes: int | None, **given: Any) -> Step:
     """The step of `model` at `batch`: one sample `input_` ("C,H,W"; the default 3,32,32 for the
-    zoo, 3,224,224 for torchvision) and `classes` outputs (10 or 1000 when 0 or None)."""
-    vision = model.startswith(TORCHVISION)
+    zoo, 3,224,224 for torchvision and timm) and `classes` outputs (10 or 1000 when 0 or None)."""
+    vision = model.startswith((TORCHVISION, TIMM))
     shape = _shape(input_) if input_ else ((3, 224, 224) if vision else (3, 32, 32))
     return Step(model, batch, shape, classes or (1000 if vision else 10), **given)
 
@@ -97,17 +99,20 @@ def atoms_of(step: Step) -> tuple[AtomProfile, ...]:
     """The atoms of the step's model (edgefl.profiling, on the CPU) at its input; one line for an
     unknown model or an input it cannot take."""
     from edgefl.models import MODELS, build_model
-    from edgefl.models.vision import torchvision_model
+    from edgefl.models.vision import timm_model, torchvision_model
     from edgefl.profiling import profile_model
 
     name, c = step.model, step.input_shape[0]
-    if not name.startswith(TORCHVISION) and name not in MODELS.names():
-        raise EdgeflError(WHERE, name, f"no such model; the zoo has {', '.join(MODELS.names())}, and any "
-                          "torchvision classification model is torchvision:NAME")
+    if not name.startswith((TORCHVISION, TIMM)) and name not in MODELS.names():
+        raise EdgeflError(WHERE, name, f"no such model; the zoo has {', '.join(MODELS.names())}, any "
+                          "torchvision classification model is torchvision:NAME, any timm model timm:NAME")
     try:
-        model = (torchvision_model(name.removeprefix(TORCHVISION), step.classes, step.input_shape, WHERE)
-                 if name.startswith(TORCHVISION) else
-                 build_model(name, step.classes, step.input_shape, [0.5] * c, [0.25] * c))
+        if name.startswith((TORCHVISION, TIMM)):
+            source, model_name = name.split(":", 1)
+            build = torchvision_model if source + ":" == TORCHVISION else timm_model
+            model = build(model_name, step.classes, step.input_shape, WHERE)
+        else:
+            model = build_model(name, step.classes, step.input_shape, [0.5] * c, [0.25] * c)
         return profile_model(model, name).atoms
     except (RuntimeError, ValueError) as exc:
         why = (str(exc).strip().splitlines() or [""])[0][:200]

@@ -153,6 +153,22 @@ def test_kinds_efficiencies_precisions_and_fallbacks(tmp_path):
                                                  d.overhead_us / 1e6)
 
 
+def test_fp32_dense_convolutions_run_at_the_tf32_peak_where_the_profile_gives_one():
+    """PyTorch's fp32 convolutions run on TF32 tensor cores (cudnn.allow_tf32, on by default since
+    1.7): conv and conv3x3 at the TF32 peak x efficiency; depthwise, linear and other precisions not."""
+    d = CLASS_DEFAULTS["gpu"]
+    ampere = profile(device_class="gpu", tf32_gflops=8000.0, fp16_gflops=16000.0)
+    fp32 = device_rooflines(ampere)
+    for kind in ("conv", "conv3x3"):
+        assert fp32.get(kind, WEIGHT_GRAD).flops == pytest.approx(8000e9 * d.efficiency)
+    for kind in ("dwconv", "linear"):
+        assert fp32.get(kind, FORWARD).flops == pytest.approx(1000e9 * d.efficiency)
+    half = device_rooflines(ampere, "fp16")
+    assert half.get("conv", FORWARD).flops == pytest.approx(16000e9 * d.efficiency)
+    assert device_rooflines(profile(device_class="gpu")).get("conv", FORWARD).flops == pytest.approx(
+        1000e9 * d.efficiency)
+
+
 def test_a_device_is_compared_by_the_release_figure_else_its_sustained_rate():
     """What pools draw by, FedProphet compares and `paper` charges (issue 36: the corrected datasheet
     peaks move none of them)."""

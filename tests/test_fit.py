@@ -13,7 +13,19 @@ import numpy as np
 import pytest
 from support import one_error_line
 
-from edgefl.calibration.fit import OVERHEAD, Fit, Priced, fit, leave_one_out, priced
+from edgefl.calibration.fit import (
+    BANDWIDTH,
+    OVERHEAD,
+    RIDGES,
+    Fit,
+    Priced,
+    chosen_ridge,
+    device_bandwidth_gbps,
+    device_efficiencies,
+    fit,
+    leave_one_out,
+    priced,
+)
 from edgefl.cli import main
 from edgefl.devices.catalog import load_catalog, load_profile
 from edgefl.devices.profile import DeviceProfile, Efficiencies
@@ -24,11 +36,13 @@ from edgefl.profiling import profile_model
 
 def test_a_prediction_by_hand():
     p = Priced("r", "dev", "sbc", 1.0, ("conv3x3", ""), np.array([2.0, 1.0]), np.array([1.0, 3.0]),
-               np.array([0.5, 0.5]), prior=0.5, class_prior=0.5, overhead_us=10.0)
+               np.array([0.5, 0.5]), prior=0.5, class_prior=0.5, overhead_us=10.0, bandwidth_gbps=4.0)
     # conv3x3 at 0.25 of peak: max(2 / 0.25, 1) + 0.5; the fixed operator: max(1, 3) + 0.5
     assert Fit({("sbc", "conv3x3"): math.log(0.25)}, {}).predict(p) == pytest.approx(8.5 + 3.5)
     # nothing fitted: the profile's own 0.5; the overhead doubled
     assert Fit({}, {("dev", OVERHEAD): math.log(2.0)}).predict(p) == pytest.approx(4 + 1 + 3 + 1)
+    # a third of the bandwidth: max(2 / 0.5, 3) + 0.5 and max(1, 9) + 0.5
+    assert Fit({("sbc", BANDWIDTH): math.log(1 / 3)}, {}).predict(p) == pytest.approx(4.5 + 9.5)
 
 
 SMALL = {name: profile_model(build_model(name, 10, (3, 32, 32), [0.5] * 3, [0.25] * 3), name).atoms
@@ -53,6 +67,17 @@ def test_a_known_efficiency_is_recovered_from_timings_priced_with_it():
     assert Fit({}, {}).predict(rows[0]) == pytest.approx(as_bundled)
 
 
+def test_a_known_bandwidth_is_recovered_from_timings_priced_with_it():
+    """A datasheet's peak bandwidth is more than training kernels move: timings of a device moving a
+    tenth of it say so."""
+    slow = replace(TRUE, memory_bandwidth_gbps=PI.memory_bandwidth_gbps / 10)
+    rows = [priced(i, "sbc", price(s, SMALL[s.model], slow).seconds, s, SMALL[s.model], PI)
+            for i, s in timings()]
+    f = fit(rows, min(RIDGES))
+    assert device_bandwidth_gbps(f, rows[0]) == pytest.approx(slow.memory_bandwidth_gbps, rel=0.15)
+    assert f.efficiency(rows[0], "conv3x3") == pytest.approx(0.12, rel=0.15)
+
+
 def test_leave_one_out_never_sees_the_row_it_predicts():
     rows = [priced(i, "sbc", price(s, SMALL[s.model], TRUE).seconds, s, SMALL[s.model], PI)
             for i, s in timings()]
@@ -61,6 +86,27 @@ def test_leave_one_out_never_sees_the_row_it_predicts():
     after = leave_one_out(moved)
     assert after[rows[0].id] == pytest.approx(before[rows[0].id])  # its own time left out
     assert after[rows[1].id] != pytest.approx(before[rows[1].id])  # the others' fits saw it
+
+
+def test_the_ridge_is_chosen_by_how_well_it_predicts_rows_it_did_not_fit():
+    """Timings priced at 0.12 of peak, far from the class's 0.3: rows held out are best predicted by
+    the weakest pull toward the class, which also lands nearer the truth."""
+    far = [priced(i, "sbc", price(s, SMALL[s.model], TRUE).seconds, s, SMALL[s.model], PI)
+           for i, s in timings()]
+    assert chosen_ridge(far) == min(RIDGES)
+    weak, strong = fit(far, min(RIDGES)), fit(far, max(RIDGES))
+    assert abs(math.log(weak.efficiency(far[0], "conv3x3") / 0.12)) < abs(
+        math.log(strong.efficiency(far[0], "conv3x3") / 0.12))
+
+
+def test_a_tf32_device_fits_its_dense_convolutions_apart_and_writes_them_as_its_fp32_efficiency():
+    ampere = replace(PI, device_class="gpu", tf32_gflops=8 * PI.compute_gflops)
+    true = replace(ampere, efficiency_by_kind=Efficiencies(conv3x3=0.2))
+    rows = [priced(i, "gpu", price(s, SMALL[s.model], true).seconds, s, SMALL[s.model], ampere)
+            for i, s in timings()]
+    assert {k for p in rows for k in p.keys} >= {"conv3x3@tf32", "linear"}
+    assert "conv3x3" not in {k for p in rows for k in p.keys}
+    assert device_efficiencies(fit(rows, min(RIDGES)), rows[0])["conv3x3"] == pytest.approx(0.2, rel=0.15)
 
 
 def write_rows(path: Path, device: str) -> None:
@@ -83,6 +129,7 @@ def test_devices_fit_writes_a_profile_with_the_fitted_efficiencies(tmp_path, cap
     fitted = load_profile(out, DeviceProfile)
     assert fitted.name == "my_pi" and fitted.compute_gflops == PI.compute_gflops
     assert fitted.efficiency_by_kind.conv3x3 == pytest.approx(0.12, rel=0.1)
+    assert fitted.memory_bandwidth_gbps == pytest.approx(PI.memory_bandwidth_gbps, rel=0.1)
     assert "edgefl devices fit on mine.csv: 6 rows" in fitted.efficiency_by_kind.source
     step = timings()[4][1]  # what the fitted profile charges is what the timings said
     assert price(step, SMALL[step.model], fitted).seconds == pytest.approx(

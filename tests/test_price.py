@@ -68,6 +68,34 @@ def test_a_torchvision_model_is_priced_at_fvcores_flops(capsys):
     assert got["input_shape"] == [3, 64, 64] and got["classes"] == 7 and got["seconds"] > 0
 
 
+def test_a_timm_model_is_priced_at_fvcores_flops(capsys):
+    """timm:NAME (the `timm` extra), as torchvision:NAME: timm's model, untrained, profiled as it is."""
+    import timm
+    import torch
+
+    got = json_price("timm:mobilenetv2_050", "--device", "raspberry_pi_5", "--pass", "forward",
+                     "--batch", "2", "--input", "3,64,64", "--classes", "5", capsys=capsys)
+    model = timm.create_model("mobilenetv2_050", pretrained=False, num_classes=5)
+    macs = FlopCountAnalysis(model, torch.rand(1, 3, 64, 64))
+    assert got["flops"] == pytest.approx(2 * 2 * macs.unsupported_ops_warnings(False).total())
+    assert got["model"] == "timm:mobilenetv2_050" and got["seconds"] > 0
+
+
+def test_without_timm_a_timm_model_is_one_line_saying_how_to_get_it(monkeypatch, capsys):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_timm(name, *args, **kwargs):
+        if name == "timm":
+            raise ImportError("no timm here")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_timm)
+    assert main(["price", "timm:resnet18", "--device", "tx2"]) == 2
+    assert "timm:resnet18: timm is not installed; pip install timm" in one_error_line(capsys.readouterr().err)
+
+
 def test_batch_and_attack_steps_scale_the_flops(capsys):
     one = json_price("smallcnn", "--device", "tx2", "--batch", "8", capsys=capsys)
     two = json_price("smallcnn", "--device", "tx2", "--batch", "16", capsys=capsys)
@@ -120,6 +148,7 @@ def test_the_printed_table(capsys):
 @pytest.mark.parametrize(("args", "says"), [
     (["nomodel", "--device", "tx2"], "edgefl price: nomodel: no such model; the zoo has "),
     (["torchvision:nope", "--device", "tx2"], "torchvision:nope: no such torchvision classification model"),
+    (["timm:nope", "--device", "tx2"], "timm:nope: no such timm model"),
     (["smallcnn", "--device", "nodevice"], "nodevice: no such device; known: "),
     (["smallcnn", "--device", "tx2", "--pass", "backward"], "--pass: must be one of train, forward"),
     (["smallcnn", "--device", "tx2", "--precision", "fp8"], "--precision: must be one of fp32, fp16, bf16"),

@@ -81,7 +81,9 @@ class DeviceProfile:
     fp16_gflops: float = 0.0  # FP16 peak (tensor or matrix units where the hardware has them); 0 = unknown
     bf16_gflops: float = 0.0  # BF16 peak; 0 = unknown or none
     int8_gops: float = 0.0  # INT8 peak, GOP/s; 0 = unknown or none
-    precision_source: str = ""  # where the three peaks above come from
+    # TF32 tensor peak (0 = none): PyTorch runs fp32 dense convolutions on it (cudnn.allow_tf32, on since 1.7)
+    tf32_gflops: float = 0.0
+    precision_source: str = ""  # where the four peaks above come from
     calibrated_host: str = ""  # the machine `edgefl devices calibrate` measured (its network name)
     calibrated_threads: int = 0  # torch threads it measured with
     active_w: float = 0.0  # watts drawn training at full load (the whole device); 0 = class default
@@ -104,6 +106,13 @@ class DeviceProfile:
         """Peak FLOP/s (OP/s for int8) in `precision`; 0 where the profile gives none."""
         return {"fp32": self.compute_gflops, "fp16": self.fp16_gflops, "bf16": self.bf16_gflops,
                 "int8": self.int8_gops}[precision] * 1e9
+
+    def runs_tf32(self, kind: str, precision: str) -> bool:
+        """Whether layers of `kind` asked for in `precision` run on the TF32 tensor peak."""
+        return precision == "fp32" and self.tf32_gflops > 0 and kind in TF32_KINDS
+
+
+TF32_KINDS = ("conv", "conv3x3")  # the dense convolutions cuDNN runs in TF32 when asked for fp32
 
 
 PRECISION_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1}  # bytes per element a device moves

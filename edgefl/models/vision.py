@@ -1,5 +1,6 @@
-"""Any torchvision classification model as an AtomModel of one atom, profiled as it is (for
-`edgefl price`; the methods partition and train the zoo's models, whose atoms are their blocks)."""
+"""Any torchvision classification model, or timm's (where timm is installed: the `timm` extra), as
+an AtomModel of one atom, profiled as it is (for `edgefl price`; the methods partition and train the
+zoo's models, whose atoms are their blocks)."""
 
 from __future__ import annotations
 
@@ -23,3 +24,17 @@ def torchvision_model(name: str, num_classes: int, input_shape: tuple[int, ...],
         raise EdgeflError(where, f"torchvision:{name}", f"no such torchvision classification model; known: "
                           f"{', '.join(known)}")
     return AtomModel([("model", tv.get_model(name, weights=None, num_classes=num_classes))], input_shape)
+
+
+def timm_model(name: str, num_classes: int, input_shape: tuple[int, ...], where: str) -> AtomModel:
+    """timm's `name` (Wightman, "PyTorch Image Models"), untrained, with `num_classes` outputs, as
+    the single atom "model"; one line where timm is missing or has no such model."""
+    try:
+        import timm
+    except ImportError:
+        raise EdgeflError(where, f"timm:{name}", "timm is not installed; pip install timm (or "
+                          "edgefl[timm])") from None
+    if name not in timm.list_models():
+        raise EdgeflError(where, f"timm:{name}", "no such timm model; timm.list_models() lists them")
+    return AtomModel([("model", timm.create_model(name, pretrained=False, num_classes=num_classes))],
+                     input_shape)

@@ -3,7 +3,8 @@
 This measures a real PyTorch model and fills the plain records the cost model reads
 (edgefl.sim.records: `ModelProfile`, `AtomProfile`, `LayerProfile`): per atom, and per layer
 (every call of a leaf module in one forward pass, and every tensor operator an atom runs outside
-its leaf modules, a residual block's `out + identity`), with the operators each launches.
+its leaf modules, a residual block's `out + identity`), with the operators each launches. A layer
+with weights that holds modules (timm's BatchNormAct2d) is one layer, as a leaf is.
 
 fvcore counts multiply-accumulates (MACs); a forward pass costs 2 x MACs FLOPs. Activations saved
 for backward are measured, not guessed: every tensor autograd saves during one forward pass of the
@@ -133,10 +134,9 @@ class _LayerRecorder(TorchFunctionMode):
     def hooks(self) -> list[Any]:
         handles = [atom.register_forward_pre_hook(self._enter_atom(name))
                    for name, atom in self.model.named_children()]
-        for name, module in self.model.named_modules():
-            if name and not list(module.children()):
-                handles.append(module.register_forward_pre_hook(self._enter_leaf(name, module)))
-                handles.append(module.register_forward_hook(self._leave_leaf))
+        for name, module in _units(self.model):
+            handles.append(module.register_forward_pre_hook(self._enter_leaf(name, module)))
+            handles.append(module.register_forward_hook(self._leave_leaf))
         return handles
 
     def _enter_atom(self, name: str) -> Callable[..., None]:
@@ -167,6 +167,17 @@ class _LayerRecorder(TorchFunctionMode):
                     r["macs"] = self.macs.get(module, 0) / self.calls[module]
                 out.setdefault(atom, []).append(LayerProfile(**r))
         return out
+
+
+def _units(model: nn.Module) -> Iterator[tuple[str, nn.Module]]:
+    """The modules profiled as one layer each: the leaves, and a layer with weights that holds
+    modules of its own (timm's BatchNormAct2d, a BatchNorm2d running its activation) with them."""
+    units: list[str] = []
+    for name, module in model.named_modules():
+        if name and not any(name.startswith(f"{u}.") for u in units) and (
+                not list(module.children()) or layer_kind(module) in WEIGHTED_KINDS):
+            units.append(name)
+            yield name, module
 
 
 def _layers(model: AtomModel, x: torch.Tensor, macs: dict[str, int]) -> dict[str, list[LayerProfile]]:
