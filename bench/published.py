@@ -1,16 +1,18 @@
 """edgefl's step times against published training measurements (issue 36), judged out of sample.
 
 Every row of device_profiles/evidence/measurements.csv (its quotes in quotes.md) is printed. A row
-the table marks `use = fit` is priced by the compute model (edgefl.price: its torchvision model,
-batch, input, classes and precision, SGD with momentum, on its bundled profile) and compared with
-its measured seconds per step. The fit (edgefl.calibration.fit) sets per-kind efficiencies (conv,
-conv3x3, dwconv, linear; fp16 apart) for each kind of hardware, and each device's deviation from
-them; a row's prediction is made **leave-one-out**: the fit that predicts it never saw it (a device
-with one row is predicted by its group's figures alone), nor did the choice of that fit's ridge (how
-far the rows may pull a kind of hardware from its class defaults: chosen_ridge, by cross-validation
-on the other rows alone). The leave-one-out figures at each fixed ridge are printed beside: a ridge
-picked from them would have seen the rows it is judged on. The raw prediction (the profile as
-bundled, no fit) and the in-sample fit are shown beside, never instead. Rows kept apart (another
+the table marks `use = fit` is priced by the compute model (edgefl.price: its torchvision or timm
+model, batch, input, classes and precision, SGD with momentum, on its bundled profile) and compared
+with its measured seconds per step. The fit (edgefl.calibration.fit) sets per-kind efficiencies
+(conv, conv3x3, dwconv, linear; fp16 and TF32 apart), a bandwidth and an overhead factor for each
+kind of hardware, and each device's deviation from them; a row's prediction is made
+**leave-one-out**: the fit that predicts it never saw it (a device with one row is predicted by its
+group's figures alone), nor did the choice of that fit's ridge (how far the rows may pull a kind of
+hardware from its class defaults: chosen_ridge, by cross-validation on the other rows alone). The
+leave-one-out figures at each fixed ridge are printed beside: a ridge picked from them would have
+seen the rows it is judged on. The raw prediction (the profile as bundled, no fit), the in-sample
+fit and leave-one-device-out (each device predicted by the other devices of its kind, as a device
+the table does not hold would be) are shown beside, never instead. Rows kept apart (another
 framework, a fine-tuning run, a relative figure, ...) are listed with the reason, priced raw where
 they can be. Not a test: it prints its figures.
 
@@ -82,6 +84,10 @@ def main() -> int:
     print(summary("all training rows", [x for xs in by_kind.values() for x in xs]))
     for kind, xs in sorted(by_kind.items()):
         print(summary(f"  {kind}", xs))
+    by_device = leave_one_out(fitted, by="device")  # a device the table does not hold
+    print(summary("leave-one-device-out (beside)", [by_device[p.id] / p.seconds for p in fitted]))
+    for kind in sorted(by_kind):
+        print(summary(f"  {kind}", [by_device[p.id] / p.seconds for p in fitted if p.group == kind]))
     print(summary("raw profiles, no fit", [raw.predict(p) / p.seconds for p in fitted]))
     print(summary("in-sample (beside, not judged)", [whole.predict(p) / p.seconds for p in fitted]))
     for r in RIDGES:  # a ridge fixed after seeing these rows: optimistic, beside

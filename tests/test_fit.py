@@ -109,6 +109,17 @@ def test_a_tf32_device_fits_its_dense_convolutions_apart_and_writes_them_as_its_
     assert device_efficiencies(fit(rows, min(RIDGES)), rows[0])["conv3x3"] == pytest.approx(0.2, rel=0.15)
 
 
+def test_leave_one_device_out_never_sees_the_device_it_predicts():
+    rows = [priced(i, "sbc", price(s, SMALL[s.model], TRUE).seconds, s, SMALL[s.model], PI)
+            for i, s in timings()]
+    rows = [replace(p, device="other") if p.id.startswith("vgg11") else p for p in rows]
+    before = leave_one_out(rows, by="device")
+    slower = [replace(p, seconds=p.seconds * 10) if p.device == "other" else p for p in rows]
+    after = leave_one_out(slower, by="device")
+    for p in rows:  # the other device's rows moved: only the predictions of PI's rows see it
+        assert (after[p.id] == pytest.approx(before[p.id])) == (p.device == "other")
+
+
 def write_rows(path: Path, device: str) -> None:
     with path.open("w", newline="") as f:
         w = csv.DictWriter(f, ["id", "profile", "price_model", "input", "classes", "batch",

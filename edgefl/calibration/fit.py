@@ -193,13 +193,14 @@ def chosen_ridges(rows: Sequence[Priced]) -> dict[str, float]:
     return {g: chosen_ridge([p for p in rows if p.group == g]) for g in sorted({p.group for p in rows})}
 
 
-def leave_one_out(rows: Sequence[Priced], ridge: float | None = None) -> dict[str, float]:
+def leave_one_out(rows: Sequence[Priced], ridge: float | None = None, by: str = "id") -> dict[str, float]:
     """Each row's predicted seconds from the fit of every other row of its kind of hardware (kinds
-    share no parameter). Without a `ridge`, that fit's is chosen on those rows (chosen_ridge), so
-    the row predicted steers neither the fit nor its ridge."""
+    share no parameter), or with `by="device"` of every row of another device of its kind. Without
+    a `ridge`, that fit's is chosen on those rows (chosen_ridge), so the row predicted steers
+    neither the fit nor its ridge."""
     out = {}
     for p in rows:
-        mine = [o for o in rows if o.group == p.group and o.id != p.id]
+        mine = [o for o in rows if o.group == p.group and getattr(o, by) != getattr(p, by)]
         f = fit(mine, chosen_ridge(mine) if ridge is None else ridge) if mine else Fit({}, {})
         out[p.id] = f.predict(p)
     return out
