@@ -142,6 +142,8 @@ def test_kinds_efficiencies_precisions_and_fallbacks(tmp_path):
     conv = Roofline(200e9, 8e9, 30e-6)
     assert calibrated.get("conv3x3", FORWARD) == calibrated.get("dwconv", FORWARD) == conv
     assert calibrated.get("dwconv", INPUT_GRAD) == calibrated.get("conv", INPUT_GRAD) != conv
+    older = device_rooflines(profile(device_class="cpu", kernels=Kernels(activation=[[100.0, 8.0, 3.0]])))
+    assert older.get("clamp", FORWARD) == older.get("activation", FORWARD) == Roofline(100e9, 8e9, 3e-6)
     d = CLASS_DEFAULTS["gpu"]
     shares = Efficiencies(dwconv=0.05, conv3x3=1.2)
     kinds = device_rooflines(profile(device_class="gpu", efficiency_by_kind=shares))

@@ -187,6 +187,15 @@ def test_profiling_imports_fvcore_without_torch_jit_warnings() -> None:
 ])
 def test_a_layer_is_profiled_as_the_kernels_that_run_it(conv, kind):
     """Depthwise and grouped convolutions, and 3x3 stride-1 ones, are kinds of their own (issue 36);
-    MobileNet's activations are activations."""
+    MobileNet's activations out of place are activations."""
     (layer,) = profile_model(AtomModel([("layer", conv)], (8, 8, 8)), "one").atoms[0].layers
     assert layer.kind == kind
+
+
+def test_an_in_place_relu6_is_a_clamp_of_its_own():
+    """In place, PyTorch clamps into a new tensor and copies it back: two passes where an in-place
+    ReLU makes one, so its kernels are a kind of their own."""
+    model = nn.Sequential(nn.Conv2d(8, 8, 1), nn.ReLU6(inplace=True), nn.Hardtanh(inplace=True),
+                          nn.ReLU(inplace=True))
+    layers = profile_model(AtomModel([("layer", model)], (8, 8, 8)), "one").atoms[0].layers
+    assert [layer.kind for layer in layers] == ["conv", "clamp", "clamp", "activation"]

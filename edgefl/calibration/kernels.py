@@ -11,9 +11,10 @@ figure and fit W and o only.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -23,6 +24,7 @@ from torch import nn
 from edgefl.devices.profile import MAX_FIGURE
 from edgefl.models.base import AtomModel, Normalize
 from edgefl.profiling import profile_model
+from edgefl.profiling.layers import layer_kind
 from edgefl.sim.compute import FORWARD, INPUT_GRAD, KINDS, MATMUL_KINDS, WEIGHT_GRAD, Roofline, pass_work
 
 Shape = tuple[int, ...]
@@ -60,16 +62,19 @@ def grid(quick: bool) -> list[tuple[int, nn.Module, Shape]]:
     maps: list[tuple[int, nn.Module, Shape]] = []
     for b, c, s in MAPS:
         maps += [(b, nn.BatchNorm2d(c), (c, s, s)), (b, nn.ReLU(), (c, s, s)),
-                 (b, nn.MaxPool2d(2), (c, s, s)), (b, Normalize([0.5] * c, [0.5] * c), (c, s, s))]
+                 (b, nn.ReLU6(inplace=True), (c, s, s)), (b, nn.MaxPool2d(2), (c, s, s)),
+                 (b, Normalize([0.5] * c, [0.5] * c), (c, s, s))]
     layers = conv + linear + maps
     kinds = [conv[0], conv[11], conv[16]]  # one conv3x3, conv and dwconv
-    return [*kinds, linear[0], *maps[:4]] if quick else layers
+    return [*kinds, linear[0], *maps[:5]] if quick else layers
 
 
 def measure(batch: int, module: nn.Module, shape: Shape, repeats: int,
             timer: Callable[[Callable[[], object], int], float]) -> list[Sample]:
-    """Samples of every pass of one grid layer."""
-    (layer,) = profile_model(AtomModel([("layer", module)], shape), "grid").atoms[0].layers
+    """Samples of every pass of one grid layer (an in-place one profiled as its out-of-place twin,
+    which moves what the compute model counts for it, under its own kind)."""
+    (layer,) = profile_model(AtomModel([("layer", _out_of_place(module))], shape), "grid").atoms[0].layers
+    layer = replace(layer, kind=layer_kind(module))
     module.train()
     params = list(module.parameters())
     x = torch.randn(batch, *shape)
@@ -91,11 +96,24 @@ def _pass(module: nn.Module, x: torch.Tensor, params: list[nn.Parameter], pass_:
         p.requires_grad_(pass_ != INPUT_GRAD)
     inp = x.clone().requires_grad_(pass_ != WEIGHT_GRAD)
     if pass_ == FORWARD:
+        if getattr(module, "inplace", False):  # in place on a layer's output, as a model runs it
+            out_of_leaf = inp * 1.0
+            return lambda: module(out_of_leaf)
         return lambda: module(inp)
-    out = module(inp)
+    out = _out_of_place(module)(inp)  # the same backward: an in-place layer's is its twin's
     grad = torch.randn_like(out)
     wrt = [inp] if pass_ == INPUT_GRAD else params
     return lambda: torch.autograd.grad(out, wrt, grad, retain_graph=True)
+
+
+def _out_of_place(module: nn.Module) -> nn.Module:
+    """`module`, or its copy computing out of place where it computes in place (an in-place layer
+    cannot take a leaf input that requires grad, as the grid's are)."""
+    if not getattr(module, "inplace", False):
+        return module
+    twin = copy.copy(module)
+    setattr(twin, "inplace", False)  # noqa: B010 (nn.Module types its attributes as tensors)
+    return twin
 
 
 def fit(samples: list[Sample], peak_flops: float) -> dict[tuple[str, str], Roofline]:

@@ -21,8 +21,10 @@ from typing import get_type_hints
 
 from edgefl.errors import EdgeflError
 
-KERNEL_KINDS = ("conv", "conv3x3", "dwconv", "linear", "norm", "activation", "pool", "elementwise")
-CONV_KINDS = ("conv", "conv3x3", "dwconv")  # a conv kind a profile gives no figure for is charged as conv
+KERNEL_KINDS = ("conv", "conv3x3", "dwconv", "linear", "norm", "activation", "clamp", "pool", "elementwise")
+CONV_KINDS = ("conv", "conv3x3", "dwconv")
+# a kind a calibrated profile has no figures for (one older than the kind) is charged as its parent
+PARENT_KIND = {"conv3x3": "conv", "dwconv": "conv", "clamp": "activation"}
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,7 @@ class Kernels:
     linear: list[list[float]] = field(default_factory=list)
     norm: list[list[float]] = field(default_factory=list)
     activation: list[list[float]] = field(default_factory=list)
+    clamp: list[list[float]] = field(default_factory=list)
     pool: list[list[float]] = field(default_factory=list)
     elementwise: list[list[float]] = field(default_factory=list)
 

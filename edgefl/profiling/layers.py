@@ -29,6 +29,7 @@ class LayerType:
 
 
 ELEMENTWISE = "elementwise"  # any layer not in the table, and any functional operator
+CLAMP = "clamp"  # an in-place ReLU6 or Hardtanh (layer_kind)
 ACTIVATIONS = (nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.PReLU, nn.ELU, nn.SELU, nn.CELU, nn.GELU, nn.SiLU, nn.Mish,
                nn.Hardswish, nn.Hardsigmoid, nn.Hardtanh, nn.Sigmoid, nn.Tanh, nn.Softmax, nn.LogSoftmax)
 LAYERS: tuple[LayerType, ...] = (
@@ -59,7 +60,10 @@ def layer_type(module: nn.Module) -> LayerType | None:
 def layer_kind(module: nn.Module) -> str:
     """The module's kind; a convolution's says which kernels run it: `dwconv` (depthwise or grouped,
     groups > 1), `conv3x3` (dense 3x3 at stride 1, which cuDNN and oneDNN may run by Winograd), or
-    `conv` (any other dense one)."""
+    `conv` (any other dense one); an in-place ReLU6 or Hardtanh is a `clamp` (PyTorch clamps into a
+    new tensor and copies it back, two passes where an in-place ReLU makes one)."""
+    if isinstance(module, nn.Hardtanh) and module.inplace:
+        return CLAMP
     row = layer_type(module)
     kind = row.kind if row else ELEMENTWISE
     if kind == "conv" and isinstance(module, nn.Conv1d | nn.Conv2d | nn.Conv3d):

@@ -4,7 +4,7 @@ class's (edgefl.devices.classes says what each class's figures are and where the
 from __future__ import annotations
 
 from edgefl.devices.classes import CLASS_DEFAULTS
-from edgefl.devices.profile import CONV_KINDS, PRECISION_BYTES, DeviceProfile
+from edgefl.devices.profile import PARENT_KIND, PRECISION_BYTES, DeviceProfile
 from edgefl.sim.compute import KINDS, PASSES, Roofline, Rooflines
 from edgefl.sim.records import BYTES
 
@@ -22,8 +22,8 @@ def device_rooflines(p: DeviceProfile, precision: str = "fp32") -> Rooflines:
     share = {k: getattr(p.efficiency_by_kind, k, 0.0) or efficiency for k in KINDS}
     table = {(k, ps): Roofline(kind_peak(p, k, precision) * share[k], bandwidth, overhead)
              for k in KINDS for ps in PASSES}
-    for kind in KINDS:  # a conv kind the calibration did not time (a profile older than it) is conv
-        rows = getattr(p.kernels, kind) or (p.kernels.conv if kind in CONV_KINDS else [])
+    for kind in KINDS:  # a kind the calibration did not time (a profile older than it): its parent's
+        rows = getattr(p.kernels, kind) or getattr(p.kernels, PARENT_KIND.get(kind, kind))
         for ps, (gflops, gbps, us) in zip(PASSES, rows, strict=False):
             table[(kind, ps)] = Roofline(gflops * 1e9 * speed, gbps * 1e9 * wider, us / 1e6)
     return Rooflines(tuple(table.items()), p.iteration_overhead_us / 1e6, p.attack_step_overhead_us / 1e6,
