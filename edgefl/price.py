@@ -107,10 +107,10 @@ def atoms_of(step: Step) -> tuple[AtomProfile, ...]:
         raise EdgeflError(WHERE, name, f"no such model; the zoo has {', '.join(MODELS.names())}, any "
                           "torchvision classification model is torchvision:NAME, any timm model timm:NAME")
     try:
-        if name.startswith((TORCHVISION, TIMM)):
-            source, model_name = name.split(":", 1)
-            build = torchvision_model if source + ":" == TORCHVISION else timm_model
-            model = build(model_name, step.classes, step.input_shape, WHERE)
+        if name.startswith(TORCHVISION):
+            model = torchvision_model(name.removeprefix(TORCHVISION), step.classes, step.input_shape, WHERE)
+        elif name.startswith(TIMM):
+            model = timm_model(name.removeprefix(TIMM), step.classes, step.input_shape, WHERE)
         else:
             model = build_model(name, step.classes, step.input_shape, [0.5] * c, [0.25] * c)
         return profile_model(model, name).atoms

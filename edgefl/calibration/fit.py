@@ -112,11 +112,20 @@ class Fit:
         return step_seconds(p, eff, self.efficiency(p, OVERHEAD), self.efficiency(p, BANDWIDTH))
 
 
+def operator_seconds(compute: np.ndarray, memory: np.ndarray, overhead: np.ndarray, efficiency: np.ndarray,
+                     bandwidth_factor: np.ndarray | float, overhead_factor: np.ndarray | float
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each operator's compute-bound and memory-bound seconds (0 where the other binds) and its
+    overhead seconds at these efficiencies and factors (module docstring)."""
+    busy, moving = compute / efficiency, memory / bandwidth_factor
+    computes = busy > moving
+    return np.where(computes, busy, 0.0), np.where(computes, 0.0, moving), overhead * overhead_factor
+
+
 def step_seconds(p: Priced, efficiency: np.ndarray, overhead_factor: float, bandwidth_factor: float) -> float:
-    """The measurement's step at these per-operator efficiencies, overhead and bandwidth factors
-    (module docstring)."""
-    return float(np.sum(np.maximum(p.compute / efficiency, p.memory / bandwidth_factor)
-                        + p.overhead * overhead_factor))
+    """The measurement's step at these per-operator efficiencies, overhead and bandwidth factors."""
+    return float(sum(np.sum(t) for t in operator_seconds(p.compute, p.memory, p.overhead, efficiency,
+                                                         bandwidth_factor, overhead_factor)))
 
 
 def fit(rows: Sequence[Priced], ridge: float | Mapping[str, float] = RIDGE_GROUP) -> Fit:
@@ -147,10 +156,9 @@ def fit(rows: Sequence[Priced], ridge: float | Mapping[str, float] = RIDGE_GROUP
         """Each row's predicted seconds (step_seconds), each operator's compute-bound and
         memory-bound seconds (0 where the other binds) and each row's overhead seconds."""
         full = np.append(theta, 0.0)
-        busy = compute / np.exp(full[g] + full[d])
-        moving = memory / np.exp(full[bg] + full[bd])[row]
-        bound, moved = np.where(busy > moving, busy, 0.0), np.where(busy > moving, 0.0, moving)
-        launch = overhead * np.exp(full[og] + full[od])[row]
+        bandwidth, launched = np.exp(full[bg] + full[bd])[row], np.exp(full[og] + full[od])[row]
+        bound, moved, launch = operator_seconds(compute, memory, overhead, np.exp(full[g] + full[d]),
+                                                bandwidth, launched)
         return (np.bincount(row, weights=bound + moved + launch, minlength=len(rows)), bound,
                 np.bincount(row, weights=moved, minlength=len(rows)),
                 np.bincount(row, weights=launch, minlength=len(rows)))

@@ -23,6 +23,7 @@ from edgefl.errors import EdgeflError
 
 KERNEL_KINDS = ("conv", "conv3x3", "dwconv", "linear", "norm", "activation", "clamp", "pool", "elementwise")
 CONV_KINDS = ("conv", "conv3x3", "dwconv")
+TF32_KINDS = ("conv", "conv3x3")  # the dense convolutions cuDNN runs in TF32 when asked for fp32
 # a kind a calibrated profile has no figures for (one older than the kind) is charged as its parent
 PARENT_KIND = {"conv3x3": "conv", "dwconv": "conv", "clamp": "activation"}
 
@@ -113,9 +114,6 @@ class DeviceProfile:
     def runs_tf32(self, kind: str, precision: str) -> bool:
         """Whether layers of `kind` asked for in `precision` run on the TF32 tensor peak."""
         return precision == "fp32" and self.tf32_gflops > 0 and kind in TF32_KINDS
-
-
-TF32_KINDS = ("conv", "conv3x3")  # the dense convolutions cuDNN runs in TF32 when asked for fp32
 
 
 PRECISION_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1}  # bytes per element a device moves
