@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
+from support import QUICKSTART
 from torch import nn
 
 from edgefl.experiment import prepare
 from edgefl.methods import base as method_template
 from edgefl.methods.aggregate import bn_keys, fedavg, keep_local, state_bytes
 from edgefl.scenario import load_scenario
-
-ROOT = Path(__file__).resolve().parent.parent
-QUICKSTART = ROOT / "scenarios" / "quickstart.toml"
 
 
 def test_fedavg_weighted_mean():

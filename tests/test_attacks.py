@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import itertools
 from contextlib import nullcontext
-from pathlib import Path
 
 import pytest
 import torch
+from support import QUICKSTART
 from torch import nn
 
 from edgefl.attacks import ATTACKS, Attack, make_attack
@@ -21,8 +21,6 @@ from edgefl.errors import EdgeflError
 from edgefl.experiment import prepare
 from edgefl.scenario import load_scenario
 from edgefl.training.local import evaluate
-
-QUICKSTART = Path(__file__).resolve().parents[1] / "scenarios" / "quickstart.toml"
 
 
 def linear(w_0: list[float], w_1: list[float], bias: tuple[float, float] = (0.0, 0.0)) -> nn.Sequential:

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from reference import per_client
+from support import QUICKSTART, ROOT
 
 from edgefl.config import FleetConfig
 from edgefl.devices import draws
@@ -22,8 +23,6 @@ from edgefl.sim.bulk import Pricer, WalkIndex, walk_key
 from edgefl.sim.cost import make_cost_model
 from edgefl.sim.swap import footprint, min_budget, traced_walks
 
-ROOT = Path(__file__).resolve().parents[1]
-QUICKSTART = ROOT / "scenarios" / "quickstart.toml"
 FEDPROPHET = ROOT / "scenarios" / "fedprophet-quickstart.toml"
 
 # draws ---------------------------------------------------------------------------------------------

@@ -7,12 +7,10 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from support import one_error_line, snapshot
+from support import QUICKSTART, ROOT, one_error_line, snapshot
 
 from edgefl.cli import main, validated
 
-ROOT = Path(__file__).resolve().parents[1]
-QUICKSTART = ROOT / "scenarios" / "quickstart.toml"
 PROFILES = ROOT / "device_profiles"
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from support import QUICKSTART
 from torch import nn
 
 from edgefl.cli import main
@@ -32,8 +33,6 @@ from edgefl.scenario import load_scenario
 from edgefl.sim.cost import WalkCost
 from edgefl.sim.records import AtomProfile, ModelProfile
 
-ROOT = Path(__file__).resolve().parent.parent
-QUICKSTART = ROOT / "scenarios" / "quickstart.toml"
 FAMILY = ['model.name="smallcnn"', 'distill.family=["smallcnn", "cnn3", "digits_cnn"]',
           "distill.public_samples=100", "distill.server_iters=2", "fleet.reserved_memory_mb=2.0"]
 SHORT = ["rounds=1", "training.local_iters=1", "attack.steps=1", "evaluation.steps=1",

@@ -7,11 +7,10 @@ import json
 from pathlib import Path
 
 import numpy as np
+from support import QUICKSTART, ROOT
 
 from edgefl.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
-QUICKSTART = ROOT / "scenarios" / "quickstart.toml"
 SMALL = ["rounds=2", "fleet.clients=6", "training.local_iters=3", "attack.steps=2", "evaluation.steps=2",
          "data.test_samples=32"]
 TIMES = ["round", "sim_time_s", "round_time_s", "compute_s", "data_access_s", "comm_s", "wait_s", "swapped"]

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from reference import run_round
-from support import round_spans, simulated_rows
+from support import QUICKSTART, round_spans, simulated_rows
 
 from edgefl.devices.pool import DeviceState
 from edgefl.devices.profile import DeviceProfile
@@ -17,10 +17,6 @@ from edgefl.experiment import prepare, run
 from edgefl.scenario import load_scenario
 from edgefl.sim.cost import ClientCost, make_cost_model
 from edgefl.sim.engine import PHASES, Federation
-
-ROOT = Path(__file__).resolve().parent.parent
-QUICKSTART = ROOT / "scenarios" / "quickstart.toml"
-
 
 DEV = DeviceProfile(name="toy", description="", source="hand", memory_mb=1.0, compute_gflops=1.0,
                     storage_read_mbps=1.0, storage_write_mbps=1.0, storage_latency_ms=0.0)

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import copy
 import math
-from pathlib import Path
 
 import pytest
 import torch
+from support import QUICKSTART
 
 from edgefl.experiment import Experiment, prepare, run
 from edgefl.methods.aggregate import fedavg
@@ -23,8 +23,6 @@ from edgefl.methods.base import ClientUpdate
 from edgefl.methods.fedopt import ServerOpt, second_moment, server_step
 from edgefl.scenario import load_scenario
 
-ROOT = Path(__file__).resolve().parent.parent
-QUICKSTART = ROOT / "scenarios" / "quickstart.toml"
 X0 = [1.0, -2.0]
 CLIENTS = [([0.3, -0.1], [0.1, 0.3]), ([-0.1, 0.2], [0.3, -0.2])]  # (A, B) per round
 SAMPLES = [1, 3]

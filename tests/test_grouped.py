@@ -15,11 +15,11 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
+from support import QUICKSTART
 from torch import nn
 
 from edgefl.attacks import make_attack
@@ -58,7 +58,6 @@ from edgefl.training.local import (
 from edgefl.training.objectives import OBJECTIVES
 
 TOL = 1e-9
-QUICKSTART = Path(__file__).resolve().parents[1] / "scenarios" / "quickstart.toml"
 LOSS_TOL = 1e-6
 ITERS, BATCH = 3, 8
 

@@ -18,7 +18,7 @@ import pytest
 import torch
 from living_rounds import play_round, simpy_round
 from reference import planned_jobs
-from support import dry_twice
+from support import QUICKSTART, ROOT, dry_twice
 
 from edgefl.cli import main
 from edgefl.devices import draws
@@ -43,8 +43,6 @@ from edgefl.sim.engine import Federation, Span
 from edgefl.sim.fedbuff import Buffered, Stalled, Started, stall_runs
 from edgefl.sim.links import Links
 
-ROOT = Path(__file__).resolve().parent.parent
-QUICKSTART = ROOT / "scenarios" / "quickstart.toml"
 ASYNC = ROOT / "scenarios" / "async-digits.toml"
 # three clients: A ends its upload at 1+0+2+1 = 4 s, B at 7 s, C at 13 s
 JOBS = [(0, (1.0, 0.0, 2.0, 1.0)), (1, (1.0, 0.0, 5.0, 1.0)), (2, (2.0, 0.0, 10.0, 1.0))]

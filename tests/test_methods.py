@@ -16,10 +16,10 @@ from __future__ import annotations
 import copy
 import csv
 import math
-from pathlib import Path
 
 import pytest
 import torch
+from support import QUICKSTART
 from torch import nn
 
 from edgefl.cli import main
@@ -36,8 +36,6 @@ from edgefl.sim.records import AtomProfile
 from edgefl.sim.workload import Workload, train_pass_flops
 from edgefl.training.local import Hooks
 
-ROOT = Path(__file__).resolve().parent.parent
-QUICKSTART = ROOT / "scenarios" / "quickstart.toml"
 PARAM_BYTES = 4 * 25978  # see the module docstring
 BN = {f"conv{i}.1.{s}" for i in (1, 2, 3)
       for s in ("weight", "bias", "running_mean", "running_var", "num_batches_tracked")}

@@ -4,7 +4,6 @@ that dies is retried."""
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 import torch
@@ -13,10 +12,8 @@ from edgefl import rundir
 from edgefl.cli import main
 
 ray = pytest.importorskip("ray")
-from support import simulated_rows  # noqa: E402
+from support import QUICKSTART, ROOT, simulated_rows  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-QUICKSTART = ROOT / "scenarios" / "quickstart.toml"
 SMALL = ["rounds=2", "fleet.clients=6", "training.local_iters=4", "attack.steps=2", "evaluation.steps=2",
          "data.test_samples=32", "threads=1", "ray.workers=2"]
 

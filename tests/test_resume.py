@@ -11,13 +11,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from support import dies_before_checkpoint, kill_at, simulated_rows, sleeper
+from support import QUICKSTART, ROOT, dies_before_checkpoint, kill_at, simulated_rows, sleeper
 
 from edgefl import rundir
 from edgefl.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
-QUICKSTART = ROOT / "scenarios" / "quickstart.toml"
 SMALL = ["rounds=4", "fleet.clients=6", "training.local_iters=6", "attack.steps=3", "evaluation.steps=2",
          "data.test_samples=32", "threads=1"]
 

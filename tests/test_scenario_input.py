@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
-from support import one_error_line
+from support import QUICKSTART, ROOT, one_error_line
 
 from edgefl.cli import main
 from edgefl.devices.catalog import load_profile
@@ -15,9 +15,6 @@ from edgefl.devices.profile import DeviceProfile
 from edgefl.errors import EdgeflError
 from edgefl.methods.distill import DistillConfig
 from edgefl.scenario import load_scenario
-
-ROOT = Path(__file__).resolve().parents[1]
-QUICKSTART = ROOT / "scenarios" / "quickstart.toml"
 
 
 @pytest.mark.parametrize("text", ["", "\n  \n", "# only a comment\n", "\ufeff", "[fleet]\n[training]\n"])

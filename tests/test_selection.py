@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from support import dies_before_checkpoint
+from support import QUICKSTART, dies_before_checkpoint
 
 from edgefl.cli import main
 from edgefl.config import FleetConfig, Scenario, SelectionConfig
@@ -18,9 +18,6 @@ from edgefl.errors import EdgeflError
 from edgefl.scenario import load_scenario
 from edgefl.selection import SELECTORS, Ask, Known, Picked
 from edgefl.selection.oort import exploration, oort_utility
-
-ROOT = Path(__file__).resolve().parents[1]
-QUICKSTART = ROOT / "scenarios" / "quickstart.toml"
 
 
 def ask(clients: int, count: int, sizes: list[float], round_: int = 2, seed: int = 0, need: float = 1.0,

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from support import QUICKSTART, ROOT
 from torch import nn
 
 from edgefl.experiment import prepare
@@ -18,8 +19,6 @@ from edgefl.methods import ClientUpdate
 from edgefl.scenario import load_scenario
 from edgefl.training.local import Hooks
 
-ROOT = Path(__file__).resolve().parent.parent
-QUICKSTART = ROOT / "scenarios" / "quickstart.toml"
 ONE_STEP = ["rounds=2", "training.local_iters=1", "attack.steps=1", "device=cpu"]
 GRAD = 2.0  # d penalty / d w for every parameter element
 FAMILIES = [  # (scenario, overrides, what the client trains at 0.5 MB: narrowed?, member)

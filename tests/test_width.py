@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-from pathlib import Path
 
 import pytest
 import torch
+from support import QUICKSTART, ROOT
 from torch import nn
 
 from edgefl.cli import main
@@ -45,8 +45,6 @@ from edgefl.profiling import profile_model
 from edgefl.scenario import load_scenario
 from edgefl.sim.records import mem_req, paper_mem_req
 
-ROOT = Path(__file__).resolve().parent.parent
-QUICKSTART = ROOT / "scenarios" / "quickstart.toml"
 WIDTH_METHODS = ["heterofl_at", "feddrop_at", "fedrolex_at"]
 
 
