@@ -99,3 +99,11 @@ def test_the_default_folders_are_the_ones_the_code_writes() -> None:
     assert "(`runs/<scenario>` unless `--out`; a dry run's is `runs/<scenario>-dry`)" in outputs
     assert "`--overwrite`" in outputs  # what running it again needs
     assert "`runs/quickstart/`" in section(README, "Two commands")
+
+
+def test_the_readmes_pictures_are_in_the_repository_and_small() -> None:
+    """The picture at the top is a file of the repository (a relative path), small enough to commit."""
+    images = re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", README)
+    assert images and README.index("![") < README.index("## Two commands")
+    for image in images:
+        assert (ROOT / image).is_file() and (ROOT / image).stat().st_size < 150_000, image

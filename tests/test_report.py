@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 from collections.abc import Callable
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pytest
+from matplotlib.figure import Figure
 from support import JFAT_CLIENTS, PROPHET_CLIENTS, one_error_line, write_run
 
 from edgefl.cli import main
 from edgefl.errors import EdgeflError
 from edgefl.experiment import CLIENTS
-from edgefl.report.compare import COLUMNS, breakdown, compare_table, load_run, write_comparison
+from edgefl.report.compare import COLUMNS, PARTS, breakdown, compare_table, load_run, write_comparison
 from edgefl.report.figures import make_figures
+from edgefl.report.palette import PHASE_COLOURS, PHASE_LABELS
+from edgefl.report.seeds import seed_rows
 from edgefl.rundir import MARKER
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -328,12 +332,67 @@ def test_runs_of_different_set_ups_are_plotted_with_a_warning(runs: list[Path], 
     fleet beside them is drawn too, with one line naming what differs."""
     from edgefl.cli import main
 
-    assert main(["plot", *map(str, runs), "--out", str(tmp_path / "a")]) == 0
-    assert capsys.readouterr().err == ""
+    assert main(["plot", *map(str, runs), "--out", str(tmp_path / "a"), "--timeline-clients", "0"]) == 0
+    assert capsys.readouterr().err == ""  # (the runs log no events: a timeline would be warned about)
     other = write_run(tmp_path / "other", "jfat", [{"round": 0, "sim_time_s": 10, "round_time_s": 10,
                                                    "server_s": 0}], [(0, 1e6, 1e6, 1, 1, 1, 1, 0)])
     text = (other / "scenario.toml").read_text()
     (other / "scenario.toml").write_text(text.replace('pool = "edge"', 'pool = "tiny"'))
-    assert main(["plot", str(runs[0]), str(other), "--out", str(tmp_path / "b")]) == 0
+    assert main(["plot", str(runs[0]), str(other), "--out", str(tmp_path / "b"),
+                 "--timeline-clients", "0"]) == 0
     err = capsys.readouterr().err
     assert err.startswith("edgefl: warning: the runs differ in fleet ") and err.count("\n") == 1
+
+
+def _phase_colours(fig: Figure) -> list[tuple[str, str]]:
+    """(phase, colour) of every bar and legend entry a phase names: the breakdown's bar containers
+    (labelled PHASE_LABELS[phase]), the timeline's bars (gid `client:phase`) and every legend entry
+    whose text is a phase's label."""
+    from matplotlib.colors import to_hex
+
+    by_label = {label: phase for phase, label in PHASE_LABELS.items()}
+    found = []
+    for ax in fig.axes:
+        found += [(by_label[c.get_label()], to_hex(bar.get_facecolor())) for c in ax.containers
+                  if c.get_label() in by_label for bar in c]
+        found += [(str(c.get_gid()).split(":")[1], to_hex(c.get_facecolor()[0])) for c in ax.collections
+                  if c.get_gid()]
+        legend = ax.get_legend()
+        if legend is not None:
+            found += [(by_label[t.get_text()], to_hex(h.get_facecolor())) for h, t in
+                      zip(legend.legend_handles, legend.get_texts(), strict=True) if t.get_text() in by_label]
+    return found
+
+
+def test_every_figure_takes_its_phase_colours_from_the_one_mapping(runs: list[Path], tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every phase given a colour no default palette has: every figure `edgefl plot` draws (the
+    timeline of a run with an events log among them), those of a comparison over seeds and the HTML
+    page's breakdown table then show exactly those colours, compute in the same one everywhere."""
+    from edgefl.report import figures
+    from edgefl.report.html import report_page
+
+    odd = {phase: f"#{i + 1:02x}{2 * i + 3:02x}{3 * i + 5:02x}" for i, phase in enumerate(PHASE_COLOURS)}
+    for phase, colour in odd.items():
+        monkeypatch.setitem(PHASE_COLOURS, phase, colour)
+    with open(runs[0] / "events.csv", "w") as f:
+        f.write("round,client,phase,start_s,end_s\n0,0,download,0,1\n0,0,data_access,1,2\n"
+                "0,0,compute,2,90\n0,0,upload,90,100\n0,1,compute,0,40\n0,1,wait,40,100\n")
+    drawn: list[Figure] = []
+    monkeypatch.setattr(figures, "save_figures",
+                        lambda figs, out: drawn.extend(f for f in figs.values() if f is not None) or [])
+    figures.make_figures(runs, tmp_path / "a", timeline_clients=2)
+    loaded = [load_run(p) for p in runs[:2]]
+    figures.make_seed_figures({r.method: [r] for r in loaded}, seed_rows({0: loaded}, None), tmp_path / "b",
+                              None)
+    seen = [pair for fig in drawn for pair in _phase_colours(fig)]
+    for fig in drawn:
+        plt.close(fig)
+    assert {phase for phase, _ in seen} == set(PHASE_COLOURS)  # each phase is drawn somewhere
+    assert all(colour == odd[phase] for phase, colour in seen), seen
+    page = report_page(loaded, None, "t")
+    swatch = r'<span class="swatch" style="background:(#[0-9a-f]{6})"></span>([^<]*) \(h\)'
+    swatches = re.findall(swatch, page)
+    labels = {label: phase for phase, label in PHASE_LABELS.items()}
+    assert sorted(labels[label] for _, label in swatches) == sorted([*PARTS, "server"])
+    assert all(colour == odd[labels[label]] for colour, label in swatches)

@@ -6,16 +6,23 @@ from __future__ import annotations
 import csv
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any
 
+import matplotlib.pyplot as plt
+import numpy as np
 import pytest
+from matplotlib.container import ErrorbarContainer
+from support import JFAT_CLIENTS, write_run
 
 from edgefl import checkpoint
 from edgefl.cli import main
 from edgefl.experiment import loop
+from edgefl.report.compare import Run, load_run
+from edgefl.report.figures import band_accuracy_figure, seed_axis, seed_curves
 from edgefl.report.seeds import difference_lines, differences, summary_rows
-from edgefl.report.stats import band, bootstrap_interval, paired, t_interval
+from edgefl.report.stats import Band, EndPoint, band, bootstrap_interval, paired, spread, t_interval
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = ROOT / "scenarios" / "compare-digits.toml"
@@ -80,6 +87,68 @@ def test_band_spans_what_every_curve_covers_and_none_without_overlap():
     assert found is not None and found.grid == [2, 5, 8]
     assert found.mean == [3, 4.5, 6] and found.low == [2, 4, 4] and found.high == [4, 5, 8]
     assert band([[(0, 0), (1, 1)], [(2, 0), (3, 1)]]) is None
+
+
+def test_spread_is_the_band_or_where_curves_without_a_common_span_end():
+    """Curves ending at (2, 4) and (6, 10): (4, 7) their mean end, x 2-6, y 4-10. Curves that share
+    one point only (x = 2) have no band to draw either."""
+    assert isinstance(spread([[(0, 0), (10, 10)], [(2, 4), (8, 4)]], points=3), Band)
+    assert spread([[(0, 0), (1, 2), (2, 4)], [(3, 1), (6, 10)]]) == EndPoint(4, 2, 6, 7, 4, 10)
+    assert spread([[(0, 0), (2, 4)], [(2, 6), (3, 1)]]) == EndPoint(2.5, 2, 3, 2.5, 1, 4)
+    assert spread([[(5, 50)]]) == EndPoint(5, 5, 5, 50, 50, 50)
+
+
+def _seed_run(path: Path, seed: int, evals: list[tuple[float, float | None, float | None]]) -> Run:
+    """A jFAT run of 2 rounds: (simulated s, clean, adversarial) of each, None where not evaluated."""
+    path.mkdir(parents=True)
+    metrics = [{"round": t, "sim_time_s": s, "server_s": 0, **({"clean_acc": c, "adv_acc": a} if c else {})}
+               for t, (s, c, a) in enumerate(evals)]
+    return load_run(write_run(path / f"seed-{seed}", "jfat", metrics, JFAT_CLIENTS))
+
+
+def test_seeds_whose_clocks_share_no_span_are_banded_over_rounds(tmp_path):
+    """Seed 0 evaluates at 100 s and 200 s, seed 1 at 300 s and 600 s: no common span of simulated
+    time, so the figure's x axis is the round, where the PGD band runs from rounds 1 to 2 between
+    20-30 % and 40-50 %, its mean 25 % to 45 % (35 % at round 1.5: linear in between)."""
+    runs = {"jfat": [_seed_run(tmp_path / "a", 0, [(100, 0.5, 0.2), (200, 0.6, 0.4)]),
+                     _seed_run(tmp_path / "b", 1, [(300, 0.7, 0.3), (600, 0.9, 0.5)])]}
+    assert seed_curves(runs, 2, "time") == {"jfat": [[(100 / 3600, 20), (200 / 3600, 40)],
+                                                     [(300 / 3600, 30), (600 / 3600, 50)]]}
+    assert isinstance(spread(seed_curves(runs, 2, "time")["jfat"]), EndPoint)
+    assert seed_axis(runs) == "round"
+    found = spread(seed_curves(runs, 2, "round")["jfat"], points=3)
+    assert found == Band([1, 1.5, 2], [25, 35, 45], [20, 30, 40], [30, 40, 50])
+    fig = band_accuracy_figure(runs, None)
+    assert fig is not None
+    adv = fig.axes[0]
+    assert adv.get_xlabel().startswith("communication round")
+    mean = next(line for line in adv.get_lines() if line.get_linewidth() == 1.8)
+    xs, ys = mean.get_xdata(), mean.get_ydata()
+    assert (xs[0], xs[-1], ys[0], ys[-1]) == pytest.approx((1, 2, 25, 45))
+    assert float(np.interp(1.5, xs, ys)) == pytest.approx(35)
+    shaded = adv.collections[0].get_paths()[0].vertices
+    assert {float(y) for x, y in shaded if x == 1} == {20, 30}
+    assert {float(y) for x, y in shaded if x == 2} == {40, 50}
+    plt.close(fig)
+
+
+def test_seeds_with_one_evaluation_each_get_their_mean_end_with_min_max_bars(tmp_path):
+    """Seed 0 evaluates once, at 200 s (40 % PGD), seed 1 at 600 s (50 %): no span on either axis,
+    so the figure stays on simulated time with a bar from 200 s to 600 s around 400 s, and from
+    40 % to 50 % around 45 %."""
+    runs = {"jfat": [_seed_run(tmp_path / "a", 0, [(100, None, None), (200, 0.6, 0.4)]),
+                     _seed_run(tmp_path / "b", 1, [(300, None, None), (600, 0.9, 0.5)])]}
+    assert seed_axis(runs) == "time"
+    fig = band_accuracy_figure(runs, None)
+    assert fig is not None
+    adv = fig.axes[0]
+    assert adv.get_xlabel() == "simulated wall-clock time (hours)"
+    bars = next(c for c in adv.containers if isinstance(c, ErrorbarContainer))
+    point, _, (xbar, ybar) = bars.lines
+    assert (point.get_xdata()[0], point.get_ydata()[0]) == pytest.approx((400 / 3600, 45))
+    assert xbar.get_segments()[0].ravel() == pytest.approx([200 / 3600, 45, 600 / 3600, 45])
+    assert ybar.get_segments()[0].ravel() == pytest.approx([400 / 3600, 40, 400 / 3600, 50])
+    plt.close(fig)
 
 
 def _row(method: str, seed: int, adv: float, sim: float, reached: float | None) -> dict[str, Any]:
@@ -242,3 +311,20 @@ def test_a_run_an_earlier_edgefl_wrote_without_the_seeds_key_is_kept(tmp_path, c
     capsys.readouterr()
     assert main(args) == 0
     assert capsys.readouterr().out.startswith("jfat: finished, kept")
+
+
+def test_the_report_pairs_the_seeds_as_the_comparison_did(tmp_path, capsys):
+    """A comparison paired against FedProphet with bootstrap intervals: the report's paired
+    differences are differences.csv's, not jFAT's with t intervals (its default)."""
+    out = tmp_path / "cmp"
+    assert main(["compare", str(SCENARIO), "--methods", "jfat,fedprophet", *SMALL, "--seeds", "0,1",
+                 "--reference", "fedprophet", "--interval", "bootstrap", "--out", str(out), "--dry-run",
+                 "--quiet"]) == 0
+    assert main(["report", str(out)]) == 0
+    written = {d["figure"]: d for d in _read(out / "differences.csv")}["sim_time_s"]
+    estimate, low, high = (float(written[k]) for k in ("estimate", "low", "high"))
+    page = (out / "report.html").read_text()
+    assert "Paired differences against fedprophet over the seeds both ran, 95 % percentile bootstrap" in page
+    cells = [f"<td>{c}</td>" for c in ("jfat", "fedprophet", "simulated time", f"{estimate:.2f}x",
+                                        f"[{low:.2f}, {high:.2f}]", "2 of 2")]
+    assert re.search(r"<tr>" + "".join(cells).replace("[", r"\[").replace("]", r"\]") + "</tr>", page)

@@ -4,6 +4,7 @@ by phase, status markers when clients.csv has a `status` column, PNG and SVG."""
 from __future__ import annotations
 
 import csv
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,8 @@ from matplotlib.colors import to_rgba
 
 from edgefl.cli import main
 from edgefl.experiment import CLIENTS
-from edgefl.report.timeline import PHASE_COLOURS, timeline_figure, timeline_names
+from edgefl.report.palette import PHASE_COLOURS
+from edgefl.report.timeline import timeline_figure, timeline_names
 
 ROOT = Path(__file__).resolve().parents[1]
 # round, client, phase, start, end: client 3's round 0 (it waits for client 5), client 5's round 0,
@@ -71,12 +73,23 @@ def test_status_markers_sit_at_each_client_rounds_finish(tmp_path: Path) -> None
     assert {t.get_text() for t in fig.axes[0].get_legend().get_texts()} >= {"completed", "late", "dropped"}
 
 
-def test_plot_writes_the_timeline_of_a_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    run = tmp_path / "run"
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A dry run of the quickstart, 2 rounds (a test copies it before changing it)."""
+    run = tmp_path_factory.mktemp("dry") / "run"
     quickstart = str(ROOT / "scenarios" / "quickstart.toml")
     assert main(["run", quickstart, "--dry-run", "--quiet", "--out", str(run), "--set", "rounds=2"]) == 0
+    return run
+
+
+def test_plot_writes_the_timeline_of_a_run(dry_run: Path, tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(dry_run, run)
     assert main(["plot", str(run), "--timeline-clients", "4"]) == 0
-    written = capsys.readouterr().out.split()
+    out, err = capsys.readouterr()
+    assert err == ""
+    written = out.split()
     for ext in ("png", "svg"):
         path = run / "figures" / f"timeline.{ext}"
         assert str(path) in written and path.stat().st_size > 1000
@@ -94,3 +107,22 @@ def test_timelines_of_runs_whose_folders_share_a_name_do_not_overwrite_each_othe
     assert timeline_names([Path("a/jfat")]) == ["timeline"]
     assert timeline_names([Path("a/jfat"), Path("b/jfat"), Path("c/fed prophet")]) == [
         "timeline-jfat-1", "timeline-jfat-2", "timeline-fed_prophet"]
+
+
+def test_plot_of_a_run_without_its_events_log_warns_and_draws_the_other_figures(
+        dry_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """events.parquet and events.csv deleted: one warning line naming them, exit 0, every other
+    figure drawn, no timeline; with --timeline-clients 0 no timeline is asked for, so no warning."""
+    run = tmp_path / "run"
+    shutil.copytree(dry_run, run)
+    for name in ("events.parquet", "events.csv"):
+        (run / name).unlink(missing_ok=True)
+    assert main(["plot", str(run)]) == 0
+    out, err = capsys.readouterr()
+    assert err == (f"edgefl: warning: {run}: no events log (events.parquet or events.csv): its timeline is "
+                   "skipped, the other figures are drawn\n")
+    assert sorted(Path(p).name for p in out.split()) == ["breakdown.png", "breakdown.svg", "memory.png",
+                                                        "memory.svg"]
+    assert not (run / "figures" / "timeline.png").exists()
+    assert main(["plot", str(run), "--timeline-clients", "0"]) == 0
+    assert capsys.readouterr().err == ""

@@ -20,6 +20,7 @@ import math
 import statistics
 import tomllib
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -114,10 +115,10 @@ SETUP = ("seed", "data", "fleet", "model", "training", "attack", "evaluation", "
 # a comparison's runs: `edgefl compare` varies the method, its knobs and its rounds only
 
 
-def differing_setup(paths: list[Path]) -> list[str]:
-    """The keys of SETUP in which a run's scenario.toml differs from the first run's."""
+def differing_setup(paths: list[Path], keys: Sequence[str] = SETUP) -> list[str]:
+    """The `keys` (of SETUP) in which a run's scenario.toml differs from the first run's."""
     first, *rest = [_read_scenario(p) for p in paths]
-    return [key for key in SETUP if any(r.get(key) != first.get(key) for r in rest)]
+    return [key for key in keys if any(r.get(key) != first.get(key) for r in rest)]
 
 
 def _value(scenario: dict[str, Any], key: str, default: Any = None) -> Any:
@@ -173,7 +174,16 @@ def _check_row(file: Path, line: int, row: dict[Any, Any], columns: list[str]) -
 def evaluated(run: Run) -> list[tuple[float, float, float]]:
     """(simulated seconds, clean acc, adversarial acc) of the evaluated rounds; none in a dry run."""
     return [(float(r["sim_time_s"]), float(r["clean_acc"]), float(r["adv_acc"]))
-            for r in run.metrics if r.get("adv_acc")]
+            for r in _evaluated_rows(run)]
+
+
+def evaluated_rounds(run: Run) -> list[int]:
+    """The evaluated rounds, counted from 1, in the order of `evaluated`."""
+    return [int(r["round"]) + 1 for r in _evaluated_rows(run)]
+
+
+def _evaluated_rows(run: Run) -> list[dict[str, str]]:
+    return [r for r in run.metrics if r.get("adv_acc")]
 
 
 def sim_time(run: Run) -> float:

@@ -22,6 +22,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from edgefl.report.compare import (
     BASELINE,
@@ -32,17 +33,17 @@ from edgefl.report.compare import (
     check_target,
     energy_per_device,
     evaluated,
+    evaluated_rounds,
     load_run,
     memory,
     table,
 )
+from edgefl.report.palette import PHASE_COLOURS, PHASE_LABELS
 from edgefl.report.seeds import summary_rows
-from edgefl.report.stats import band
+from edgefl.report.stats import Band, EndPoint, spread
 from edgefl.report.timeline import timeline_figure, timeline_names
 from edgefl.rundir import claim, run_timeline, write_file
 
-PART_LABELS = {"compute": "compute", "data_access": "data access (swap, data)",
-               "comm": "communication", "wait": "waiting", "server": "server"}
 LINE_STYLES = ["--", ":", "-."]
 MARKERS = ["o", "s", "^", "D"]
 
@@ -78,24 +79,31 @@ def make_figures(runs: list[Path], out_dir: Path, target: float | None = None,
 def make_seed_figures(runs: dict[str, list[Run]], rows: list[Row], out_dir: Path,
                       target: float | None) -> list[Path]:
     """The figures of a comparison over seeds (`runs`: each method's runs, one per seed; `rows`:
-    edgefl.report.seeds `seed_rows`): accuracy as each method's mean curve with its min-max band,
-    speed-ups as the seeds' mean with +-1 sd error bars, the breakdown and energy as the seeds' mean,
-    and the memory and perturbation figures of every run."""
+    edgefl.report.seeds `seed_rows`): accuracy as each method's spread over its seeds
+    (`band_accuracy_figure`), speed-ups as the seeds' mean with +-1 sd error bars, the breakdown and
+    energy as the seeds' mean, and the memory and perturbation figures of every run."""
     check_target(target)
-    labels, summary = list(runs), summary_rows(rows)
     every = [run for group in runs.values() for run in group]
-    means = [{c: r[f"{c}_mean"] for c in ("speedup_vs_jfat", "speedup_to_target_vs_jfat", "time_to_target_s")}
-             | {"method": r["method"]} for r in summary]
-    errors = [{c: r[f"{c}_std"] for c in ("speedup_vs_jfat", "speedup_to_target_vs_jfat")} for r in summary]
     parts = [_mean_parts([breakdown(r) for r in group]) for group in runs.values()]  # an async run's
     # breakdown reads its events log: once per run
     joules = [_mean_or_none([energy_per_device(r, None)[0] for r in group]) for group in runs.values()]
+    over = f" over {len(every) // len(runs)} seeds"
     figures = {"accuracy": band_accuracy_figure(runs, target),
-               "speedup": speedup_figure(means, labels, target, errors),
-               "breakdown": breakdown_figure(parts, joules, labels, f" over {len(every) // len(runs)} seeds"),
+               "speedup": seed_speedup_figure(summary_rows(rows), target),
+               "breakdown": breakdown_figure(parts, joules, list(runs), over),
                "memory": memory_figure(every),
                "epsilon": epsilon_figure(every, [f"{r.method} ({r.name})" for r in every])}
     return save_figures(figures, out_dir)
+
+
+def seed_speedup_figure(summary: list[Row], target: float | None) -> Figure | None:
+    """`speedup_figure` of a comparison over seeds (`summary`: edgefl.report.seeds `summary_rows`):
+    each method's mean speed-up over its seeds, with +-1 sd error bars."""
+    columns = ("speedup_vs_jfat", "speedup_to_target_vs_jfat")
+    means = [{"method": r["method"], "time_to_target_s": r["time_to_target_s_mean"],
+              **{c: r[f"{c}_mean"] for c in columns}} for r in summary]
+    errors = [{c: r[f"{c}_std"] for c in columns} for r in summary]
+    return speedup_figure(means, [r["method"] for r in summary], target, errors)
 
 
 def _mean_parts(parts: list[dict[str, float]]) -> dict[str, float]:
@@ -174,37 +182,83 @@ def accuracy_figure(runs: list[Run], labels: list[str], target: float | None) ->
 
 
 def band_accuracy_figure(runs: dict[str, list[Run]], target: float | None) -> Figure | None:
-    """Each method's accuracy against simulated hours over its seeds: every seed's curve thin, the
-    mean on the span all seeds cover (edgefl.report.stats `band`) bold, and the seeds' least to
-    greatest value shaded; None in dry runs."""
-    curves = {m: [evaluated(r) for r in group] for m, group in runs.items()}
-    if not any(points for group in curves.values() for points in group):
+    """Each method's accuracy over its seeds (`runs`: each method's runs) against the x axis they
+    share (`seed_axis`): every seed's curve thin and, where the method's seeds share a span of x
+    (edgefl.report.stats `spread`), their mean bold with the least to greatest value shaded, else
+    their mean end point with min-max error bars; None in dry runs."""
+    if not any(evaluated(r) for group in runs.values() for r in group):
         return None
+    axis = seed_axis(runs)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), sharex=True)
-    for i, (method, group) in enumerate(curves.items()):
-        style = run_style(i)
-        for ax, (column, _) in zip(axes, ACCURACY_PANELS, strict=True):
-            spread = band([[(p[0] / 3600, 100 * p[column]) for p in points] for points in group])
-            alone = f"{method}: {len(group)} seeds, no span they all cover" if spread is None else None
-            for k, points in enumerate(group):
-                ax.plot([t / 3600 for t, *_ in points], [100 * p[column] for p in points], lw=0.6,
-                        alpha=0.35, color=style["color"], ls=style["ls"], label=None if k else alone)
-            if spread is None:
-                continue
-            ax.fill_between(spread.grid, spread.low, spread.high, color=style["color"], alpha=0.2, lw=0)
-            ax.plot(spread.grid, spread.mean, color=style["color"], ls=style["ls"], lw=1.8,
-                    label=f"{method}: mean of {len(group)} seeds, band min-max")
-    _accuracy_axes(axes, target)
+    for ax, (column, _) in zip(axes, ACCURACY_PANELS, strict=True):
+        for i, (method, curves) in enumerate(seed_curves(runs, column, axis).items()):
+            if curves:
+                _draw_spread(ax, method, curves, run_style(i))
+    _accuracy_axes(axes, target, axis)
     return fig
 
 
-def _accuracy_axes(axes: Any, target: float | None) -> None:
-    """The target line, titles, labels and legends of the two accuracy panels."""
+Curve = list[tuple[float, float]]  # (x, accuracy %) of a run's evaluated rounds
+
+
+def seed_axis(runs: dict[str, list[Run]]) -> str:
+    """The x axis of a comparison over seeds' accuracy: "time" (simulated hours), or "round" (from 1)
+    where more methods' seeds share a span of rounds than of simulated time (edgefl.report.stats
+    `spread`). A seed changes the fleet draw, so each seed's clock runs at its own pace, and the
+    seeds of short runs can share no span of it."""
+    def banded(axis: str) -> int:
+        curves = seed_curves(runs, ACCURACY_PANELS[0][0], axis).values()
+        return sum(isinstance(spread(c), Band) for c in curves if c)
+
+    return "round" if banded("round") > banded("time") else "time"
+
+
+def seed_curves(runs: dict[str, list[Run]], column: int, axis: str) -> dict[str, list[Curve]]:
+    """Each method's curves of accuracy `column` (of `evaluated`) in percent, one per seed with an
+    evaluated round, against simulated hours (`axis` "time") or the round from 1 ("round")."""
+    out: dict[str, list[Curve]] = {}
+    for method, group in runs.items():
+        out[method] = []
+        for run in group:
+            points = evaluated(run)
+            xs = [t / 3600 for t, _, _ in points] if axis == "time" else evaluated_rounds(run)
+            if points:
+                out[method].append([(x, 100 * p[column]) for x, p in zip(xs, points, strict=True)])
+    return out
+
+
+def _draw_spread(ax: Axes, method: str, curves: list[Curve], style: dict[str, str]) -> None:
+    """A method's seeds on one panel: each curve thin, then its band or its end point."""
+    for curve in curves:
+        ax.plot([x for x, _ in curve], [y for _, y in curve], lw=0.6, alpha=0.35, color=style["color"],
+                ls=style["ls"])
+    found = spread(curves)
+    if isinstance(found, EndPoint):
+        ax.errorbar([found.x], [found.y], xerr=[[found.x - found.x_low], [found.x_high - found.x]],
+                    yerr=[[found.y - found.y_low], [found.y_high - found.y]], color=style["color"],
+                    marker=style["marker"], ms=5, capsize=3,
+                    label=f"{method}: mean end of {len(curves)} seeds, bars min-max")
+        return
+    ax.fill_between(found.grid, found.low, found.high, color=style["color"], alpha=0.2, lw=0)
+    ax.plot(found.grid, found.mean, color=style["color"], ls=style["ls"], lw=1.8,
+            label=f"{method}: mean of {len(curves)} seeds, band min-max")
+
+
+# an accuracy figure's x axis: (what the titles say it is against, its label)
+X_AXES = {"time": ("simulated time", "simulated wall-clock time (hours)"),
+          "round": ("rounds", "communication round (the seeds' simulated clocks share no span)")}
+
+
+def _accuracy_axes(axes: Any, target: float | None, axis: str = "time") -> None:
+    """The target line, titles, labels and legends of the two accuracy panels against `axis`."""
     if target is not None:
         axes[0].axhline(100 * target, color="grey", ls=":", label=f"target {100 * target:g} %")
+    against, label = X_AXES[axis]
     for ax, (_, kind) in zip(axes, ACCURACY_PANELS, strict=True):
-        ax.set(xlabel="simulated wall-clock time (hours)", ylabel=f"{kind} test accuracy (%)",
-               title=f"{kind.capitalize()} accuracy against simulated time", ylim=(0, 100))
+        ax.set(xlabel=label, ylabel=f"{kind} test accuracy (%)",
+               title=f"{kind.capitalize()} accuracy against {against}", ylim=(0, 100))
+        if axis == "round":
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
 
@@ -254,9 +308,10 @@ def breakdown_figure(parts: list[dict[str, float]], joules: list[float | None], 
                              figsize=(max(6.0, 1.3 * len(parts) + 3) * (2 if priced else 1), 4.5))
     ax = axes[0][0]
     bottom = [0.0] * len(parts)
-    for j, part in enumerate([*PARTS, "server"]):
+    for part in [*PARTS, "server"]:
         hours = [p[part] / 3600 for p in parts]
-        ax.bar(range(len(parts)), hours, 0.6, bottom=bottom, label=PART_LABELS[part], color=f"C{j}")
+        ax.bar(range(len(parts)), hours, 0.6, bottom=bottom, label=PHASE_LABELS[part],
+               color=PHASE_COLOURS[part])
         bottom = [b + h for b, h in zip(bottom, hours, strict=True)]
     ax.set_xticks(range(len(parts)), labels, rotation=20, ha="right")
     ax.set(ylabel="simulated time (hours)", title=f"Where the time goes (mean client per round{over})")

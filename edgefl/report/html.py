@@ -3,7 +3,10 @@
 The page holds a summary per run (scenario, method, rounds, simulated time, final clean and robust
 accuracy), accuracy against simulated time, where the time goes, memory, each run's per-client
 timeline, energy (where runs priced it), FedProphet's perturbation (where logged) and, for several
-runs, the comparison table and the speed-up over jFAT. Figures are edgefl.report.figures' and
+runs, the comparison table and the speed-up over jFAT. A comparison over seeds (every run a
+`seed-<s>` folder, two seeds or more) gets, under the summary, each method's mean and spread over
+its seeds and the paired differences `edgefl compare --seeds` computes (edgefl.report.seeds), and its
+accuracy figure draws each method's spread over its seeds. Figures are edgefl.report.figures' and
 edgefl.report.timeline's, inlined as SVG data URIs; the CSS is inline; nothing is fetched to view it.
 """
 
@@ -28,6 +31,8 @@ from edgefl.report.compare import (
     COLUMNS,
     FORMATS,
     PARTS,
+    SETUP,
+    Row,
     Run,
     breakdown,
     check_target,
@@ -41,17 +46,32 @@ from edgefl.report.compare import (
     target_line,
 )
 from edgefl.report.figures import (
-    PART_LABELS,
     accuracy_figure,
+    band_accuracy_figure,
     breakdown_figure,
     energy_panel,
     epsilon_figure,
     memory_figure,
     render,
     run_labels,
+    seed_speedup_figure,
     speedup_figure,
 )
-from edgefl.report.seeds import SEED_COLUMNS, attack_label, seed_rows
+from edgefl.report.palette import PHASE_COLOURS, PHASE_LABELS
+from edgefl.report.seeds import (
+    SEED_COLUMNS,
+    attack_label,
+    compared_pairing,
+    differences,
+    differences_note,
+    figure_text,
+    interval_text,
+    printed,
+    seed_rows,
+    spread_note,
+    spread_text,
+    summary_rows,
+)
 from edgefl.report.timeline import timeline_figure
 from edgefl.rundir import marker_kind, probe, read_marker, write_file
 
@@ -74,6 +94,7 @@ th,td{border-bottom:1px solid #e6e9ee;padding:.3em .7em;text-align:left;white-sp
 th{background:#f0f2f6}td.n{text-align:right;font-variant-numeric:tabular-nums}
 figure{margin:.8em 0}figure img{max-width:100%;height:auto}
 figcaption,.note{color:#5b6475;font-size:.88em}.warn{color:#9a4b00}
+.swatch{display:inline-block;width:.8em;height:.8em;border-radius:2px;margin-right:.35em;vertical-align:-.05em}
 """
 
 
@@ -135,14 +156,17 @@ def _ours(page: Path) -> bool:
 def report_page(runs: list[Run], target: float | None, title: str) -> str:
     """The HTML page of loaded runs (edgefl.report.compare `load_run`), titled `title`."""
     labels = run_labels(runs)
+    seeds = seed_groups(runs)
+    rows = seed_rows(seeds, target) if len(seeds) > 1 else []
     sections = [("summary", "Summary", summary_section(runs, labels)),
-                ("accuracy", "Accuracy against simulated time", accuracy_section(runs, labels, target)),
+                ("seeds", "Over seeds", seeds_section(seeds, rows, target)),
+                ("accuracy", "Accuracy against simulated time", accuracy_section(runs, labels, target, rows)),
                 ("time", "Where the time goes", time_section(runs, labels)),
                 ("memory", "Memory", memory_section(runs, labels)),
                 ("timeline", "Timeline", timeline_section(runs)),
                 ("energy", "Energy", energy_section(runs, labels, target)),
                 ("perturbation", "Perturbation", _figure(epsilon_figure(runs, labels), "epsilon")),
-                ("comparison", "Comparison", comparison_section(runs, labels, target))]
+                ("comparison", "Comparison", comparison_section(runs, labels, target, rows))]
     shown = [(key, name, body) for key, name, body in sections if body]
     nav = "".join(f'<a href="#{key}">{name}</a>' for key, name, _ in shown)
     body = "".join(f'<section id="{key}"><h2>{name}</h2>{part}</section>' for key, name, part in shown)
@@ -153,19 +177,34 @@ def report_page(runs: list[Run], target: float | None, title: str) -> str:
             f"<nav>{nav}</nav><main>{body}</main></body></html>\n")
 
 
+def seed_groups(runs: list[Run]) -> dict[int, list[Run]]:
+    """The runs by seed, seeds in order, when every run is a `seed-<s>` folder (a comparison over
+    seeds, `<method>/seed-<s>/`); else none."""
+    found = [(int(m.group(1)), run) for run in runs if (m := SEED_FOLDER.fullmatch(run.name))]
+    if len(found) < len(runs):
+        return {}
+    groups: dict[int, list[Run]] = {}
+    for seed, run in sorted(found, key=lambda x: x[0]):
+        groups.setdefault(seed, []).append(run)
+    return groups
+
+
 def _e(text: Any) -> str:
     return html.escape(str(text))
 
 
-def _table(header: list[str], rows: Iterable[list[Any]]) -> str:
-    head = "".join(f"<th>{_e(h)}</th>" for h in header)
+def _table(header: list[str], rows: Iterable[list[Any]], colours: list[str | None] | None = None) -> str:
+    """A table; `colours`, one per column or None, puts a swatch of that colour in its header."""
+    marks = [f'<span class="swatch" style="background:{c}"></span>' if c else ""
+             for c in colours or [None] * len(header)]
+    head = "".join(f"<th>{mark}{_e(h)}</th>" for h, mark in zip(header, marks, strict=True))
     body = "".join("<tr>" + "".join(_td(c) for c in row) + "</tr>" for row in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def _td(cell: Any) -> str:
-    """A cell, right-aligned when it is a number (or the dash of a missing one)."""
-    numeric = re.fullmatch(r"–|[-+]?\d[\d.e+-]*", str(cell)) is not None
+    """A cell, right-aligned when it is a number (or the dash of a missing one), or a mean ± sd."""
+    numeric = re.fullmatch(r"–|[-+]?\d[\d.e+-]*( ± [\d.e+-]+)?( \(\d+/\d+\))?", str(cell)) is not None
     return f'<td class="n">{_e(cell)}</td>' if numeric else f"<td>{_e(cell)}</td>"
 
 
@@ -200,9 +239,25 @@ def _percent(value: float | None) -> str:
     return "–" if value is None else f"{100 * value:.1f}"
 
 
-def accuracy_section(runs: list[Run], labels: list[str], target: float | None) -> str:
-    drawn = _figure(accuracy_figure(runs, labels, target), "accuracy against simulated time")
+def accuracy_section(runs: list[Run], labels: list[str], target: float | None, rows: list[Row]) -> str:
+    """Accuracy against simulated time, one line per run; over seeds (`rows`, edgefl.report.seeds
+    `seed_rows`, none otherwise), each method's spread over its seeds on an x axis they share."""
+    if rows:
+        caption = ("Each method over its seeds: thin lines the seeds, bold the mean with the min-max band "
+                   "where the seeds share a span of the x axis, else the mean end point with min-max bars. "
+                   "The x axis is simulated time, or the round where more methods' seeds share a span of "
+                   "rounds than of simulated time (each seed's fleet runs its own clock).")
+        drawn = _figure(band_accuracy_figure(_by_method(runs), target), "accuracy over seeds", caption)
+    else:
+        drawn = _figure(accuracy_figure(runs, labels, target), "accuracy against simulated time")
     return drawn or '<p class="note">No evaluated round (dry runs measure no accuracy).</p>'
+
+
+def _by_method(runs: list[Run]) -> dict[str, list[Run]]:
+    groups: dict[str, list[Run]] = {}
+    for run in runs:
+        groups.setdefault(run.method, []).append(run)
+    return groups
 
 
 def time_section(runs: list[Run], labels: list[str]) -> str:
@@ -211,7 +266,8 @@ def time_section(runs: list[Run], labels: list[str]) -> str:
     rows = [[label, *(f"{p[n] / 3600:.4f}" for n in names), f"{sum(p.values()) / 3600:.4f}"]
             for label, p in zip(labels, parts, strict=True)]
     return (_figure(breakdown_figure(parts, [None] * len(runs), labels), "time breakdown")
-            + _table(["run", *(f"{PART_LABELS[n]} (h)" for n in names), "sum (h)"], rows)
+            + _table(["run", *(f"{PHASE_LABELS[n]} (h)" for n in names), "sum (h)"], rows,
+                     [None, *(PHASE_COLOURS[n] for n in names), None])
             + '<p class="note">Mean client per round, simulated hours (edgefl.report.compare breakdown).</p>')
 
 
@@ -245,28 +301,81 @@ def energy_section(runs: list[Run], labels: list[str], target: float | None) -> 
                                                        "to the target (J)"], rows)
 
 
-def comparison_section(runs: list[Run], labels: list[str], target: float | None) -> str:
-    """The comparison table (per seed, speed-ups against the same seed's jFAT, when every run is a
-    `seed-<s>` folder), the speed-up figure and any set-up the runs differ in; "" for one run."""
+def comparison_section(runs: list[Run], labels: list[str], target: float | None, rows: list[Row]) -> str:
+    """Over seeds (`rows`, edgefl.report.seeds `seed_rows`): each method and seed's row, speed-ups
+    against the same seed's jFAT (the spread, the speed-ups over seeds and any set-up difference are
+    in `seeds_section`). Else the comparison table, the speed-up figure and any set-up the runs differ
+    in; "" for one run."""
+    if rows:
+        return _rows_table(rows, SEED_COLUMNS) + _note(f"Speed-ups against {BASELINE} on the same seed.")
     if len(runs) < 2:
         return ""
-    seeds = [SEED_FOLDER.fullmatch(r.name) for r in runs]
-    if all(seeds):
-        by_seed: dict[int, list[Run]] = {}
-        for run, match in zip(runs, seeds, strict=True):
-            by_seed.setdefault(int(match.group(1)) if match else 0, []).append(run)
-        rows, columns = seed_rows(by_seed, target), SEED_COLUMNS
-        names = [f"{r['method']} seed {r['seed']}" for r in rows]
-        line = f"Speed-ups against {BASELINE} on the same seed."
-    else:
-        rows, columns, names = table(runs, target), COLUMNS, labels
-        line = target_line(rows, target).replace("`", "")
-    cells = [[_cell(r[c], c) for c in columns] for r in rows]
+    compared = table(runs, target)
     differ = differing_setup([r.path for r in runs])
     warn = (f'<p class="warn">The runs differ in {_e(", ".join(differ))} (their scenario.toml): '
             "set side by side, they compare different set-ups.</p>") if differ else ""
-    speedup = _figure(speedup_figure(rows, names, target), "speed-up over jFAT")
-    return _table(columns, cells) + f'<p class="note">{_e(line)}</p>' + warn + speedup
+    return (_rows_table(compared, COLUMNS) + _note(target_line(compared, target).replace("`", "")) + warn
+            + _figure(speedup_figure(compared, labels, target), "speed-up over jFAT"))
+
+
+def seeds_section(seeds: dict[int, list[Run]], rows: list[Row], target: float | None) -> str:
+    """A comparison over seeds: each method's mean +- sd over its seeds, the paired differences
+    against the reference that `edgefl compare` paired with (its differences.csv; computed here by the
+    same edgefl.report.seeds `differences`, over this report's target), any set-up the runs differ in
+    beyond their seeds, and the mean speed-ups with +-1 sd error bars; "" below two seeds."""
+    if not rows:
+        return ""
+    first = seeds[min(seeds)][0]
+    summary, attack = summary_rows(rows), attack_label(first.scenario)
+    reference, interval = compared_pairing(first.path.parent.parent, [r["method"] for r in summary])
+    diffs = differences(rows, reference, interval) if reference else []
+    n_seeds = max(r["n_seeds"] for r in summary)
+    return (_spread_table(summary, attack) + _note(spread_note(summary[0]["seeds"], target).replace("`", ""))
+            + _seed_warning(seeds) + "<h3>Paired differences</h3>"
+            + _note(differences_note(reference, interval, bool(diffs)) + (":" if diffs else ""))
+            + (_differences_table(diffs, attack, n_seeds) if diffs else "")
+            + _figure(seed_speedup_figure(summary, target), "speed-up over jFAT, mean over seeds"))
+
+
+SPREAD = [("simulated time (h)", "sim_time_s", 1 / 3600, ".4f"),
+          ("to target (h)", "time_to_target_s", 1 / 3600, ".4f"),
+          ("speed-up over jFAT", "speedup_vs_jfat", 1.0, ".2f"),
+          ("to target", "speedup_to_target_vs_jfat", 1.0, ".2f"),
+          ("clean (%)", "clean_acc", 100.0, ".1f")]  # the over-seeds table's columns; then adv_acc
+
+
+def _spread_table(summary: list[Row], attack: str) -> str:
+    columns = [*SPREAD, (f"{attack} (%)", "adv_acc", 100.0, ".1f")]
+    cells = [[r["method"], r["n_seeds"], *(spread_text(r, figure, scale, fmt) or "–"
+                                           for _, figure, scale, fmt in columns)] for r in summary]
+    return _table(["method", "seeds", *(name for name, *_ in columns)], cells)
+
+
+def _differences_table(diffs: list[Row], attack: str, n_seeds: int) -> str:
+    cells = [[d["method"], d["reference"], label, figure_text(d, d["estimate"], True), interval_text(d),
+              f"{d['n_pairs']} of {n_seeds}"] for label, d in printed(diffs, attack)]
+    return _table(["method", "against", "figure", "estimate", "95 % interval", "seeds paired"], cells)
+
+
+def _seed_warning(seeds: dict[int, list[Run]]) -> str:
+    """One line naming what the runs of a comparison over seeds differ in beyond their seeds (a SETUP
+    key of their scenario.toml, or a seed that is not its `seed-<s>` folder's); "" where nothing."""
+    astray = any(run.scenario["seed"] != seed for seed, group in seeds.items() for run in group)
+    paths = [run.path for group in seeds.values() for run in group]
+    differ = [*(["seed (a run's is not its seed-<s> folder's)"] if astray else []),
+              *differing_setup(paths, [key for key in SETUP if key != "seed"])]
+    if not differ:
+        return ""
+    return (f'<p class="warn">The runs differ beyond their seeds, in {_e(", ".join(differ))} (their '
+            "scenario.toml): the spread and the paired differences mix different set-ups.</p>")
+
+
+def _rows_table(rows: list[Row], columns: list[str]) -> str:
+    return _table(columns, [[_cell(r[c], c) for c in columns] for r in rows])
+
+
+def _note(text: str) -> str:
+    return f'<p class="note">{_e(text)}</p>'
 
 
 def _cell(value: Any, column: str) -> str:

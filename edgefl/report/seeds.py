@@ -11,6 +11,7 @@ reference (edgefl.report.stats `paired`); and `comparison.md`.
 
 from __future__ import annotations
 
+import csv
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -89,33 +90,65 @@ LABELS = {"clean_acc": "clean", "sim_time_s": "simulated time", "time_to_target_
           "energy_per_device_j": "energy per device"}  # the printed figures, adv_acc named by its attack
 
 
+def printed(diffs: list[Row], attack: str) -> list[tuple[str, Row]]:
+    """The differences comparison.md prints (LABELS' figures and the adversarial accuracy), each with
+    its label."""
+    return [(attack if d["figure"] == "adv_acc" else LABELS[d["figure"]], d) for d in diffs
+            if d["figure"] == "adv_acc" or d["figure"] in LABELS]
+
+
 def difference_lines(diffs: list[Row], attack: str, n_seeds: int) -> list[str]:
     """One line per method: its clean and adversarial accuracy in points, its simulated time, time to
     target and energy as ratios, each with its interval, e.g.
     `fedprophet - jfat: PGD-20 -2.7 pts [-4.6, -0.8], simulated time 0.89x [0.85, 0.93]`."""
     lines: dict[str, list[str]] = {}
-    for d in diffs:
-        label = attack if d["figure"] == "adv_acc" else LABELS.get(d["figure"])
-        if label is None:
-            continue
-        part = f"{label} {_figure(d, d['estimate'], True)}{_range(d)}"
+    for label, d in printed(diffs, attack):
+        part = f"{label} {figure_text(d, d['estimate'], True)} {interval_text(d)}"
         if d["n_pairs"] < n_seeds:
             part += f" ({d['n_pairs']} of {n_seeds} seeds)"
         lines.setdefault(f"{d['method']} - {d['reference']}", []).append(part)
     return [f"{pair}: {', '.join(parts)}" for pair, parts in lines.items()]
 
 
-def _figure(d: Row, value: float, signed: bool) -> str:
-    """An estimate (`signed`: with its sign and unit) or an interval bound, as the summary prints it."""
+def figure_text(d: Row, value: float, signed: bool) -> str:
+    """A difference's estimate (`signed`: with its sign and unit) or an interval bound, as the summary
+    prints it: accuracies and shares in points, ratios as such."""
     if d["kind"] == "ratio":
         return f"{value:.2f}{'x' if signed else ''}"
     return f"{100 * value:{'+' if signed else ''}.1f}{' pts' if signed else ''}"
 
 
-def _range(d: Row) -> str:
+def interval_text(d: Row) -> str:
+    """A difference's interval, `[low, high]` as `figure_text` prints its bounds."""
     if d["low"] is None:
-        return " [no interval: one seed]"
-    return f" [{_figure(d, d['low'], False)}, {_figure(d, d['high'], False)}]"
+        return "[no interval: one seed]"
+    return f"[{figure_text(d, d['low'], False)}, {figure_text(d, d['high'], False)}]"
+
+
+def differences_note(reference: str | None, interval: str, paired_any: bool) -> str:
+    """The sentence above the paired differences, or the one that says why there are none."""
+    if reference is None:
+        return "No reference method among the methods: no paired differences (--reference)."
+    if not paired_any:
+        return f"No other method to pair against {reference}."
+    how = "Student t" if interval == "t" else "percentile bootstrap"
+    return (f"Paired differences against {reference} over the seeds both ran, 95 % {how} interval "
+            "(accuracy in points, times as ratios)")
+
+
+def compared_pairing(folder: Path, methods: list[str]) -> tuple[str | None, str]:
+    """The reference method and the interval (`t`, `bootstrap`) the comparison in `folder` paired
+    with, read from the differences.csv `edgefl compare` wrote there, so that a report pairs the
+    seeds as the comparison did; without that file (or with one naming no compared method): jFAT
+    where compared, and the t interval, as `edgefl compare` does by default."""
+    try:
+        with (folder / "differences.csv").open(newline="") as f:
+            first = next(csv.DictReader(f), None)
+    except (OSError, UnicodeDecodeError, csv.Error):
+        first = None
+    if first and first.get("reference") in methods and first.get("interval") in ("t", "bootstrap"):
+        return first["reference"], first["interval"]
+    return BASELINE if BASELINE in methods else None, "t"
 
 
 def attack_label(scenario: dict[str, Any]) -> str:
@@ -151,27 +184,30 @@ def _markdown(summary: list[Row], target: float | None, reference: str | None, i
     head = ["method", "n_seeds", *FIGURES]
     text = f"| {' | '.join(head)} |\n|{'---|' * len(head)}\n"
     for r in summary:
-        cells = [r["method"], str(r["n_seeds"]), *(_spread(r, f) for f in FIGURES)]
+        cells = [r["method"], str(r["n_seeds"]), *(spread_text(r, f) for f in FIGURES)]
         text += f"| {' | '.join(cells)} |\n"
+    text += f"\n{spread_note(summary[0]['seeds'], target)}\n"
+    note = differences_note(reference, interval, bool(lines))
+    return text + f"\n{note}" + (":\n\n" + "".join(f"- {x}\n" for x in lines) if lines else "\n")
+
+
+def spread_note(seeds: str, target: float | None) -> str:
+    """The sentence under the mean +- sd table: over which seeds, the target, the speed-ups' base."""
     goal = f"adversarial accuracy >= {target:g}" if target is not None else "none given"
-    text += (f"\nMean ± sample standard deviation over seeds {summary[0]['seeds'].replace(' ', ', ')}; "
-             f"target: {goal} (its time averaged over the seeds that reached it, `(k/n)`); speed-ups "
-             f"against {BASELINE} on the same seed.\n")
-    if reference is None:
-        return text + "\nNo reference method among the methods: no paired differences (--reference).\n"
-    if not lines:
-        return text + f"\nNo other method to pair against {reference}.\n"
-    how = "Student t" if interval == "t" else "percentile bootstrap"
-    return text + (f"\nPaired differences against {reference} over the seeds both ran, 95 % {how} "
-                   "interval (accuracy in points, times as ratios):\n\n") + "".join(f"- {x}\n" for x in lines)
+    return (f"Mean ± sample standard deviation over seeds {seeds.replace(' ', ', ')}; target: {goal} (its "
+            f"time averaged over the seeds that reached it, `(k/n)`); speed-ups against {BASELINE} on the "
+            "same seed.")
 
 
-def _spread(row: Row, figure: str) -> str:
+def spread_text(row: Row, figure: str, scale: float = 1.0, fmt: str = "") -> str:
+    """A summary row's `mean ± sd` of `figure` (times `scale`, formatted as `fmt`, by default as
+    comparison.md formats the figure), the time to the target with `(k/n)`, the seeds that reached
+    it; "" where no seed has the figure."""
     mean, std = row[f"{figure}_mean"], row[f"{figure}_std"]
     if mean is None:
         return ""
-    fmt = FORMATS[figure]
-    cell = format(mean, fmt) + ("" if std is None else f" ± {format(std, fmt)}")
+    fmt = fmt or FORMATS[figure]
+    cell = format(scale * mean, fmt) + ("" if std is None else f" ± {format(scale * std, fmt)}")
     if figure == "time_to_target_s":
         cell += f" ({row['time_to_target_s_n']}/{row['n_seeds']})"
     return cell

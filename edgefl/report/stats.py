@@ -1,5 +1,5 @@
 """Spread over seeds: mean and standard deviation, paired differences with a 95 % confidence
-interval, and a band of curves on a common grid.
+interval, and a band of curves on a common grid (or, where they share none, where they end).
 
 A comparison runs every method on the same seeds (the same fleet draw, split and client sampling
 for both methods of a pair), so a method is judged against the reference by the per-seed
@@ -105,3 +105,25 @@ def band(curves: Sequence[Sequence[tuple[float, float]]], points: int = 100) -> 
     grid = np.linspace(start, end, points) if end > start else np.array([start])
     ys = np.array([np.interp(grid, [x for x, _ in c], [y for _, y in c]) for c in curves])
     return Band(grid.tolist(), ys.mean(axis=0).tolist(), ys.min(axis=0).tolist(), ys.max(axis=0).tolist())
+
+
+@dataclass(frozen=True)
+class EndPoint:
+    """Where curves end: the mean of their last points, with the least and greatest x and y."""
+
+    x: float
+    x_low: float
+    x_high: float
+    y: float
+    y_low: float
+    y_high: float
+
+
+def spread(curves: Sequence[Sequence[tuple[float, float]]], points: int = 100) -> Band | EndPoint:
+    """The curves' `band` where they share a span of x; else (no common span, or only a point of it)
+    their `EndPoint`. Every curve holds a point at least."""
+    found = band(curves, points)
+    if found is not None and len(found.grid) > 1:
+        return found
+    xs, ys = [c[-1][0] for c in curves], [c[-1][1] for c in curves]
+    return EndPoint(statistics.fmean(xs), min(xs), max(xs), statistics.fmean(ys), min(ys), max(ys))

@@ -17,10 +17,10 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from edgefl.report.compare import read_log
+from edgefl.report.palette import PHASE_COLOURS, PHASE_LABELS
 from edgefl.runlog import read_rows
 from edgefl.sim.engine import PHASES
 
-PHASE_COLOURS = {"download": "C0", "data_access": "C1", "compute": "C2", "upload": "C3", "wait": "0.8"}
 STATUS_MARKS = {"completed": ("C2", "o"), "dropped": ("C3", "x"), "late": ("C1", "v"),
                 "offline": ("0.3", "s")}
 Span = tuple[float, float]  # start, end (simulated seconds)
@@ -30,7 +30,7 @@ MAX_CLIENTS = 500  # rows of one chart: drawing time grows with the rows, and 10
 def timeline_spans(run: Path, clients: int) -> dict[int, dict[str, list[Span]]]:
     """The spans of the `clients` lowest-numbered clients in the run's events log, by client and phase
     (none for a run without one: written by hand, or by an edgefl before events were logged)."""
-    if not any((run / f"events.{ext}").is_file() for ext in ("csv", "parquet")):
+    if not has_events(run):
         return {}
     rows = read_log(run, "events.csv")
     shown = sorted({int(r["client"]) for r in rows})[:clients]
@@ -40,6 +40,11 @@ def timeline_spans(run: Path, clients: int) -> dict[int, dict[str, list[Span]]]:
         if k in spans:
             spans[k].setdefault(r["phase"], []).append((float(r["start_s"]), float(r["end_s"])))
     return spans
+
+
+def has_events(run: Path) -> bool:
+    """Whether the run folder holds an events log (events.csv or events.parquet)."""
+    return any((run / f"events.{ext}").is_file() for ext in ("csv", "parquet"))
 
 
 def statuses(run: Path, spans: dict[int, dict[str, list[Span]]]) -> dict[str, list[tuple[float, int]]]:
@@ -68,7 +73,7 @@ def timeline_figure(run: Path, clients: int) -> Figure | None:
             drawn = ax.broken_barh([(a, b - a) for a, b in bars], (row - 0.4, 0.8),
                                    facecolors=PHASE_COLOURS.get(phase, "k"))
             drawn.set_gid(f"{client}:{phase}")
-    handles: list[Patch | Line2D] = [Patch(color=PHASE_COLOURS[p], label=p.replace("_", " "))
+    handles: list[Patch | Line2D] = [Patch(color=PHASE_COLOURS[p], label=PHASE_LABELS[p])
                                      for p in [*PHASES, "wait"]]
     for status, points in statuses(run, spans).items():
         colour, marker = STATUS_MARKS.get(status, ("k", "d"))
