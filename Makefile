@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 SCENARIO ?= scenarios/quickstart.toml
 
-.PHONY: run test lint setup clean gpu-check
+.PHONY: run test test-fast lint setup clean gpu-check
 
 $(BIN)/edgefl: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -21,10 +21,14 @@ run: setup
 	$(BIN)/edgefl run $(SCENARIO) --out runs/quickstart --overwrite
 	$(BIN)/edgefl plot runs/quickstart
 
+# The tests spread over every core (pytest-xdist); test-fast leaves out the ones marked slow.
 test: setup
 	$(BIN)/ruff check edgefl tests bench
 	$(BIN)/mypy
-	$(BIN)/pytest
+	$(BIN)/pytest -n auto
+
+test-fast: setup
+	$(BIN)/pytest -n auto -m "not slow"
 
 gpu-check: setup  # on a machine with a CUDA GPU (bench/gpu_check.sh says what it prints)
 	bash bench/gpu_check.sh

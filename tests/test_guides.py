@@ -36,8 +36,10 @@ def run(cwd: Path, words: list[str], env: dict[str, str]) -> subprocess.Complete
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    """A copy of the package, its profiles and scenarios: what a guide changes stays there."""
-    skip = shutil.ignore_patterns("__pycache__")
+    """A copy of the package, its profiles and scenarios: what a guide changes stays there. Numba's
+    cache of the round loop (`__pycache__/*.nbi, *.nbc`, valid while its source's time and size are
+    the same, which copy2 keeps) comes along, or each guide's first run would compile it again."""
+    skip = shutil.ignore_patterns("*.pyc")
     for folder in ("edgefl", "device_profiles", "scenarios"):
         shutil.copytree(ROOT / folder, tmp_path / folder, ignore=skip)
     return tmp_path
