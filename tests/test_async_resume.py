@@ -15,6 +15,8 @@ from support import dies_before_checkpoint, kill_at, one_error_line, sets, simul
 from edgefl import rundir
 from edgefl.cli import main
 
+pytestmark = pytest.mark.slow  # whole runs, each in a fresh process
+
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ['round.mode="async"', "rounds=6", "training.local_iters=2", "attack.steps=1", "evaluation.steps=1",
          "data.test_samples=32"]

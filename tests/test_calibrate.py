@@ -124,6 +124,7 @@ def test_storage_without_o_direct_syncs_each_write(tmp_path: Path, monkeypatch: 
     assert "and write + fsync" in text
 
 
+@pytest.mark.slow
 def test_cli_calibrate_writes_a_valid_profile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "tmp" / "x.toml"
     assert main(["devices", "calibrate", "--quick", "--repeats", "2", "--out", str(out)]) == 0

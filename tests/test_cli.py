@@ -257,6 +257,7 @@ def test_a_diverged_run_says_so_once_and_goes_on(tmp_path: Path, capsys: pytest.
 # the installed command ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_installed_command_bad_scenario(tmp_path: Path) -> None:
     exe = ROOT / ".venv" / "bin" / "edgefl"
     if not exe.exists():

@@ -19,6 +19,7 @@ SCENARIO = ROOT / "scenarios" / "compare-digits.toml"
 SMALL = ["--set", "rounds=3", "--set", "fleet.clients=6"]
 
 
+@pytest.mark.slow
 def test_compare_writes_the_table_and_figures_and_keeps_finished_runs(tmp_path, capsys):
     out = tmp_path / "cmp"
     args = ["compare", str(SCENARIO), "--methods", "jfat,fedprophet,heterofl_at", *SMALL, "--out", str(out),
@@ -171,6 +172,7 @@ def test_compare_refuses_to_keep_a_dry_run_in_a_comparison_that_trains(tmp_path,
     assert json.loads((out / "jfat" / "summary.json").read_text())["dry_run"] is True  # kept as it was
 
 
+@pytest.mark.slow
 def test_an_interrupted_async_comparison_resumes_its_run(tmp_path, capsys, monkeypatch):
     """Ctrl-C at the third aggregation: the rows of two are written and checkpointed; the same
     comparison again resumes the run (edgefl.experiment.async_rounds plays it again to there) and

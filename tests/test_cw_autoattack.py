@@ -245,6 +245,7 @@ def test_autoattack_apgd_ce_on_a_two_class_linear_model_reaches_the_corner_accur
     assert accuracy(model, x_adv, y) == accuracy(model, corner, y)
 
 
+@pytest.mark.slow
 def test_autoattack_standard_on_a_tiny_linear_model():
     # 4 classes (the fewest the standard version runs on), 16 images of 3x3, 3 of them mislabelled
     pytest.importorskip("torchattacks")

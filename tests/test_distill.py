@@ -242,6 +242,7 @@ def test_both_count_a_teacher_per_client_feddf_a_student_per_member() -> None:
 
 
 # --- end to end -----------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["feddf_at", "fedet_at"])
 def test_one_round_through_the_cli(name: str, tmp_path: Path) -> None:
     args = ["run", str(QUICKSTART), "--set", f"method={name}"]

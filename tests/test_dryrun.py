@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 from support import QUICKSTART, ROOT
 
 from edgefl.cli import main
@@ -25,6 +26,7 @@ def rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+@pytest.mark.slow
 def test_dry_run_gives_a_real_runs_simulated_times(tmp_path):
     assert main(["run", str(QUICKSTART), *sets(SMALL), "--out", str(tmp_path / "real"), "--quiet"]) == 0
     assert main(["run", str(QUICKSTART), *sets(SMALL), "--out", str(tmp_path / "dry"), "--quiet",

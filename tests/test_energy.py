@@ -98,6 +98,7 @@ def test_an_empty_battery_on_a_weak_charger_pays_for_no_work() -> None:
     assert strong.covers(np.array([0]), np.array([60.0]), np.array([60.0]), 0.0).tolist() == [False]
 
 
+@pytest.mark.slow
 def test_seconds_online_follow_the_window() -> None:
     """Diurnal.online_seconds against a one-second count of `online`, time zones spread."""
     d = Diurnal(seed=3, start_h=22.0, hours=8.0, spread_h=24.0)
@@ -120,6 +121,7 @@ def dry(tmp_path: Path, bulk: bool, *overrides: str) -> Path:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["csv", "parquet"])
 def test_bulk_and_per_client_joules_are_equal_to_the_bit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                          fmt: str) -> None:

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # whole runs, each in a fresh process
+
 ROOT = Path(__file__).resolve().parents[1]
 GUIDES = ROOT / "docs" / "extending"
 TITLED = re.compile(r'```\w+ title="([^"]+)"\n(.*?)```', re.S)

@@ -146,6 +146,7 @@ def test_an_emptied_phone_is_offline_until_it_is_plugged_in(tmp_path: Path) -> N
     assert back and all(start[r["round"]] >= 1800 and float(r["battery_j"]) > 0 for r in back)
 
 
+@pytest.mark.slow
 def test_a_deadline_run_with_batteries_resumes_to_the_same_rows(tmp_path: Path) -> None:
     """living-digits (deadline, diurnal, memory_fit, charging batteries, shared links), trained for
     real, dies after round 1's checkpoint: resumed, its rows are those of a run that never stopped

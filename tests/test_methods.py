@@ -570,6 +570,7 @@ def test_dyn_plan_iterations_follow_schedule(method):
 
 # ============================================================================== the CLI, every method
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", METHODS.names())  # every registered method, a new one included
 def test_short_run_through_cli(method, tmp_path):
     out = tmp_path / "run"

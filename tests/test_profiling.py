@@ -168,6 +168,7 @@ def test_residual_block_layers():
     assert block.layers[0].macs == 64 * 64 * 9 * 32 * 32  # 3x3 conv 64 -> 64 on 32x32
 
 
+@pytest.mark.slow
 def test_profiling_imports_fvcore_without_torch_jit_warnings() -> None:
     """fvcore scripts helpers with torch.jit at import, which torch warns of as deprecated; edgefl
     silences that one warning where it imports fvcore, so benches and Ray workers start quietly too."""

@@ -45,6 +45,7 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_run_writes_the_run_directory(run_dir: Path):
     for name in ("scenario.toml", "metrics.csv", "clients.csv", "summary.json"):
         assert (run_dir / name).is_file(), name
@@ -139,6 +140,7 @@ def test_summary_matches_the_metrics(run_dir: Path):
     assert sum(summary["fleet"].values()) == 20
 
 
+@pytest.mark.slow
 def test_plot_writes_a_png(run_dir: Path, capsys: pytest.CaptureFixture[str]):
     png = run_dir / "figures" / "accuracy.png"
     png.unlink(missing_ok=True)

@@ -45,6 +45,7 @@ def same_logs(a: Path, b: Path) -> None:
 KILLED_RUN = sleeper("edgefl.methods.fedavg", "train_group", "checkpoint.exists()")
 
 
+@pytest.mark.slow
 def test_a_real_run_killed_mid_round_resumes_to_the_same_metrics(uninterrupted, tmp_path):
     out, mark = tmp_path / "killed", tmp_path / "mid-round"
     cmd = [sys.executable, "-c", KILLED_RUN, "run", str(QUICKSTART), *sets(SMALL), "--out", str(out),
@@ -69,6 +70,7 @@ def test_a_run_interrupted_before_its_first_checkpoint_says_to_start_again(tmp_p
     assert main([*args, "--overwrite"]) == 0
 
 
+@pytest.mark.slow
 def test_rows_written_after_the_last_checkpoint_are_not_repeated(uninterrupted, tmp_path, capsys):
     """Die after round 2's rows are written but before its checkpoint: resume drops and redoes them.
     The interrupted command says how to go on."""

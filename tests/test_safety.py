@@ -135,6 +135,7 @@ def test_overwrite_keeps_a_user_file_put_into_a_run(tmp_path: Path, capsys: Caps
     assert main(run_args(out, "--overwrite", "--dry-run")) == 0  # edgefl's files alone: replaced
 
 
+@pytest.mark.slow
 def test_overwrite_replaces_a_run_with_the_figures_edgefl_plot_drew(tmp_path: Path) -> None:
     """`make run` twice: run, plot (the timeline included), then run --overwrite."""
     out = tmp_path / "run"

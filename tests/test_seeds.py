@@ -189,6 +189,7 @@ def _read(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+@pytest.mark.slow
 def test_compare_over_seeds_writes_a_run_per_method_and_seed_and_their_spread(tmp_path, capsys):
     out = tmp_path / "cmp"
     assert main(["compare", str(SCENARIO), "--methods", "jfat,fedprophet", *SMALL, "--seeds", "0,1,2",
@@ -222,6 +223,7 @@ def test_compare_over_seeds_writes_a_run_per_method_and_seed_and_their_spread(tm
         assert (out / "figures" / f"{stem}.png").stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_one_seed_gives_the_files_of_a_comparison_without_seeds(tmp_path, capsys):
     args = ["compare", str(SCENARIO), "--methods", "jfat,heterofl_at", *SMALL, "--dry-run", "--quiet"]
     assert main([*args, "--out", str(tmp_path / "plain")]) == 0
@@ -233,6 +235,7 @@ def test_one_seed_gives_the_files_of_a_comparison_without_seeds(tmp_path, capsys
     assert not any((tmp_path / "one" / name).exists() for name in ("seeds.csv", "differences.csv"))
 
 
+@pytest.mark.slow
 def test_the_scenarios_compare_seeds_runs_every_seed(tmp_path, capsys):
     out = tmp_path / "cmp"
     assert main(["compare", str(SCENARIO), "--methods", "jfat,heterofl_at", *SMALL, "--set",
@@ -243,6 +246,7 @@ def test_the_scenarios_compare_seeds_runs_every_seed(tmp_path, capsys):
     assert {r["seed"] for r in _read(out / "seeds.csv")} == {"3", "5"}
 
 
+@pytest.mark.slow
 def test_a_killed_compare_over_seeds_keeps_finished_seeds_and_resumes_the_killed_one(tmp_path, capsys,
                                                                                       monkeypatch):
     out = tmp_path / "cmp"
@@ -300,6 +304,7 @@ def test_bad_seeds_or_reference_stop_before_any_run_with_one_line(tmp_path, caps
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_a_run_an_earlier_edgefl_wrote_without_the_seeds_key_is_kept(tmp_path, capsys):
     """Its scenario.toml lacks `seeds = []` under [compare] (the key came later): the same values,
     so the run is kept, not refused as another scenario's."""

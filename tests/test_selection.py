@@ -171,6 +171,7 @@ def run_args(out: Path) -> list[str]:
     return ["run", str(QUICKSTART), *[a for s in SMALL for a in ("--set", s)], "--out", str(out), "--quiet"]
 
 
+@pytest.mark.slow
 def test_selection_state_survives_resume(tmp_path):
     """Oort's picks depend on the losses and durations of past rounds: a run that dies after round 2's
     checkpoint and resumes picks the same clients, for the same reasons, as one that never stopped."""

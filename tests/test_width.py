@@ -267,6 +267,7 @@ def test_feddrop_clients_hold_different_channels():
     assert len(set(kept.values())) > 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", WIDTH_METHODS)
 def test_short_run_through_cli_charges_narrow_clients_less(method, tmp_path):
     out = tmp_path / "run"
