@@ -51,7 +51,17 @@ class Key:
 
 def field_comments(cls: type) -> dict[str, str]:
     """Each field of dataclass `cls` -> its trailing comment, with the comment-only lines that continue
-    it below, as one line of text."""
+    it below, as one line of text; an inherited field's from the nearest class that declares it with
+    one (the FedOpt methods' knobs are their base's)."""
+    found: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if dataclasses.is_dataclass(klass):
+            found |= own_comments(klass)
+    return found
+
+
+def own_comments(cls: type) -> dict[str, str]:
+    """`field_comments` of the fields `cls` itself declares."""
     source = textwrap.dedent(inspect.getsource(cls))
     body = ast.parse(source).body[0]
     assert isinstance(body, ast.ClassDef)

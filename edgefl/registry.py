@@ -7,6 +7,10 @@ Python entry points in the groups of `GROUPS` (e.g. `[project.entry-points."edge
 my_method = "my_package.my_method"`): the first lookup in a registry loads every entry point of
 its group once (`load_group`), and loading a module runs its decorators. An entry point that names
 an object rather than a module registers that object under the entry point's name.
+
+An entry point that fails to load (its import raises, or it registers nothing of its name) is one
+warning line on stderr and is left out: runs that name nothing it provides go on, and an unknown
+name's error says which plugins failed and may have provided it (`unloaded`).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import pkgutil
+import sys
 from collections.abc import Callable, Iterable
 from importlib import metadata
 from pathlib import Path
@@ -37,6 +42,12 @@ class PluginError(EdgeflError):
         dist = point.dist.name if point.dist is not None else "an installed package"
         super().__init__(f"plugin {dist}", f"entry point {point.group}: {point.name} = {point.value}",
                          f"{why}; fix or uninstall {dist}")
+        self.name, self.why = point.name, why
+
+    @property
+    def plugin(self) -> str:
+        """The plugin and its entry point, as a message names them."""
+        return f"{self.where} ({self.key})"
 
 
 class Registry(Generic[T]):
@@ -61,7 +72,7 @@ class Registry(Generic[T]):
     def get(self, name: str) -> T:
         load_group(self.group)
         if name not in self._items:
-            raise KeyError(f"unknown {self.kind} {name!r}; known: {', '.join(self.names())}")
+            raise KeyError(f"unknown {self.kind} {name!r}; known: {', '.join(self.names())}{unloaded(name)}")
         return self._items[name]
 
     def names(self) -> list[str]:
@@ -71,6 +82,7 @@ class Registry(Generic[T]):
 
 _REGISTRIES: dict[str, Registry[Any]] = {}
 _LOADED: set[str] = set()  # the groups whose entry points are loaded
+_FAILED: list[PluginError] = []  # the entry points that failed to load, in load order
 _FOLDERS: list[Path] = []  # device folders that plugins gave, in load order
 
 
@@ -86,7 +98,20 @@ def load_group(group: str) -> None:
         return
     _LOADED.add(group)  # first: a plugin's own lookups while it loads must not recurse
     for point in metadata.entry_points(group=group):
-        _load(point)
+        try:
+            _load(point)
+        except PluginError as failed:  # left out: only the runs that name what it provides stop
+            _FAILED.append(failed)
+            print(f"edgefl: warning: {failed.plugin} failed to load: {failed.why}; runs that use it will "
+                  "stop", file=sys.stderr)
+
+
+def unloaded(name: str) -> str:
+    """What the error on an unknown `name` adds where plugins failed to load: the one whose entry
+    point has that name, else every one, as a plugin that may have provided it ("" where none
+    failed)."""
+    failed = [f for f in _FAILED if f.name == name] or _FAILED
+    return "".join(f"; {f.plugin} failed to load ({f.why}) and may have provided it" for f in failed)
 
 
 def plugin_device_folders() -> list[Path]:

@@ -19,7 +19,7 @@ import numpy as np
 import simpy
 
 from edgefl.sim.availability import Availability
-from edgefl.sim.clients import OFFLINE, Drain, Outcome, Transfer
+from edgefl.sim.clients import COMPLETED, OFFLINE, Drain, Outcome, Transfer
 from edgefl.sim.engine import Federation, busy_end
 from edgefl.sim.fedbuff import Buffered, Stalled, Started
 from edgefl.sim.links import Links
@@ -476,6 +476,7 @@ class SimpyBuffered(Buffered):
         super().__init__(fed, avail, concurrency, buffer, max_staleness, pick, aggregate, server_s, ended,
                          links, aggregations)
         self.env = fed.env
+        self.procs: dict[int, simpy.Process] = {}  # by slot: its client's process
         self.links = None if links is None else (SharedLink(self.env, links.down_bps),
                                                  SharedLink(self.env, links.up_bps))
 
@@ -489,6 +490,14 @@ class SimpyBuffered(Buffered):
                 raise Stalled from None
 
     def stop(self) -> list[Started]:
+        """The clients at work interrupted now (status completed), in slot order, as the round's
+        close interrupts its clients; the interrupts played, the ends of their processes unheard."""
+        working = [self.procs[slot] for slot, job in enumerate(self.slots)
+                   if job is not None and self.procs[slot].is_alive]
+        for proc in working:
+            proc.interrupt(COMPLETED)
+        while any(proc.is_alive for proc in working):
+            self.env.step()
         for job in self.slots:
             if job is not None:
                 job.outcome.stop_s = float(self.env.now)
@@ -496,7 +505,8 @@ class SimpyBuffered(Buffered):
 
     def _play(self, slot: int, job: Started, off: float) -> None:
         net = None if self.links is None or job.transfer is None else Net(*self.links, job.transfer)
-        proc = start_client(self.env, job.phases, off, job.outcome, lambda _: None, net, job.drain)
+        proc = self.procs[slot] = start_client(self.env, job.phases, off, job.outcome, lambda _: None, net,
+                                               job.drain)
         proc.callbacks.append(lambda _: self._done(slot))
 
     def _wait(self, slot: int, delay_s: float) -> None:

@@ -67,6 +67,17 @@ def test_the_scenario_reference_holds_every_key(site: Path) -> None:
     assert not missing, f"keys missing from the scenario reference: {missing}"
 
 
+def test_every_key_of_the_scenario_reference_has_a_meaning(site: Path) -> None:
+    """Each key's row ends in its meaning (the comment beside its field, or beside the field it
+    inherits: the FedOpt methods' server_lr, beta1, beta2 and tau)."""
+    page = (site / "reference" / "scenario" / "index.html").read_text()
+    rows = re.findall(r"<tr>\s*<td><code>([^<]+)</code></td>(.*?)</tr>", page, flags=re.S)
+    cells = {key: re.findall(r"<td>(.*?)</td>", rest, flags=re.S) for key, rest in rows}
+    assert set(scenario_keys()) <= set(cells)
+    empty = [key for key, row in cells.items() if len(row) != 4 or not re.sub(r"<[^>]+>", "", row[3]).strip()]
+    assert not empty, f"keys without a meaning in the scenario reference: {empty}"
+
+
 def test_the_cli_reference_holds_every_command_and_flag(site: Path) -> None:
     sections = headed((site / "reference" / "cli" / "index.html").read_text())
     commands = cli_flags(parser())

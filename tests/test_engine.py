@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import itertools
+import math
 from pathlib import Path
 
 import numpy as np
@@ -15,8 +16,12 @@ from edgefl.devices.pool import DeviceState
 from edgefl.devices.profile import DeviceProfile
 from edgefl.experiment import prepare, run
 from edgefl.scenario import load_scenario
+from edgefl.sim.availability import Always
+from edgefl.sim.clients import COMPLETED, Transfers
 from edgefl.sim.cost import ClientCost, make_cost_model
 from edgefl.sim.engine import PHASES, Federation
+from edgefl.sim.links import Links, shared_round
+from edgefl.sim.living_round import play_round
 
 DEV = DeviceProfile(name="toy", description="", source="hand", memory_mb=1.0, compute_gflops=1.0,
                     storage_read_mbps=1.0, storage_write_mbps=1.0, storage_latency_ms=0.0)
@@ -122,3 +127,65 @@ def test_same_seed_same_simulated_times(tmp_path):
     assert clients_a == clients_b
     assert float(metrics_a[1]["sim_time_s"]) > float(metrics_a[0]["sim_time_s"]) > 0
     assert len(clients_a) == 2 * 5  # 5 clients (20 x 0.25) x 2 rounds
+
+
+def plain_round(seed: int) -> tuple[float, np.ndarray, float]:
+    """A random plain round: its start (0 in a third of them), its clients' phase seconds (n, 4;
+    a tenth of them none) and the server's seconds."""
+    rng = np.random.default_rng([50, seed])
+    n = int(rng.integers(1, 80))
+    phases = rng.exponential(rng.uniform(0.01, 500.0), (n, 4)) * (rng.random((n, 4)) < 0.9)
+    start = float(rng.choice([0.0, rng.uniform(0.0, 1e6), rng.exponential(300.0)]))
+    return start, phases, float(rng.choice([0.0, rng.uniform(0.0, 60.0)]))
+
+
+PLAIN_SEEDS = range(400)
+
+
+def test_play_times_a_plain_round_as_the_compiled_loop_does() -> None:
+    """engine.play times a plain fleet's round (its devices always online, on mains, the server's
+    links unshared) in one pass; the compiled loop of a living round (edgefl.sim.living_round
+    `play_round`) plays the same round event by event. With S a client's phases summed one by one
+    from the start (the loop's stop), play's finish is start + (S - start): SimPy adds a client's
+    whole delay to the clock. S - start is off by at most u S (u = 2^-53, S >= start >= 0) and
+    adding start back by half a spacing of the result, so the finish is S or a neighbouring float:
+    at most one spacing of S apart, and S itself where S - start is exact (from start 0, or S <= 2
+    start). The close is the latest finish in both; the server's seconds added to a close one spacing
+    apart give ends at most two spacings apart. Over 400 random rounds; the apart ones are counted."""
+    apart = 0
+    for seed in PLAIN_SEEDS:
+        start, phases, server_s = plain_round(seed)
+        n, engine, loop = len(phases), Federation(start), Federation(start)
+        begin, finish, last = engine.play(*phases.T, server_s)
+        r = play_round(loop, np.arange(n), phases, Always(), n, math.inf, server_s)
+        assert begin == r.start_s == start and (r.status == COMPLETED).all()
+        assert (np.abs(finish - r.stop_s) <= np.spacing(r.stop_s)).all()
+        assert last == finish.max() and r.close_s == r.stop_s.max()
+        assert abs(engine.now - loop.now) <= 2 * np.spacing(loop.now)
+        exact = (start == 0.0) | (r.stop_s <= 2 * start)
+        assert finish[exact].tolist() == r.stop_s[exact].tolist()
+        apart += int((finish != r.stop_s).sum())
+    assert apart > 0  # the tolerance is needed: SimPy's clock arithmetic rounds some finishes apart
+
+
+def test_play_times_a_plain_round_on_shared_links_as_the_compiled_loop_does() -> None:
+    """On shared links a plain round's transfers are played by the compiled loop (links
+    `shared_round`, from time 0), and play sums the seconds they took with the other phases. From
+    start 0 every clock value of the loop is play's sum but the upload's end: the upload's seconds
+    are its end less its start, rounded, then added back, so the finish is at most one spacing of the
+    loop's stop apart (as in the test above), the close too. Over 400 random rounds."""
+    for seed in PLAIN_SEEDS:
+        _, phases, server_s = plain_round(seed)
+        rng = np.random.default_rng([51, seed])
+        n = len(phases)
+        links = Links(*(float(x) for x in rng.uniform(1e3, 1e6, 2)))
+        t = Transfers(rng.uniform(0.0, 1e6, (n, 2)), rng.uniform(1e3, 1e6, (n, 2)), rng.uniform(0.0, 0.5, n))
+        down, up = shared_round(links, tuple(phases.T), (t.nbytes[:, 0], t.nbytes[:, 1]),
+                                (t.bps[:, 0], t.bps[:, 1]), t.latency_s)
+        engine, loop = Federation(), Federation()
+        _, finish, last = engine.play(down, phases[:, 1], phases[:, 2], up, server_s)
+        r = play_round(loop, np.arange(n), phases, Always(), n, math.inf, server_s, (links, t))
+        assert (r.status == COMPLETED).all()
+        assert (np.abs(finish - r.stop_s) <= np.spacing(r.stop_s)).all()
+        assert abs(last - r.close_s) <= np.spacing(r.close_s)
+        assert abs(engine.now - loop.now) <= 2 * np.spacing(loop.now)

@@ -43,14 +43,15 @@ def picker(seed: int, fed: Federation, avail: Availability, batteries: bool, lin
                       tuple(float(x) for x in rng.uniform(0, 5, 4)), (float(rng.uniform(0, 1e-4)),) * 2,
                       float(rng.uniform(0, 30)), float(rng.choice([math.inf, rng.uniform(30, 300)]))
                       ) if batteries and rng.random() < 0.7 else None
-        return Started(int(rng.choice(online)), phases, None, transfer, drain)
+        return Started(int(rng.choice(online)), phases, fed.now, transfer, drain)  # its start, as payload
     return pick
 
 
 @functools.cache
-def played(kind: type, seed: int) -> list[Any]:
-    """Each fold of a random run (its version, the batch's and the window's clients with their
-    outcomes, and the clock), then the jobs the run's end gives."""
+def played(kind: type, seed: int, folds: int = 8) -> list[Any]:
+    """Each fold of a random run of `folds` aggregations (its version, the batch's and the window's
+    clients with their outcomes, and the clock), then the jobs the run's end gives (each with its
+    start)."""
     rng = np.random.default_rng(seed)
     fed = Federation()
     avail = Diurnal(seed=seed, start_h=0.0, hours=float(rng.uniform(0.05, 0.3)), spread_h=24.0)
@@ -68,11 +69,11 @@ def played(kind: type, seed: int) -> list[Any]:
              lambda j: heard.append((fed.now, j.client, j.outcome.status)),
              Links(float(rng.uniform(2e4, 2e5)), float(rng.uniform(2e4, 2e5))) if links else None)
     try:
-        for _ in range(8):
+        for _ in range(folds):
             b.next_aggregation()
     except Stalled as stalled:
         log.append(("stalled", stalled.arrived, stalled.serving))
-    return [*log, heard, sorted((j.client, repr(j.outcome)) for j in b.stop()), fed.now]
+    return [*log, heard, sorted((j.client, j.payload, repr(j.outcome)) for j in b.stop()), fed.now]
 
 
 SEEDS = range(24)
@@ -83,11 +84,32 @@ def test_fedbuff_plays_as_its_simpy_reference(seed: int) -> None:
     assert played(Buffered, seed) == played(SimpyBuffered, seed)
 
 
+CUT_SEEDS = range(24)
+
+
+@pytest.mark.parametrize("seed", CUT_SEEDS)
+def test_a_run_s_end_cuts_its_clients_at_work_as_its_simpy_reference(seed: int) -> None:
+    """The same runs ended at their second aggregation, where more clients are at work: each is cut
+    there (a transfer under way noting the seconds it would take at its pace) alike to the bit."""
+    assert played(Buffered, seed, 2) == played(SimpyBuffered, seed, 2)
+
+
+def cut_midway(seed: int) -> int:
+    """How many of the jobs the end of run `seed` (two aggregations) gives were cut in their download:
+    at work at the end, their download seconds at its pace outlast it."""
+    *_, ends, now = played(Buffered, seed, 2)
+    down = [(start, float(o.split("download_s=")[1].split(",")[0])) for _, start, o in ends
+            if f"stop_s={now!r}," in o and "status=0," in o]
+    return sum(start + seconds > now for start, seconds in down)
+
+
 def test_the_random_runs_meet_what_they_test() -> None:
-    """The runs above stop clients offline, drop stale uploads and share links (not vacuous)."""
+    """The runs above stop clients offline, drop stale uploads, share links, and their ends cut
+    transfers under way (not vacuous)."""
     statuses = set()
     for seed in SEEDS:
         for entry in played(Buffered, seed)[:-3]:
             if entry[0] != "stalled":
                 statuses |= {o.split("status=")[1].split(",")[0] for _, o in entry[3]}
     assert statuses == {"0", "1", "3"}  # completed, dropped (stale), offline
+    assert sum(cut_midway(seed) for seed in CUT_SEEDS) >= 2  # the ends above cut transfers under way

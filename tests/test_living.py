@@ -18,6 +18,7 @@ import pytest
 import torch
 from living_rounds import play_round, simpy_round
 from reference import planned_jobs
+from simpy_clients import SimpyBuffered
 from support import QUICKSTART, ROOT, dry_twice
 
 from edgefl.cli import main
@@ -169,6 +170,45 @@ def test_the_run_s_end_gives_the_jobs_no_aggregation_logged_cut_at_the_end() -> 
     assert fed.now == 2.0 and logged == [[0], [2]]
     (rest,) = server.stop()
     assert rest.client == 1 and rest.outcome.stop_s == 2.0
+
+
+@pytest.mark.parametrize("kind", [Buffered, SimpyBuffered])
+def test_a_shared_upload_under_way_at_the_run_s_end_is_cut_there_at_its_pace(kind: type[Buffered]) -> None:
+    """Buffer 1, concurrency 2, an up link of 2 B/s, no latency. c0 and c1 compute 1 s, then upload
+    2 B (own 2 B/s) and 4 B (own 8 B/s: 0.5 s alone): from 1 s they share the link at 1 B/s each, so
+    c0 is through at 3 s and folded in. Stopped there, c1 has sent 2 B of its 4: its upload notes the
+    seconds it would take at that pace, 2 / (1/2) = 4 s, so that its span, cut at the run's end, ends
+    at 3 s, not at 1 + 0.5 s as alone; as in its SimPy reference."""
+    fed, order = Federation(), iter([(0, 2.0, 2.0), (1, 4.0, 8.0)])
+
+    def pick(version: int, busy: set[int]) -> Started | float:
+        nxt = next(order, None)
+        if nxt is None:
+            return math.inf
+        k, nbytes, bps = nxt
+        return Started(k, (0.0, 0.0, 1.0, 0.0), None, Transfer(0.0, nbytes, 1.0, bps, 0.0))
+
+    server = kind(fed, Always(), 2, 1, 8, pick, lambda v, b, e: None, lambda: 0.0, links=Links(1.0, 2.0))
+    server.next_aggregation()
+    (rest,) = server.stop()
+    assert fed.now == 3.0
+    assert (rest.client, rest.outcome.status, rest.outcome.stop_s) == (1, COMPLETED, 3.0)
+    assert (rest.outcome.download_s, rest.outcome.upload_s) == (0.0, 4.0)
+
+
+def test_an_async_run_draws_a_shared_upload_under_way_at_its_end_to_the_end(tmp_path: Path) -> None:
+    """Issue 50's run: async-digits on 200 devices, server links of 1 Mbit/s down and 0.5 up, 30 at
+    a time, buffer 6, 20 aggregations, seed 3. Client 42 starts its upload at 255.416 s, alone
+    0.062 s, but on the shared link it is still under way when the run ends (at 278.526 s; it would
+    end at 279.247 s): events.csv draws it to the run's end, where the run cut it."""
+    s = load_scenario(ASYNC, ["fleet.clients=200", "server.down_mbps=1", "server.up_mbps=0.5",
+                              "round.concurrency=30", "round.buffer=6", "rounds=20", "seed=3"])
+    run(prepare(s, str(ASYNC), dry_run=True), tmp_path / "r", progress=False)
+    end = sim_time(load_run(tmp_path / "r"))
+    events = list(csv.DictReader((tmp_path / "r" / "events.csv").open()))
+    (upload,) = [e for e in events if (e["round"], e["client"], e["phase"]) == ("19", "42", "upload")]
+    assert float(upload["start_s"]) == pytest.approx(255.416, abs=1e-3)
+    assert float(upload["end_s"]) == end == pytest.approx(278.526, abs=1e-3)
 
 
 def test_no_aggregation_is_served_past_the_run_s_last_and_the_uploads_at_its_instant_wait() -> None:

@@ -2,7 +2,8 @@
 policy (with a knob) and a folder of device profiles through entry points, with no edit to edgefl.
 
 The package is built and installed for real (`pip install --target`, no network, no build
-isolation) and edgefl runs in a fresh process with it on the path; a broken plugin is one line."""
+isolation) and edgefl runs in a fresh process with it on the path; a broken plugin is one warning
+line, and stops only the runs that name what it would have provided, with one error line."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import csv
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -148,9 +151,44 @@ def test_a_plugin_knob_is_checked_like_edgefl_s_own(site: Path, tmp_path: Path) 
     assert "Traceback" not in done.stderr
 
 
-def test_a_broken_plugin_is_one_line(site: Path, tmp_path: Path) -> None:
-    (site / "edgefl_demo" / "lowest.py").write_text("raise ImportError('needs numpy 9')\n")
-    done = edgefl(site, "run", "quickstart", "--dry-run", "--out", str(tmp_path / "r"))
+@contextmanager
+def broken(site: Path, module: str) -> Iterator[None]:
+    """The plugin's `module` (a file of its package) raises on import, until the block ends."""
+    path = site / "edgefl_demo" / module
+    kept = path.read_text()
+    path.write_text("raise ImportError('needs numpy 9')\n")
+    try:
+        yield
+    finally:
+        path.write_text(kept)
+
+
+def test_a_broken_plugin_warns_once_and_a_run_not_using_it_completes(site: Path, tmp_path: Path) -> None:
+    with broken(site, "lowest.py"):
+        done = edgefl(site, "run", "quickstart", "--dry-run", "--quiet", "--out", str(tmp_path / "r"))
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines() == [
+        "edgefl: warning: plugin edgefl-demo-plugin (entry point edgefl.policies: lowest_ids = "
+        "edgefl_demo.lowest:LowestIds) failed to load: ImportError: needs numpy 9; runs that use it will "
+        "stop"]
+    assert (tmp_path / "r" / "metrics.csv").is_file()
+
+
+@pytest.mark.parametrize(("module", "setting", "key", "point"), [
+    ("damped.py", 'method="damped_avg"', "method", "edgefl.methods: damped_avg = edgefl_demo.damped"),
+    ("lowest.py", 'selection.policy="lowest_ids"', "selection.policy",
+     "edgefl.policies: lowest_ids = edgefl_demo.lowest:LowestIds"),
+    ("boards/__init__.py", 'fleet.devices=["demo_board"]', "fleet.devices",
+     "edgefl.devices: demo_boards = edgefl_demo.boards"),
+])
+def test_a_run_naming_what_a_broken_plugin_provides_stops_with_one_error_line(
+        site: Path, tmp_path: Path, module: str, setting: str, key: str, point: str) -> None:
+    with broken(site, module):
+        done = edgefl(site, "run", "quickstart", "--dry-run", "--quiet", "--out", str(tmp_path / "r"),
+                      "--set", setting)
     assert done.returncode == 2 and "Traceback" not in done.stderr
-    assert done.stderr.count("\n") == 1 and "plugin edgefl-demo-plugin" in done.stderr
-    assert "edgefl.policies: lowest_ids" in done.stderr and "needs numpy 9" in done.stderr
+    warning, error = done.stderr.splitlines()
+    assert warning.startswith("edgefl: warning: plugin edgefl-demo-plugin") and point in warning
+    assert error.startswith("edgefl: error:") and f": {key}: unknown " in error
+    assert error.endswith(f"plugin edgefl-demo-plugin (entry point {point}) failed to load "
+                          "(ImportError: needs numpy 9) and may have provided it")

@@ -286,10 +286,11 @@ class AsyncRounds:
 
     def ending(self) -> Columns | None:
         """events.csv's spans, under the last aggregation, of the clients no aggregation logged when
-        the run ends: at work (cut at its end; a transfer under way on the shared links at its pace
-        alone), waiting for the server, or stopped since; None if there are none (a client started
-        at the very end has none). Their slots were busy: without these spans an async run's time
-        breakdown (edgefl.report.compare) would count that time as waiting."""
+        the run ends: at work (cut at its end, as a round's close cuts its clients: a transfer under
+        way on the shared links drawn to the end, Buffered.stop), waiting for the server, or stopped
+        since; None if there are none (a client started at the very end has none). Their slots were
+        busy: without these spans an async run's time breakdown (edgefl.report.compare) would count
+        that time as waiting."""
         jobs = [j for j in self.server.stop() if job_of(j).start_s < self.fed.now]  # none started at the end
         return event_columns(self.table(self.written, jobs)) if jobs else None
 

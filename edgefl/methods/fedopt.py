@@ -83,9 +83,10 @@ class FedOptConfig(Knobs):
     """The knobs every FedOpt method has; a method's section sets `kind` and its defaults."""
 
     kind: ClassVar[str]
-    server_lr: float = 0.01  # the server learning rate eta
-    beta1: float = 0.9  # Reddi et al. §5: beta1 = 0.9 throughout
-    tau: float = 1e-3  # Reddi et al. §5: the adaptivity tau = 1e-3
+    server_lr: float = 0.01  # the server learning rate eta: x += eta m / (sqrt(v) + tau)
+    beta1: float = 0.9  # the first moment's decay: m = beta1 m + (1 - beta1) Delta (Reddi et al. §5: 0.9)
+    tau: float = 1e-3  # the degree of adaptivity: x += eta m / (sqrt(v) + tau), v from tau^2; the
+    # smaller, the more adaptive (Reddi et al. §5: 1e-3)
 
     def checks(self) -> list[Check]:
         return [
@@ -102,7 +103,8 @@ class FedOptConfig(Knobs):
 class DecayedConfig(FedOptConfig):
     """FedAdam's and FedYogi's knobs: FedOptConfig and beta2, the second moment's decay."""
 
-    beta2: float = 0.99  # Reddi et al. §5: beta2 = 0.99 throughout
+    beta2: float = 0.99  # the second moment's decay: FedAdam's v = beta2 v + (1 - beta2) Delta^2, FedYogi's
+    # v -= (1 - beta2) Delta^2 sign(v - Delta^2) (Reddi et al. §5: 0.99)
 
     def checks(self) -> list[Check]:
         return [*super().checks(), ("beta2", 0 <= self.beta2 < 1, "must be in [0, 1)")]

@@ -126,11 +126,17 @@ class Buffered:
 
     def stop(self) -> list[Started]:
         """The run ends now: the jobs no aggregation logged (at work, waiting for the server, or
-        stopped since the last aggregation), those at work cut here (their outcome's `stop_s`)."""
-        for slot, job in enumerate(self.slots):
-            if job is not None:
-                _, _, job.outcome.download_s, job.outcome.upload_s = self.stream.ended(slot)
-                job.outcome.stop_s = self.fed.now
+        stopped since the last aggregation), those at work cut here as a round's close cuts its
+        clients (`Stream.cut`: their outcome's `stop_s` now, a transfer under way on the shared links
+        the seconds it would take at its pace), their status kept completed. Nothing plays after."""
+        working = [(slot, job) for slot, job in enumerate(self.slots) if job is not None]
+        for slot, _ in working:
+            self.stream.cut(slot)
+        if working:
+            self.stream.step()  # the cuts played: the report, a cut client's end, goes unheard
+        for slot, job in working:
+            out = job.outcome
+            out.status, out.stop_s, out.download_s, out.upload_s = self.stream.ended(slot)
         return list(self.unlogged.values())
 
     def _open(self) -> None:
