@@ -6,12 +6,14 @@ Bad input ends with one line naming the file, the key and the fix, and exit code
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import os
 import signal
 import sys
 import threading
+import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("GOMP_SPINCOUNT", GOMP_SPINCOUNT)
     _streams_open()
     main_thread = threading.current_thread() is threading.main_thread()  # where Python runs handlers
+    TERMINATED.clear()
     previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
     args = None
     try:
@@ -49,11 +52,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # the reader went away (`edgefl devices list | head -1`): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush at exit
         return 141  # as a shell tool killed by SIGPIPE
-    except OSError as exc:  # a storage failure no check foresaw: still one line, never a traceback
-        _error(f"{exc.filename or 'storage'}: {exc.strerror or exc}")
+    except (ImportError, OSError) as exc:
+        if _loading_torch(exc):
+            _error(_torch_failed(exc))
+        elif isinstance(exc, OSError):  # a storage failure no check foresaw: one line, never a traceback
+            _error(f"{exc.filename or 'storage'}: {exc.strerror or exc}")
+        else:
+            raise  # an import of edgefl's own that fails: a bug, not the user's to fix
         return 2
     except KeyboardInterrupt as exc:
-        what = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+        what = "terminated (SIGTERM)" if isinstance(exc, Terminated) or TERMINATED.is_set() else "interrupted"
         print(f"edgefl: {what}{_resume_hint(args)}", file=sys.stderr)
         return 130
     finally:
@@ -61,18 +69,48 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
+# set by SIGTERM's handler: a Ray call the handler interrupts raises a KeyboardInterrupt of its own
+# in place of the handler's Terminated, and the stop is still said to be SIGTERM's
+TERMINATED = threading.Event()
+
+
 def _terminate(signum: int, frame: object) -> None:
     """SIGTERM handled as Ctrl-C is (edgefl.errors.Terminated)."""
+    TERMINATED.set()
     raise Terminated
 
 
+def _torch_failed(exc: Exception) -> str:
+    """Why torch did not load, and what to do: under a memory limit its shared libraries fail to map
+    (`ulimit -v 3000000`: "libtorch_cuda.so: failed to map segment from shared object")."""
+    reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return (f"torch failed to load ({reason}): a memory limit too low to map its libraries, or a broken "
+            "install; raise or lift the limit (ulimit -v unlimited), or reinstall torch (pip install "
+            "--force-reinstall torch)")
+
+
+def _loading_torch(exc: BaseException) -> bool:
+    """Whether `exc` stopped the import of torch: raised while torch's __init__ ran, or no torch."""
+    if isinstance(exc, ModuleNotFoundError) and exc.name == "torch":
+        return True
+    spec = importlib.util.find_spec("torch")
+    init = spec.origin if spec else None  # torch/__init__.py
+    return any(frame.f_code.co_name == "<module>" and frame.f_code.co_filename == init
+               for frame, _ in traceback.walk_tb(exc.__traceback__))
+
+
 def _streams_open() -> None:
-    """A process started with its stdin, stdout or stderr closed (`2>&-`) has the null device there
-    instead: its progress and warnings have nowhere to go, its run still has to finish, and a file
-    it opens never takes descriptor 2 (where a library's own errors would land in it)."""
+    """A process started with its stdin, stdout or stderr closed (`2>&-`), or with a stderr that
+    cannot be written (opened read-only, `2</dev/null`; a full device, `2>/dev/full`), has the null
+    device there instead: its progress and warnings have nowhere to go, its run still has to finish
+    (a progress line that cannot be written is no failure of the run's storage), and a file it opens
+    never takes descriptor 2 (where a library's own errors would land in it). A stdout that cannot be
+    written stays: what a command prints there is its result, and failing to print it is an error."""
     for fd, name in enumerate(("stdin", "stdout", "stderr")):
         try:
             os.fstat(fd)
+            if fd == 2:
+                os.write(fd, b"")  # fails as a write would (EBADF read-only, ENOSPC full); else no-op
         except OSError:
             null = os.open(os.devnull, os.O_RDWR)
             if null != fd:
@@ -415,7 +453,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     several: `<out>/<method>/seed-<s>/`, and the spread over seeds."""
     from edgefl.report.compare import check_target, compare_table, write_comparison
     from edgefl.report.figures import make_figures
-    from edgefl.rundir import claim, probe
+    from edgefl.rundir import claim, probe, refuse_links
     from edgefl.scenario import compare_scenario
 
     check_target(args.target)
@@ -435,6 +473,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                  for m in methods for s in each}  # every run validated before any starts
     if probe(out, "--out") != "missing":  # checked now; a new folder is made by the first run
         claim(out, "compare")
+        refuse_links(out)
     pending = [p for (method, seed), scenario in scenarios.items()
                if (p := _unfinished(f"{method} seed {seed}" if several else method, scenario,
                                     [out, out / method] if several else [out], args.dry_run))]
@@ -651,9 +690,11 @@ def _overrides(args: argparse.Namespace) -> list[str]:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
+    """The figures of the runs; a run without an events log gets no timeline, said in a warning line
+    on stderr (its other figures are drawn, and the exit status is 0)."""
     from edgefl.report.compare import differing_setup
     from edgefl.report.figures import make_figures
-    from edgefl.report.timeline import MAX_CLIENTS
+    from edgefl.report.timeline import MAX_CLIENTS, has_events
 
     if not 0 <= args.timeline_clients <= MAX_CLIENTS:
         raise EdgeflError("--timeline-clients", str(args.timeline_clients), "must be 0 (no timeline) or a "
@@ -662,6 +703,9 @@ def cmd_plot(args: argparse.Namespace) -> int:
     for path in make_figures(args.runs, args.out or args.runs[0] / "figures", args.target,
                              args.timeline_clients):
         print(path)
+    for run in [r for r in args.runs if args.timeline_clients and not has_events(r)]:
+        print(f"edgefl: warning: {run}: no events log (events.parquet or events.csv): its timeline is "
+              "skipped, the other figures are drawn", file=sys.stderr)
     differ = differing_setup(args.runs)
     if differ:
         print(f"edgefl: warning: the runs differ in {', '.join(differ)} (their scenario.toml): the figures "

@@ -260,6 +260,20 @@ def probe(path: Path, flag: str) -> str:
     return "link" if stat.S_ISLNK(mode) else "dir" if stat.S_ISDIR(mode) else "file"
 
 
+def refuse_links(folder: Path) -> None:
+    """The rule for symbolic links inside an output folder (a comparison's method and seed folders,
+    their files, figures/): refused, never followed, the first found named in one line. Followed, a
+    link to a finished run would be kept as this folder's run, and a link to a folder would have
+    edgefl replace files there that it never made."""
+    for root, dirs, files in os.walk(folder):  # links to folders are listed, not walked into
+        dirs.sort()
+        link = next((Path(root) / n for n in sorted([*dirs, *files]) if (Path(root) / n).is_symlink()), None)
+        if link is not None:
+            raise EdgeflError(str(link), "symbolic link", f"edgefl follows no link inside its output "
+                              f"folder {folder} (it reads and replaces what is there); put the folder "
+                              "or file itself there, or remove the link")
+
+
 DAMAGED = (f"its {MARKER} marker is damaged (not the JSON edgefl writes), so edgefl cannot tell what "
            "wrote the folder")
 ORIGIN = "origin"  # a run marker's key: the scenario file the run started from (profiles, trace beside it)

@@ -30,6 +30,7 @@ from edgefl.config import (
     MAX_SIDE,
     MAX_STEPS,
     MAX_THREADS,
+    MOVED,
     Check,
     Named,
     Scenario,
@@ -38,6 +39,7 @@ from edgefl.devices.profile import MAX_FIGURE, MAX_LINK_MBPS, MIN_FIGURE
 from edgefl.errors import EdgeflError
 from edgefl.methods import METHODS  # every method's knob section registers on import
 from edgefl.methods.base import method_class, refuse_ignored
+from edgefl.registry import unloaded
 from edgefl.selection import SELECTORS  # every policy's knob section too
 from edgefl.sim.links import server_mbps
 from edgefl.tomlschema import build_value, printable, read_toml, reject_unknown, toml_value
@@ -153,10 +155,21 @@ def scenario_from_toml(raw: dict[str, Any], where: str) -> Scenario:
     """The Scenario of a TOML table, every key type-checked: the scenario's own keys and sections, and
     each registered knob section built as its method's dataclass."""
     keys = schema()
+    _reject_moved(raw, where)
     reject_unknown(raw, list(keys), where, "")
     values = {name: build_value(keys[name], value, where, name) for name, value in raw.items()}
     knobs = {name: values.pop(name) for name in KNOBS.classes() if name in values}
     return Scenario(**values, sections={**KNOBS.defaults(), **knobs})
+
+
+def _reject_moved(raw: dict[str, Any], where: str) -> None:
+    """A key that moved (config.MOVED) named with where it is now."""
+    for old, new in MOVED.items():
+        section, _, key = old.partition(".")
+        table = raw.get(section)
+        if isinstance(table, dict) and key in table:
+            part, _, leaf = new.partition(".")
+            raise EdgeflError(where, old, f"unknown key: it moved to {new} (write {leaf} under [{part}])")
 
 
 def compare_scenario(path: str | Path, overrides: list[str], method: str,
@@ -437,7 +450,8 @@ def _check_names(s: Scenario, where: str, beside: str) -> None:
             found = ("" if key not in ("fleet.devices", "fleet.apps") else
                      " (profiles are found in device_profiles/ beside the scenario, on EDGEFL_PROFILE_PATH, "
                      "then edgefl's own: a run resumed must see them as when it started)")
-            raise EdgeflError(where, key, f"unknown {value!r}; choose one of: {', '.join(known)}{found}")
+            raise EdgeflError(where, key, f"unknown {value!r}; choose one of: {', '.join(known)}{found}"
+                              f"{unloaded(value)}")
     refuse_ignored(s, METHODS.get(s.method), s.method, where)
     if not s.fleet.devices and not catalog.pool(s.fleet.pool):
         raise EdgeflError(

@@ -12,3 +12,13 @@ def one_thread() -> Iterator[None]:
     process's count when a test prepares it."""
     torch.set_num_threads(1)
     yield
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The round loop compiled into numba's cache once, before the first test: in the controller of
+    pytest-xdist (which has no `workerinput`) before its workers start, or else each worker's first
+    run would compile it again (about a minute of CPU each on a fresh clone)."""
+    if not hasattr(config, "workerinput"):
+        from edgefl.sim.round_loop import ready
+
+        ready()

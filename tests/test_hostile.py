@@ -16,6 +16,8 @@ import dataclasses
 import io
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import tomllib
 import typing
@@ -438,6 +440,47 @@ def test_hostile_out(capsys: Capsys, dry_run: Path, command: str, kind: str) -> 
         assert tree(folder) == before
 
 
+COMPARE = ["compare", str(ROOT / "scenarios" / "quickstart.toml"), "--methods", "jfat", "--dry-run",
+           "--quiet", "--set=rounds=1", "--set=fleet.clients=4"]
+
+
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished (dry) comparison of jfat alone."""
+    out = tmp_path_factory.mktemp("compared") / "comparison"
+    assert main([*COMPARE, "--out", str(out)]) == 0
+    return out
+
+
+def linked_comparison(kind: str, finished: Path, folder: Path) -> tuple[Path, Path]:
+    """A comparison folder (`finished`'s marker, or a copy of it) holding a symbolic link of `kind`
+    made in `folder`; returns (the comparison, the link)."""
+    out = folder / "comparison"
+    if kind == "linked figures":
+        shutil.copytree(finished, out)
+        (out / "figures").rename(folder / "figures")
+        (out / "figures").symlink_to(folder / "figures")
+        return out, out / "figures"
+    out.mkdir()
+    shutil.copy(finished / ".edgefl-run", out)
+    (out / "jfat").symlink_to(finished / "jfat" if kind == "link to a finished run" else folder / "gone")
+    return out, out / "jfat"
+
+
+@pytest.mark.parametrize("kind", ["link to a finished run", "dangling link", "linked figures"])
+def test_a_symbolic_link_in_a_comparison_is_refused_never_followed(capsys: Capsys, compared: Path,
+                                                                   kind: str) -> None:
+    """One rule (docs/outputs.md): a link anywhere in a comparison's folder is one line naming it, and
+    nothing is run or written, whether it dangles or points at a finished run of the same scenario."""
+    with scratch() as folder:
+        out, link = linked_comparison(kind, compared, folder)
+        before = tree(folder), tree(compared)
+        line = expect_error(capsys, [*COMPARE, "--out", str(out)])
+        assert line.startswith(f"edgefl: error: {link}: symbolic link: edgefl follows no link inside its "
+                               f"output folder {out}")
+        assert (tree(folder), tree(compared)) == before
+
+
 # (h) run folders that are not what edgefl wrote: plot and resume read nothing unchecked -------------
 
 
@@ -593,3 +636,24 @@ def test_a_dotted_set_key_with_an_empty_part_is_named(item: str, capsys) -> None
     assert main(["run", "quickstart", "--dry-run", "--set", item]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"--set: {item}: a dotted key has an empty part" in err
+
+
+@pytest.mark.parametrize("error", ["ImportError", "OSError"])
+def test_torch_that_cannot_load_is_one_line(tmp_path: Path, error: str) -> None:
+    """Under `ulimit -v 3000000` torch's libraries fail to map as it is imported (here a torch on
+    PYTHONPATH that fails as that one does): one line naming torch, the reason and the fix, no run
+    folder."""
+    fake = tmp_path / "fake" / "torch"
+    fake.mkdir(parents=True)
+    reason = "libtorch_cuda.so: failed to map segment from shared object"
+    write(fake / "__init__.py", f"raise {error}({reason!r})\n")
+    out = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-c", "import sys; from edgefl.cli import main; sys.exit(main())",
+                           "run", "quickstart", "--dry-run", "--out", str(out)], cwd=ROOT,
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(fake.parent)},
+                          timeout=120)
+    assert done.returncode == 2
+    line = one_error_line(done.stderr)
+    assert line.startswith(f"edgefl: error: torch failed to load ({reason}): ")
+    assert "ulimit -v" in line and "reinstall torch" in line
+    assert not out.exists()

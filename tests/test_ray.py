@@ -3,7 +3,14 @@ that dies is retried."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
 
 import pytest
 import torch
@@ -187,3 +194,59 @@ def test_a_run_begun_on_ray_resumes_in_process_to_the_same_files(tmp_path):
     assert main([*run, "--out", str(whole)]) == 0
     assert (out / "metrics.csv").read_text() == (whole / "metrics.csv").read_text()
     assert simulated_rows(out / "clients.csv") == simulated_rows(whole / "clients.csv")
+
+
+class Head:
+    """A cluster head that accepts connections and says nothing (one stuck, or not Ray's), on a
+    port of this machine, until `close`; `accepted` counts the connections it took."""
+
+    def __init__(self) -> None:
+        self.socket = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self.socket.getsockname()[1]}"
+        self.accepted = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):  # closed
+            while True:
+                self.socket.accept()[0].close()
+                self.accepted += 1
+
+    def close(self) -> None:
+        self.socket.close()
+
+
+@pytest.mark.slow  # a run in a process of its own: 20-25 s on 2 busy cores
+@pytest.mark.parametrize("then", ["stops answering", "SIGTERM"])
+def test_a_head_lost_while_a_run_joins_is_one_edgefl_line(tmp_path, then):
+    """ray.init retries a head that stopped answering for minutes, deaf to SIGTERM, saying only Ray's
+    lines: the run joins in a thread of its own, and the head asked once a second (the check before
+    the run is the first connection, the join's first question the second) going away, or SIGTERM,
+    ends it at once with edgefl's line and what to do with the run folder."""
+    out, head = tmp_path / "run", Head()
+    joins = sets([*SMALL, f'ray.address="{head.address}"', "ray.trust_address=true"])
+    edgefl = [sys.executable, "-c", "import sys; from edgefl.cli import main; sys.exit(main())"]
+    process = subprocess.Popen([*edgefl, "run", str(QUICKSTART), *joins, "--executor", "ray", "--quiet",
+                                "--out", str(out)], cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while head.accepted < 2 and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert head.accepted >= 2, "the run never asked the head while it joined"
+        if then == "SIGTERM":
+            process.send_signal(signal.SIGTERM)
+        else:
+            head.close()
+        _, err = process.communicate(timeout=30)
+    finally:
+        head.close()
+        process.kill()
+    said = [line for line in err.splitlines() if line.startswith("edgefl")]
+    hint = "; no round was checkpointed: run it again with --overwrite"
+    if then == "SIGTERM":
+        assert process.returncode == 130 and said == [f"edgefl: terminated (SIGTERM){hint}"], err
+    else:
+        assert process.returncode == 2 and said == [
+            f"edgefl: error: --set: ray.address: the Ray cluster at {head.address} no longer answers "
+            "(Connection refused) while the run started; check it (ray status) or start it again (ray start "
+            f"--head), or leave ray.address empty for a local Ray{hint}"], err

@@ -10,11 +10,12 @@ import pytest
 from support import QUICKSTART, ROOT, one_error_line
 
 from edgefl.cli import main
+from edgefl.config import MOVED
 from edgefl.devices.catalog import load_profile
 from edgefl.devices.profile import DeviceProfile
 from edgefl.errors import EdgeflError
 from edgefl.methods.distill import DistillConfig
-from edgefl.scenario import load_scenario
+from edgefl.scenario import load_scenario, schema_kind
 
 
 @pytest.mark.parametrize("text", ["", "\n  \n", "# only a comment\n", "\ufeff", "[fleet]\n[training]\n"])
@@ -256,3 +257,21 @@ def test_an_inline_table_set_on_a_section_keeps_its_other_keys() -> None:
     assert inline.fleet.reserved_memory_mb == whole.fleet.reserved_memory_mb == 1.3
     compare = load_scenario(ROOT / "scenarios" / "compare-digits.toml", ["compare.rounds={jfat=3}"])
     assert compare.compare.rounds == {"jfat": 3}
+
+
+@pytest.mark.parametrize("old", sorted(MOVED))
+def test_a_key_that_moved_is_named_with_where_it_is_now(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                        old: str) -> None:
+    """A scenario written for an earlier edgefl (`selection.oort_alpha`, now `[oort] alpha`): one line
+    naming the new key, in the file and from --set; every new key is one of the schema's."""
+    new = MOVED[old]
+    assert schema_kind(new.split(".")) == "value", new
+    section, key = old.split(".")
+    path = tmp_path / "old.toml"
+    path.write_text(f'method = "jfat"\n[{section}]\n{key} = 1\n', encoding="utf-8")
+    part, leaf = new.split(".")
+    for argv, where in ([str(path)], path), (["quickstart", "--set", f"{old}=1"], "--set"):
+        assert main(["run", *argv, "--dry-run", "--out", str(tmp_path / "out")]) == 2
+        assert one_error_line(capsys.readouterr().err) == (
+            f"edgefl: error: {where}: {old}: unknown key: it moved to {new} (write {leaf} under [{part}])")
+    assert not (tmp_path / "out").exists()

@@ -11,7 +11,9 @@ on the same hardware.
 A task whose worker process dies is retried up to `ray.max_retries` times. Ray moves the state and
 the task's code with cloudpickle, so whoever runs the cluster runs code edgefl sends and sends back
 objects edgefl unpickles: scenario validation (edgefl.scenario) refuses an address not on this machine
-unless `ray.trust_address = true`.
+unless `ray.trust_address = true`. Joining a cluster is one edgefl line when its head stops answering
+or lets the run wait JOIN_S, and SIGTERM stops a run on Ray as it stops one in-process (Ray's own
+handler, which exits without a word, is undone).
 
 Fault injection: a worker that finds the file named by EDGEFL_FAULT_ONCE deletes it and exits,
 once, which is how the tests check that a dead worker's task is retried.
@@ -19,14 +21,20 @@ once, which is how the tests check that a dead worker's task is retried.
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import logging
 import os
+import signal
 import socket
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from edgefl.config import RayConfig
-from edgefl.errors import EdgeflError
+from edgefl.errors import EdgeflError, Terminated
 from edgefl.executors.executor import groups, in_order, train_timed_group
 from edgefl.methods import ClientPlan, ClientUpdate, Method
 from edgefl.snapshot import plain, restore
@@ -45,9 +53,77 @@ def started_ray(cfg: RayConfig, where: str) -> Any:
                           'or use executor = "local"') from None
     if not ray.is_initialized():
         cpus = None if cfg.address else (cfg.workers or None)  # a cluster brings its own
-        ray.init(address=cfg.address or "local", num_cpus=cpus, include_dashboard=False,
-                 log_to_driver=False, configure_logging=False)
+        start = functools.partial(ray.init, address=cfg.address or "local", num_cpus=cpus,
+                                  include_dashboard=False, log_to_driver=False, configure_logging=False)
+        with _sigterm_kept():
+            if cfg.address:
+                _joined(start, cfg.address, where)
+            else:
+                start()  # in this thread: the processes of a local Ray end with the thread that made them
     return ray
+
+
+@contextlib.contextmanager
+def _sigterm_kept() -> Iterator[None]:
+    """`ray.init`, called in the main thread, sets a SIGTERM handler of its own (exit at once, without
+    a word): the one before it (the CLI's: stop as Ctrl-C does, say how to resume) is put back after,
+    and a SIGTERM that Ray's handler met meanwhile is the CLI's Terminated."""
+    main = threading.current_thread() is threading.main_thread()
+    handler = signal.getsignal(signal.SIGTERM) if main else None
+    try:
+        yield
+    except SystemExit as exc:
+        if exc.code != signal.SIGTERM:
+            raise
+        raise Terminated from None
+    finally:
+        if handler is not None:
+            signal.signal(signal.SIGTERM, handler)
+
+
+JOIN_S = 60.0  # how long joining a cluster whose head answers may take (a second or two when it is up)
+
+
+def _joined(start: Callable[[], Any], address: str, where: str) -> None:
+    """`start()` (ray.init) joining the cluster at `address`, in a thread of its own: Ray's core
+    retries a head that stopped answering for minutes, inside calls that hold off signals. This thread
+    waits instead, SIGTERM and Ctrl-C heard at once: it asks the head every PROBE_S, and stops with one
+    line when it no longer answers or the join takes JOIN_S (the thread left behind ends with the
+    process)."""
+    failed: list[BaseException] = []
+    thread = threading.Thread(target=_kept_failure, args=(start, failed), daemon=True)
+    told = logging.getLogger("ray._private.worker")  # would say it set no SIGTERM handler: edgefl's stays
+    told.disabled = True
+    thread.start()
+    deadline = time.monotonic() + JOIN_S
+    try:
+        while thread.is_alive():
+            thread.join(PROBE_S)
+            why = _unanswered(address, PROBE_S) if thread.is_alive() else ""
+            if why or time.monotonic() > deadline:
+                raise _not_joined(address, why, where)
+    finally:
+        told.disabled = False
+    if failed:
+        raise failed[0]
+
+
+def _not_joined(address: str, why: str, where: str) -> EdgeflError:
+    """The line of a join given up: the head gone (`why`), or silent for JOIN_S."""
+    what = f"no longer answers ({why})" if why else f"answers but did not let this run join in {JOIN_S:.0f} s"
+    lost = EdgeflError(where, "ray.address", f"the Ray cluster at {address} {what} while the run started; "
+                       "check it (ray status) or start it again (ray start --head), or leave ray.address "
+                       "empty for a local Ray")
+    lost.resumable = True  # the CLI says how to go on with this run folder
+    return lost
+
+
+def _kept_failure(start: Callable[[], Any], failed: list[BaseException]) -> None:
+    """start(), what it raised kept in `failed` (for the thread that waits on this one)."""
+    try:
+        start()
+    except BaseException as exc:
+        failed.append(exc)
 
 
 class RayExecutor:

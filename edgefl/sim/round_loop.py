@@ -3,12 +3,18 @@ which says what it plays and how it is tested): a link's water-filling (edgefl.s
 reference's `Sharing`, tests/simpy_clients.py) on arrays, and
 the round's clients, their meters and battery watchers (the reference's `Meter`, `_watch`:
 tests/simpy_clients.py), compiled by Numba; with `Stream`, an async run's clients, which start and
-end one by one (edgefl.sim.fedbuff)."""
+end one by one (edgefl.sim.fedbuff). `ready` loads the compiled loop from Numba's cache, or compiles it
+first where the cache does not hold it (a minute or more, once: said in one line, and stopped at once by
+SIGTERM or Ctrl-C)."""
 
 from __future__ import annotations
 
 import heapq
 import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 from numba import njit
@@ -21,7 +27,7 @@ BOUNDS = 8  # a shared transfer's lower bounds on the empty moment before follow
 INF = math.inf
 
 # the event kinds; SimPy's priorities (an interrupt goes before the other events of its instant)
-TIMEOUT, WAKE, UNPLUG, WATCH, CLOSE, INTERRUPT, CHANGED, RATES, START, ENDED, TIMER = range(11)
+TIMEOUT, WAKE, UNPLUG, WATCH, CLOSE, INTERRUPT, CHANGED, RATES, START, ENDED, TIMER, CUT = range(12)
 URGENT, NORMAL = range(2)
 LOW, HIGH, CAPPED_ENDS, SHARED_ENDS = range(4)  # a link's heaps (4 x link + one of these)
 
@@ -63,6 +69,7 @@ def play(phases: np.ndarray, off: np.ndarray, t: Transfers, b: Drains, capacity:
         cf[:, column:column + values.shape[1]] = values
     ci[:, BATTERY] = b.on
     gf, gi = _clock(start, net, False)
+    ready()
     next(_loop(cf, ci, gf, gi, np.array(capacity, dtype=np.float64), int(target), float(deadline_s),
                np.zeros(1, dtype=np.int64), np.zeros(1)))
     return ci[:, STATUS].copy(), cf[:, STOP].copy(), cf[:, TRANSFER_S:TRANSFER_S + 2].copy(), float(gf[G_NOW])
@@ -75,6 +82,35 @@ def _clock(now: float, net: bool, stream: bool) -> tuple[np.ndarray, np.ndarray]
     return gf, gi
 
 
+PREPARING = "edgefl: preparing the round engine, once: a minute or more"
+_COMPILE = ("import sys; sys.path.insert(0, sys.argv[1]); from edgefl.sim import round_loop; "
+            "round_loop._loop.compile(round_loop.signature())")
+
+
+def ready() -> None:
+    """The loop compiled in this process. Numba's cache holds it once compiled (a fraction of a second
+    to load); a cold cache (a fresh install, this file edited) compiles it first: a minute or more in
+    LLVM, said in one line, in a child process. SIGTERM or Ctrl-C met in LLVM would reach Python in a
+    ctypes callback of llvmlite, which prints it and compiles on; this process, waiting on the child,
+    stops at once instead (the child killed, nothing cached)."""
+    sig = signature()
+    if sig in _loop.overloads:
+        return
+    if _loop._cache.load_overload(sig, _loop.targetctx) is None:  # type: ignore[attr-defined]  # compile's check
+        print(PREPARING, file=sys.stderr, flush=True)
+        subprocess.run([sys.executable, "-P", "-c", _COMPILE, str(Path(__file__).resolve().parents[2])],
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       check=False)  # this edgefl's, whatever the current folder holds
+    _loop.compile(sig)  # from the cache the child wrote (compiled here where it wrote none)
+
+
+def signature() -> tuple[Any, ...]:
+    """The loop's argument types as `play` and `Stream` call it."""
+    return tuple(_loop.typeof_pyval(a) for a in (np.zeros((1, CF)), np.zeros((1, CI), dtype=np.int64),
+                                                  *_clock(0.0, False, False), np.zeros(2), 1, INF,
+                                                  np.zeros(1, dtype=np.int64), np.zeros(1)))
+
+
 class Stream:
     """Clients that start when the caller says and run until they end, each in a row of its own
     (an async run's slots, edgefl.sim.fedbuff `Buffered`), played by the round's loop: `start` a
@@ -83,7 +119,9 @@ class Stream:
     def __init__(self, rows: int, capacity: tuple[float, float], net: bool, now: float) -> None:
         self.cf, self.ci = np.zeros((rows, CF)), np.zeros((rows, CI), dtype=np.int64)
         self.gf, gi = _clock(now, net, True)
-        self.mail, self.delays = np.zeros(2 * rows + 7, dtype=np.int64), np.zeros(rows + 3)
+        orders = 2 * rows + 3  # at most, between two steps: a start or timer a row, the server's, a cut a row
+        self.mail, self.delays = np.zeros(2 * orders + 1, dtype=np.int64), np.zeros(orders)
+        ready()
         self._steps = _loop(self.cf, self.ci, self.gf, gi, np.array(capacity, dtype=np.float64), rows + 1,
                             INF, self.mail, self.delays)
 
@@ -99,6 +137,12 @@ class Stream:
         self.cf[row, TRANSFER_S:TRANSFER_S + 2] = np.nan  # none through yet (`ended` before it plays)
         self.ci[row, BATTERY] = battery
         self._order(START, row, 0.0)
+
+    def cut(self, row: int) -> None:
+        """The row's client, if still working, stops now as a round's close stops those still working
+        (`_interrupt`: a transfer under way notes the seconds it would take at its pace), its status
+        completed; played at the next `step`, whose report (its end) the caller need not hear."""
+        self._order(CUT, row, 0.0)
 
     def timer(self, delay_s: float, key: int) -> None:
         """A timer that fires `delay_s` from now (`step` gives TIMER, key)."""
@@ -273,7 +317,7 @@ def _left_at(cf, ci, gf, link, i, now):  # type: ignore[no-untyped-def]
 @_inlined
 def _event(gf, gi, events, at, kind, a, b):  # type: ignore[no-untyped-def]
     """An event at `at` (now: in its priority's queue, after the others of this instant there)."""
-    priority = URGENT if kind in (INTERRUPT, START) else NORMAL
+    priority = URGENT if kind in (INTERRUPT, START, CUT) else NORMAL
     item = (at, priority, gi[G_SEQ], kind, a, b)
     if at == gf[G_NOW]:
         events[1 + priority].append(item)
@@ -665,8 +709,9 @@ def _begin(cf, ci, gf, gi, heaps, events, listeners, i, closes):  # type: ignore
 
 @_inlined
 def _mail(gf, gi, events, mail, delays):  # type: ignore[no-untyped-def]
-    """`Stream`'s orders since the last step, in order: a client to start (its process: urgent), a
-    timer (a slot's or the server's) to fire after its delay."""
+    """`Stream`'s orders since the last step, in order: a client to start (its process: urgent) or
+    to stop (its interrupt: urgent, `Stream.cut`), a timer (a slot's or the server's) to fire after
+    its delay."""
     for j in range(mail[0]):
         kind, arg = mail[1 + 2 * j], mail[2 + 2 * j]
         _event(gf, gi, events, gf[G_NOW] + (delays[j] if kind == TIMER else 0.0), kind, arg, 0)
@@ -730,6 +775,8 @@ def _loop(cf, ci, gf, gi, capacity, target, deadline_s, mail, delays):  # type: 
                 _watch(cf, ci, gf, gi, events, listeners, a)
         elif kind == START:
             _begin(cf, ci, gf, gi, heaps, events, listeners, a, INF)
+        elif kind == CUT:  # the row's client, whichever it is now (one ordered since started)
+            _interrupt(cf, ci, gf, gi, heaps, events, listeners, a, COMPLETED)
         elif kind in (ENDED, TIMER):
             yield kind, a
             _mail(gf, gi, events, mail, delays)
