@@ -59,6 +59,7 @@ def headed(page: str) -> dict[str, str]:
             for i in range(1, len(parts) - 1, 2)}
 
 
+@pytest.mark.slow
 def test_the_scenario_reference_holds_every_key(site: Path) -> None:
     page = (site / "reference" / "scenario" / "index.html").read_text()
     keys = scenario_keys()

@@ -117,6 +117,7 @@ def _run(out: Path) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
     return metrics, simulated_rows(out / "clients.csv")
 
 
+@pytest.mark.slow
 def test_same_seed_same_simulated_times(tmp_path):
     metrics_a, clients_a = _run(tmp_path / "a")
     metrics_b, clients_b = _run(tmp_path / "b")

@@ -79,6 +79,7 @@ def played(kind: type, seed: int, folds: int = 8) -> list[Any]:
 SEEDS = range(24)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", SEEDS)
 def test_fedbuff_plays_as_its_simpy_reference(seed: int) -> None:
     assert played(Buffered, seed) == played(SimpyBuffered, seed)

@@ -187,6 +187,7 @@ def test_zero_means_unlimited() -> None:
     assert links.unlimited and math.isinf(links.down_bps)
 
 
+@pytest.mark.slow
 def test_random_small_fleets_against_the_oracle() -> None:
     """300 random fleets of 1-120 transfers covering the corners: tied caps, zero and tiny bytes,
     simultaneous starts, starts on whole seconds at 1e6 s, clients stopping the instant they start,

@@ -129,6 +129,7 @@ SMALL = ["--set", "rounds=2", "--set", "fleet.clients=6", "--set", "fleet.sample
          "--set", "data.test_samples=16", "--set", "threads=1"]
 
 
+@pytest.mark.slow
 def test_a_plugin_adds_a_method_a_policy_and_a_device_folder(site: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
     done = edgefl(site, "run", "quickstart", "--out", str(out), "--quiet", *SMALL,
@@ -144,6 +145,7 @@ def test_a_plugin_adds_a_method_a_policy_and_a_device_folder(site: Path, tmp_pat
     assert "\n[damped]\nfactor = 0.25\n" in resolved and "\n[lowest_ids]\noffset = 2\n" in resolved
 
 
+@pytest.mark.slow
 def test_a_plugin_knob_is_checked_like_edgefl_s_own(site: Path, tmp_path: Path) -> None:
     done = edgefl(site, "run", "quickstart", "--dry-run", "--out", str(tmp_path / "r"),
                   "--set", 'method="damped_avg"', "--set", "damped.factor=2")

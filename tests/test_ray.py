@@ -29,6 +29,7 @@ def sets(items: list[str]) -> list[str]:
     return [arg for item in items for arg in ("--set", item)]
 
 
+@pytest.mark.slow
 def test_ray_matches_in_process_and_survives_a_dead_worker(tmp_path, monkeypatch):
     fault = tmp_path / "kill-one-worker"
     fault.touch()
@@ -52,6 +53,7 @@ def test_ray_matches_in_process_and_survives_a_dead_worker(tmp_path, monkeypatch
     assert os.environ.get("EDGEFL_FAULT_ONCE") is None
 
 
+@pytest.mark.slow
 def test_a_compare_over_seeds_spreads_its_runs_over_ray_with_the_in_process_files(tmp_path, monkeypatch):
     """Each (method, seed) run is a Ray task that trains its clients where it lands; a worker that
     dies at a task's start is retried; every run's logs equal the in-process comparison's."""
@@ -83,6 +85,7 @@ def test_a_compare_over_seeds_spreads_its_runs_over_ray_with_the_in_process_file
     assert same[0] == same[1]
 
 
+@pytest.mark.slow
 def test_an_async_run_under_ray_evaluates_as_in_process(tmp_path):
     """The evaluation attack's random starts are drawn from the driver's torch state, which in-process
     training once moved between an async run's client starts (issue 39: PGD 0.13 under Ray, 0.145
@@ -121,6 +124,7 @@ def failed_on_ray(tmp_path, capsys) -> list[str]:
     return [line for line in capsys.readouterr().err.splitlines() if line.startswith("edgefl:")]
 
 
+@pytest.mark.slow
 def test_a_task_that_runs_its_node_out_of_memory_is_one_line_naming_its_clients(tmp_path, monkeypatch,
                                                                               capsys):
     """Ray's memory monitor kills the task (its threshold set at 1 % of the node's memory, no retries
@@ -133,6 +137,7 @@ def test_a_task_that_runs_its_node_out_of_memory_is_one_line_naming_its_clients(
     assert said[0].startswith("edgefl: error: client")
 
 
+@pytest.mark.slow
 def test_a_full_object_store_for_the_model_state_is_one_line(tmp_path, monkeypatch, capsys):
     """Raised by Ray where the driver puts the round's state (a full store could not be made here: Ray
     falls back to disk, 10 puts of 20 MiB into an 80 MiB store with spilling off all succeeded)."""
@@ -145,6 +150,7 @@ def test_a_full_object_store_for_the_model_state_is_one_line(tmp_path, monkeypat
                     "ray.workers, or give each node more (ray start --object-store-memory)"], said
 
 
+@pytest.mark.slow
 def test_a_cluster_failing_mid_run_is_one_line_and_the_run_resumes_to_the_same_files(tmp_path, monkeypatch,
                                                                                      capsys):
     """The cluster fails in round 1 (its head lost: every get fails); the run stops with one line and
@@ -178,6 +184,7 @@ def test_a_cluster_failing_mid_run_is_one_line_and_the_run_resumes_to_the_same_f
     assert simulated_rows(out / "clients.csv") == simulated_rows(whole / "clients.csv")
 
 
+@pytest.mark.slow
 def test_a_run_begun_on_ray_resumes_in_process_to_the_same_files(tmp_path):
     """Its driver lost at round 1's checkpoint (killed: the cluster's work is gone with it); `--resume
     --executor local` goes on in-process and ends with the files of a run that never stopped."""

@@ -23,6 +23,7 @@ ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
 from support import simulated_rows  # noqa: E402
 
+pytestmark = pytest.mark.slow  # Ray clusters started and killed, drivers in processes of their own
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["rounds=3", "fleet.clients=6", "training.local_iters=4", "attack.steps=2", "evaluation.steps=2",
          "data.test_samples=32", "threads=1"]
@@ -97,6 +98,7 @@ from pathlib import Path
 import ray
 from ray._private import services
 from edgefl.cli import main
+
 pids, checkpoint, args = json.loads(sys.argv[1])
 node_for = services.get_node_to_connect_for_driver
 services.get_node_to_connect_for_driver = lambda gcs, **kw: node_for(gcs, **{**kw, "node_name": "worker1"})

@@ -217,6 +217,7 @@ def test_counts_and_budgets_past_any_fleet_are_refused(key: str, value: str, say
         load_scenario(quickstart, [f"{key}={value}"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["fifo", "link to /dev/zero"])
 def test_a_profile_file_that_is_a_pipe_or_a_device_is_refused_not_read(tmp_path: Path, kind: str) -> None:
     """A FIFO or a link to /dev/zero named NAME.toml among a scenario's profiles: reading it would

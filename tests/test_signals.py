@@ -19,6 +19,8 @@ import torch
 
 from edgefl.sim.round_loop import PREPARING
 
+pytestmark = pytest.mark.slow  # runs in processes of their own, signalled or on Ray clusters
+
 ROOT = Path(__file__).resolve().parents[1]
 EDGEFL = [sys.executable, "-c", "import sys; from edgefl.cli import main; sys.exit(main())"]
 LONG = ["run", "quickstart", "--set", "rounds=40", "--set", "evaluation.every=40", "--quiet"]
