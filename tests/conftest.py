@@ -1,6 +1,14 @@
-"""Shared test set-up: PyTorch on one thread (tiny models train fastest so on a small machine)."""
+"""Shared test set-up: PyTorch on one thread (tiny models train fastest so on a small machine), its
+OpenMP threads waiting passively, and the round loop compiled once."""
 
+import os
 from collections.abc import Iterator
+
+# Before torch (and its OpenMP runtime) loads, here and in every process a test starts: an OpenMP thread
+# that waits spins on its core by default, and beside pytest-xdist's other workers (or a scenario's
+# `threads = 2` on two cores) that spinning took the cores' time: 26 s of CPU against 11 s for three
+# short runs of tests/test_methods.py on this 2-core host with one other process busy.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import pytest
 import torch

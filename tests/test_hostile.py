@@ -471,13 +471,15 @@ def linked_comparison(kind: str, finished: Path, folder: Path) -> tuple[Path, Pa
 def test_a_symbolic_link_in_a_comparison_is_refused_never_followed(capsys: Capsys, compared: Path,
                                                                    kind: str) -> None:
     """One rule (docs/outputs.md): a link anywhere in a comparison's folder is one line naming it, and
-    nothing is run or written, whether it dangles or points at a finished run of the same scenario."""
+    nothing is run or written, whether it dangles or points at a finished run of the same scenario;
+    `edgefl report` on the folder says the same."""
     with scratch() as folder:
         out, link = linked_comparison(kind, compared, folder)
         before = tree(folder), tree(compared)
-        line = expect_error(capsys, [*COMPARE, "--out", str(out)])
-        assert line.startswith(f"edgefl: error: {link}: symbolic link: edgefl follows no link inside its "
-                               f"output folder {out}")
+        for command in ([*COMPARE, "--out", str(out)], ["report", str(out), "--out", str(folder / "r.html")]):
+            line = expect_error(capsys, command)
+            assert line.startswith(f"edgefl: error: {link}: symbolic link: edgefl follows no link inside "
+                                   f"its output folder {out}")
         assert (tree(folder), tree(compared)) == before
 
 

@@ -73,7 +73,7 @@ from edgefl.report.seeds import (
     summary_rows,
 )
 from edgefl.report.timeline import timeline_figure
-from edgefl.rundir import marker_kind, probe, read_marker, write_file
+from edgefl.rundir import marker_kind, probe, read_marker, refuse_links, write_file
 
 REPORT_NAME = "report.html"
 GENERATOR = '<meta name="generator" content="edgefl report">'  # marks a page edgefl may replace
@@ -118,7 +118,9 @@ def report_runs(paths: list[Path]) -> list[Path]:
 
 
 def compared_runs(folder: Path) -> list[Path]:
-    """A comparison folder's runs: `<method>/` (one seed) or `<method>/seed-<s>/` (several)."""
+    """A comparison folder's runs: `<method>/` (one seed) or `<method>/seed-<s>/` (several); a
+    symbolic link in it is refused as `edgefl compare` refuses it (edgefl.rundir `refuse_links`)."""
+    refuse_links(folder)
     found = []
     for child in _folders(folder):
         found.extend([child] if marker_kind(child) == "run" else
@@ -130,7 +132,7 @@ def compared_runs(folder: Path) -> list[Path]:
 
 
 def _folders(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if p.is_dir() and not p.is_symlink())
+    return sorted(p for p in folder.iterdir() if p.is_dir())
 
 
 def check_out(out: Path) -> None:
