@@ -27,9 +27,10 @@ by `FedAvgAT.train_group` (edgefl.training.grouped). The two alternate in one pr
 itself runs on 2 (`threads`). Printed per thread count: the median seconds per round of each and
 the median of the per-repeat ratios one-by-one / grouped, and their range, and the ratio of the two
 sides' best rounds (as the bare loop's timing counts: other work only slows a round down).
-`--part stacked` times the grouped round through the hand-made grouped network against the same
-round through torch.func (`StackedModel`, what models the hand-made one does not cover take), on
-the last of `--group-threads`, alternating, printed the same way. While /tmp/edgefl-quiet exists
+`--part archs` times the same round per model (issue 50), one by one and grouped, alternating, on
+the last of `--group-threads`, printed the same way: by default the quickstart's model, and resnet10
+on the quickstart's digits for one local iteration; `--archs` picks others of `ARCHS` (models on
+32x32 noise images). While /tmp/edgefl-quiet exists
 (another timing on this machine) the bench waits before each timing; `--hold-quiet` makes the bench
 hold that file itself for its grouped timings (it then holds it with its process id, waits for no
 one else's, and removes it at the end).
@@ -41,7 +42,8 @@ Run:
 
 On the CPU the defaults are small (one vgg11 iteration per repeat, 1 torch thread by default,
 `--threads 0` keeps torch's default) and take about 40 s of CPU time (a minute and a half on a
-busy 2-core machine), plus about 40 s for grouped vs one-by-one (`--part` picks one). Figures
+busy 2-core machine), plus about 40 s for grouped vs one-by-one (`--part` picks one); `--part
+archs` takes about a minute at `--group-repeats 3` (its 32x32 models some minutes each). Figures
 only: nothing is asserted.
 """
 
@@ -53,11 +55,10 @@ import os
 import platform
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -71,7 +72,6 @@ from edgefl.methods.fedavg import FedAvgAT
 from edgefl.models import build_model
 from edgefl.scenario import load_scenario
 from edgefl.sim.workload import Workload
-from edgefl.training import grouped
 from edgefl.training.local import TrainSettings, make_optimizer, resolve_device, synchronize, train_local
 from edgefl.training.objectives import PGDAT
 
@@ -183,10 +183,10 @@ def quiet(hold: bool) -> Iterator[None]:
         QUIET.unlink(missing_ok=True)
 
 
-def round_sides(clients: int) -> tuple[dict[str, Callable[[], object]], str]:
-    """one-by-one and grouped training of the quickstart's first round (its first `clients`);
-    the bench sets the threads, not the scenario."""
-    scenario = load_scenario(QUICKSTART, ["threads=0"])
+def round_sides(clients: int, overrides: Sequence[str] = ()) -> tuple[dict[str, Callable[[], object]], str]:
+    """one-by-one and grouped training of the quickstart's first round (its first `clients`, the
+    scenario changed by `overrides`); the bench sets the threads, not the scenario."""
+    scenario = load_scenario(QUICKSTART, ["threads=0", *overrides])
     exp = prepare(scenario, str(QUICKSTART))
     method, ctx, t = exp.method, exp.ctx, scenario.training
     assert isinstance(method, FedAvgAT)
@@ -232,26 +232,29 @@ def bench_grouped(threads: list[int], repeats: int, clients: int) -> None:
         print(f"{n:>7} {compared(secs['one-by-one'], secs['grouped'])}")
 
 
-def bench_stacked(repeats: int, clients: int, threads: int) -> None:
-    """The grouped round two ways on `threads` torch threads, alternating: the hand-made `GroupedNet`
-    against torch.func's `StackedModel`."""
-    runs, what = round_sides(clients)
-    label, kept = "torch.func", grouped.groupable
+BIG = ['fleet.pool="mid"', "fleet.reserved_memory_mb=256"]  # devices whose training memory holds the model
+NOISE = ['data.dataset="synthetic"', "data.synthetic_train=2000", *BIG]  # 3x32x32 noise images, no download
+# `--part archs`: the quickstart's round (its own model by default) with other models and images; fewer
+# local iterations where a model does 20-400x the quickstart model's work
+ARCHS = {"digits_cnn": [],
+         "resnet10": ['model.name="resnet10"', "training.local_iters=1", *BIG],
+         "smallcnn-28": ['model.name="smallcnn"', "training.local_iters=3", *NOISE,
+                         "data.synthetic_shape=[1,28,28]"],
+         "cnn4-32": ['model.name="cnn4"', "training.local_iters=3", *NOISE],
+         "vgg11-32": ['model.name="vgg11"', "training.local_iters=1", *NOISE],
+         "resnet10-32": ['model.name="resnet10"', "training.local_iters=1", *NOISE]}
 
-    def run_with(value: Callable[[Any], bool]) -> Callable[[], object]:
-        def run() -> object:
-            grouped.groupable = value  # type: ignore[assignment]
-            try:
-                return runs["grouped"]()
-            finally:
-                grouped.groupable = kept  # type: ignore[assignment]
-        return run
 
+def bench_archs(names: list[str], repeats: int, clients: int, threads: int) -> None:
+    """Per model of ARCHS, one round one by one and grouped, alternating, on `threads` torch threads
+    (grouped even where the executor would train the clients one by one, `why_not_worth_it`)."""
     torch.set_num_threads(threads)
-    secs = alternate({label: run_with(lambda m: False), "edgefl": run_with(kept)}, repeats)
-    print(f"grouped round, {label} vs edgefl's ({what}, {threads} torch threads); median of {repeats}")
-    print(f"{'':>7} {label + ' s':>12} {'edgefl s':>10} {'speed-up':>8} {'range':>13} {'best':>6}")
-    print(f"{'':>7} {compared(secs[label], secs['edgefl'])}")
+    print(f"grouped vs one-by-one per model, {threads} torch thread(s), median of {repeats}")
+    print(f"{'model':<11} {'one-by-one s':>12} {'grouped s':>10} {'speed-up':>8} {'range':>13} {'best':>6}")
+    for name in names:
+        runs, what = round_sides(clients, ARCHS[name])
+        secs = alternate(runs, repeats)
+        print(f"{name:<11} {compared(secs['one-by-one'], secs['grouped'])}   ({what})")
 
 
 def main() -> None:
@@ -264,19 +267,21 @@ def main() -> None:
     ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     ap.add_argument("--channels-last", action="store_true")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (0 = torch's default)")
-    ap.add_argument("--part", choices=["bare", "grouped", "both", "stacked"], default="both",
-                    help="edgefl vs the bare loop, grouped vs one-by-one, or both; or the grouped round's "
-                         "hand-made network vs torch.func (stacked)")
+    ap.add_argument("--part", choices=["bare", "grouped", "both", "archs"], default="both",
+                    help="edgefl vs the bare loop, grouped vs one-by-one, or both; or grouped vs one-by-one "
+                         "per model (archs)")
     ap.add_argument("--group-threads", type=int, nargs="+", default=[1, 2],
                     help="torch CPU threads for grouped vs one-by-one")
     ap.add_argument("--group-repeats", type=int, default=7)
     ap.add_argument("--clients", type=int, default=10, help="clients in the grouped round")
+    ap.add_argument("--archs", nargs="+", choices=list(ARCHS), default=["digits_cnn", "resnet10"],
+                    help="models for --part archs")
     ap.add_argument("--hold-quiet", action="store_true",
                     help="hold /tmp/edgefl-quiet during grouped vs one-by-one (see the docstring)")
     args = ap.parse_args()
-    if args.part == "stacked":
+    if args.part == "archs":
         with quiet(args.hold_quiet):
-            bench_stacked(args.group_repeats, args.clients, args.group_threads[-1])
+            bench_archs(args.archs, args.group_repeats, args.clients, args.group_threads[-1])
         return
     if args.part != "bare":
         with quiet(args.hold_quiet):

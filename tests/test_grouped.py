@@ -1,5 +1,5 @@
 """Grouped training (edgefl.training.grouped) repeats one-by-one training, through the hand-made
-grouped network (Sequential CNNs) and through torch.func (any other model: a ResNet here).
+grouped network, of Sequential CNNs and of traced module trees (a ResNet here).
 
 G clients of one small CNN (conv + BatchNorm + ReLU + max-pool + linear head), each from its own
 start state (weights and BN running statistics differ) on its own data (sizes differ), trained
@@ -40,7 +40,6 @@ from edgefl.training.grouped import (
     GroupedFlatten,
     GroupedNet,
     OneChannelConv,
-    StackedModel,
     State,
     group_sums,
     groupable,
@@ -161,14 +160,14 @@ def test_folded_batchnorm_is_worked_out_anew_after_each_mode_switch() -> None:
     assert torch.allclose(cached, net(x).detach(), rtol=0, atol=TOL)  # unfrozen: folded afresh each pass
 
 
-def test_models_with_other_layers_take_torch_func_or_are_refused() -> None:
-    """The hand-made network takes Sequential CNNs; a residual block goes through torch.func; a
+def test_models_with_other_layers_group_or_are_refused() -> None:
+    """The hand-made network takes Sequential CNNs and residual blocks (traced); a
     layer that draws random numbers (Dropout) or a cumulative-average BatchNorm cannot group."""
     assert groupable(new_model())
     assert isinstance(grouped_network(new_model(), [new_model().state_dict()] * 2), GroupedNet)
     resnet = build_model("resnet10", 3, (3, 8, 8), [0.5] * 3, [0.3] * 3)
-    assert not groupable(resnet)
-    assert isinstance(grouped_network(resnet, [resnet.state_dict()] * 2), StackedModel)
+    assert groupable(resnet)
+    assert isinstance(grouped_network(resnet, [resnet.state_dict()] * 2), GroupedNet)
     odd = nn.Sequential(nn.Conv2d(1, 2, 3), nn.Dropout(0.5))
     with pytest.raises(ValueError, match=r"layer 1 \(Dropout\) draws random numbers"):
         grouped_network(odd, [odd.state_dict()] * 2)
@@ -199,10 +198,11 @@ def resnet_clients(n: int) -> tuple[Callable[[], nn.Module], list[tuple[State, t
 
 
 @pytest.mark.parametrize(("objective", "optimizer"), [("pgd_at", "sgd"), ("trades", "adam")])
-def test_a_resnet_trains_grouped_through_torch_func_as_one_by_one(objective: str, optimizer: str) -> None:
-    """Residual blocks group by torch.func's vmap: states (weights, each client's BN running
-    statistics and batch counter) and losses as `train_local` one by one. Float64 summation order
-    differs between the vmapped and the single kernels (and between CPUs' kernels). Under SGD a
+def test_a_resnet_trains_grouped_as_one_by_one(objective: str, optimizer: str) -> None:
+    """Residual blocks group (the grouped network of the traced model, its small maps as matmuls):
+    states (weights, each client's BN running statistics and batch counter) and losses as
+    `train_local` one by one. Float64 summation order differs between the grouped and the single
+    kernels (and between CPUs' kernels). Under SGD a
     state moves by a gradient's rounding times the learning rate: TOL and 1e-9 relative hold with
     room. Adam's step lr g / (|g| + eps) turns a rounding dg of a near-zero gradient into up to
     (lr / eps) dg, and the weights carry that into every BN statistic computed from them; a float64
@@ -221,7 +221,7 @@ def test_a_resnet_trains_grouped_through_torch_func_as_one_by_one(objective: str
                                        ITERS, BATCH, atk, gen, obj))
         want_states.append(copy.deepcopy(one.state_dict()))
     jobs = [ClientJob(s, x, y, client_seed(0, 7, k)) for k, (s, x, y) in enumerate(data)]
-    torch.set_num_threads(1)  # one part: the three clients stacked in one StackedModel
+    torch.set_num_threads(1)  # one part: the three clients in one grouped network
     got = train_group(model(), jobs, cfg, 0.1, ITERS, BATCH, atk, obj)
     adam = 0.1 / ADAM_EPS * longest_sum(model()) * U64
     assert_as_one_by_one(got, (want_states, want_losses), data, *((adam, adam) if optimizer == "adam"

@@ -6,8 +6,9 @@ workers, which remake the method from a recipe the experiment gives. The run loo
 method state, and training is seeded per (seed, round, client), so they produce the same updates.
 
 With `training.group_clients` (the default) the clients a method gives one `group_key` train
-together by `Method.train_group` (edgefl.training.grouped; a group per Ray task), and the group's
-measured time is shared out among its clients by their FLOPs as `real_compute_s`.
+together by `Method.train_group` (edgefl.training.grouped; a group per Ray task), where their model's
+architecture groups and grouping their work pays (`groups`), and the group's measured time is
+shared out among its clients by their FLOPs as `real_compute_s`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import torch
 from tqdm import tqdm
 
 from edgefl.methods import ClientPlan, ClientUpdate, Method
-from edgefl.profiling.layers import why_not_grouped
+from edgefl.training.grouped import why_not_worth_it, why_one_by_one
 from edgefl.training.local import timed
 
 
@@ -51,14 +52,17 @@ class LocalExecutor:
 
 def groups(method: Method, round_: int, plans: dict[int, ClientPlan]) -> list[dict[int, ClientPlan]]:
     """The round's clients split into the groups that train together, in the order of `plans`:
-    one client each unless `training.group_clients` is on and the method gives them a key (one
-    without a key: `say_alone`)."""
+    one client each unless `training.group_clients` is on, the model's architecture groups
+    (edgefl.training.grouped.why_one_by_one), grouping their work pays (`why_not_worth_it`) and the
+    method gives them a key (one without a key: `say_alone`)."""
     if not method.ctx.scenario.training.group_clients:
         return [{k: p} for k, p in plans.items()]
+    alone = not method.groups or why_one_by_one(method.global_model()) is not None
     keyed: dict[Hashable, dict[int, ClientPlan]] = {}
     out: list[dict[int, ClientPlan]] = []
     for k, p in plans.items():
-        key = method.group_key(round_, k, p)
+        worth_it = not alone and why_not_worth_it(p.workload, method.ctx.device) is None
+        key = method.group_key(round_, k, p) if worth_it else None
         if key is None:
             say_alone(method, p)
             out.append({k: p})
@@ -84,14 +88,17 @@ def say_alone(method: Method, plan: ClientPlan) -> None:
 
 
 def why_alone(method: Method, plan: ClientPlan) -> str:
-    """Why `method` gave a client with `plan` no group key."""
+    """Why a client of `method` with `plan` trains one by one (`groups`)."""
     name = type(method).__name__
     if not method.groups:
         return f"method {name} changes local training beyond what grouped training does"
     if plan.attack is not None and not plan.attack.groupable:
         return f"the training attack {type(plan.attack).__name__} cannot attack a group's stacked batches"
-    reason = why_not_grouped(method.global_model())
-    return f"its model's {reason}" if reason else f"method {name} gave the client no group key"
+    reason = why_one_by_one(method.global_model())
+    if reason:
+        return f"its model's {reason}"
+    costly = why_not_worth_it(plan.workload, method.ctx.device)
+    return f"its model's {costly}" if costly else f"method {name} gave the client no group key"
 
 
 def train_timed_group(method: Method, round_: int, plans: dict[int, ClientPlan],

@@ -3,9 +3,9 @@ kernels that run it, edgefl.devices.profile's KERNEL_KINDS), whether width metho
 (edgefl.methods.width), and whether grouped training can stack it (edgefl.training.grouped).
 
 `kind` refines a convolution by its shape (`layer_kind`); a type not in the table is an
-`elementwise` layer for profiling, passes width methods only if listed, and groups (torch.func's
-vmap batches any operator; a layer that draws random numbers in training cannot: its draws would
-not be each client's own).
+`elementwise` layer for profiling, passes width methods only if listed, and groups only where
+edgefl.training.grouped has its grouped form (a layer that draws random numbers in training never
+does: its draws would not be each client's own).
 """
 
 from __future__ import annotations

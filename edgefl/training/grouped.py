@@ -1,46 +1,52 @@
 """Many clients' local adversarial training at once (issue 16): G copies of one architecture
 trained as one network, client g's weights, BatchNorm statistics and batch counters its own.
 
-Any model whose layers draw no random numbers in training (edgefl.profiling.layers.why_not_grouped)
-groups through torch.func (`StackedModel`): the clients' parameters and buffers stacked along a
-leading dimension of G, one `vmap` of `functional_call` over them, residual blocks included;
-vmap updates the stacked BatchNorm statistics in place, each client's its own. Models built from
-Sequential containers of Conv2d, BatchNorm2d (with a momentum), Linear, ReLU, pooling, Flatten,
-Identity and edgefl's Normalize (`groupable`) take a hand-made grouped network instead
-(`GroupedNet`), 2.5x faster on the quickstart's round (bench/throughput.py --part stacked):
-client g's channels are the g-th block of G, a convolution becomes one grouped convolution
-(`groups` x G), BatchNorm one BatchNorm over G x C channels, a linear layer one batched matmul, and
-ReLU, pooling and flattening work channel by channel as they are.
+A model groups when torch.fx traces its forward to layers with a grouped form joined by operators
+that act element by element (`traced`): Conv2d, BatchNorm2d (with a momentum), Linear
+and edgefl's Normalize, which are grouped; ReLU, pooling, Identity and flattening to (N, features),
+which work channel by channel as they are; and between them `+` (residual blocks), relu and
+torch.flatten. Sequential CNNs (`digits_cnn`, `cnn3`, `cnn4`, `smallcnn`, `vgg*`) and ResNets
+(`resnet*`, torchvision's) group; any other model, and one with a layer that draws random numbers
+in training (edgefl.profiling.layers.why_not_grouped), trains one by one (`why_one_by_one`; the
+executor says why once a run). Issue 50: torch.func's vmap over the clients' stacked parameters,
+which grouped every other model before, ran a ResNet10 round at 0.65-0.99x one by one's speed
+and the quickstart's at 1.30-1.35x (docs/benchmarks.md), so it went.
 
-Either way one forward is G clients' forwards; the clients' losses are summed, so one backward
-gives each client exactly its own gradients, and SGD (momentum, weight decay) and Adam act element
-by element, so one optimizer over the grouped parameters is G clients' optimizers. Inputs and
-outputs are stacked client-major: client g's batch is rows g*B .. (g+1)*B of a (G*B, C, H, W)
-tensor, so attacks and objectives run on the grouped network unchanged. The objective reduces per
-client (`Objective.per_client`), and random draws (attack random starts,
-edgefl.attacks.base.client_streams) come from each client's own generator, seeded as one-by-one
-training seeds it, so grouped training repeats one-by-one training (Madry et al.'s PGD-AT loop in
-edgefl.training.local) up to floating-point summation order.
+The grouped network (`GroupedNet`) is that traced forward with each layer grouped: client g's
+channels are the g-th block of G, a convolution becomes one grouped convolution (`groups` x G),
+on maps of at most SMALL_MAP outputs (ResNets' last stages) one batched matmul over the kernel
+taps that read the map (`tap_matmul`); BatchNorm becomes one BatchNorm over G x C channels and a
+linear layer one batched matmul. One forward is G clients' forwards; the clients' losses are
+summed, so one backward gives each client exactly its own gradients, and SGD (momentum, weight
+decay) and Adam act element by element, so one optimizer over the grouped parameters is G
+clients' optimizers. Inputs and outputs are stacked client-major: client g's batch is rows
+g*B .. (g+1)*B of a (G*B, C, H, W) tensor, so attacks and objectives run on the grouped network
+unchanged. The objective reduces per client (`Objective.per_client`), and random draws (attack
+random starts, edgefl.attacks.base.client_streams) come from each client's own generator, seeded
+as one-by-one training seeds it, so grouped training repeats one-by-one training (Madry et al.'s
+PGD-AT loop in edgefl.training.local) up to floating-point summation order.
 
 A group trains in this process on torch's threads (a pool of worker processes, one part each,
-gained under 10 %: docs/benchmarks.md). In the hand-made network a first convolution with one input
-channel per client (grey images) takes its input gradient, which attacks need, as a depthwise
-convolution (`OneChannelConv`); and flattening hands its gradient back channels_last
-(`GroupedFlatten`), as the grouped network keeps its tensors.
+gained under 10 %: docs/benchmarks.md). The grouped network keeps its tensors channels_last. A
+first convolution with one input channel per client (grey images) takes its input gradient, which
+attacks need, as a depthwise convolution (`OneChannelConv`); flattening hands its gradient back
+channels_last (`GroupedFlatten`); in eval mode (an attack's passes) a convolution and the
+BatchNorm that alone reads it run as one folded convolution (`ConvBN`); and ReLU then max-pooling
+run as max-pooling then ReLU (`pool_before_relu`).
 """
 
 from __future__ import annotations
 
 import copy
-from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+import functools
+import operator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
-from torch import nn
-from torch.func import functional_call, vmap
+from torch import fx, nn
 
 from edgefl.attacks import Attack
 from edgefl.attacks.base import client_streams
@@ -48,6 +54,7 @@ from edgefl.config import TrainingConfig
 from edgefl.data.datasets import to_float
 from edgefl.models.base import Normalize
 from edgefl.profiling.layers import why_not_grouped
+from edgefl.sim.workload import Workload
 from edgefl.training.local import FP32, TrainSettings, batch_indices, make_optimizer, tail_mean
 from edgefl.training.objectives import Objective
 
@@ -58,7 +65,8 @@ AS_IS = (nn.ReLU, nn.MaxPool2d, nn.AvgPool2d, nn.AdaptiveAvgPool2d, nn.Identity)
 class GroupedConv2d(nn.Conv2d):
     """G convolutions as one, `groups` x G."""
 
-    _folded: tuple[torch.Tensor, torch.Tensor] | None = None  # (weight, bias) while frozen in eval mode
+    clients = 1  # G: each client's convolution has groups / G groups
+    kept: dict[object, Any]  # what one frozen stretch reuses (`keep`)
 
     @classmethod
     def of(cls, c: nn.Conv2d, states: Sequence[State]) -> GroupedConv2d:
@@ -68,7 +76,9 @@ class GroupedConv2d(nn.Conv2d):
         out = nn.utils.skip_init(cls, c.in_channels * g, c.out_channels * g, groups=c.groups * g,
                                  bias=c.bias is not None, device=c.weight.device, dtype=c.weight.dtype,
                                  **shape)  # no random init: torch's global generator stays untouched
-        copy_into(out, states, lambda t: torch.cat(t))
+        out.clients, out.kept = g, {}
+        out.weight.data = torch.empty_like(out.weight, memory_format=torch.channels_last)  # grouped layout
+        copy_into(out, states)
         return out
 
     def part(self, g: int, groups: int) -> State:
@@ -80,19 +90,45 @@ class GroupedConv2d(nn.Conv2d):
         if x.requires_grad and OneChannelConv.fits(self):
             assert isinstance(self.padding, tuple)
             return OneChannelConv.apply(x, weight, bias, self.padding, self.groups)
-        return super()._conv_forward(x, weight, bias)
+        taps = self.small_map(x)
+        if taps is None:
+            return super()._conv_forward(x, weight, bias)
+        return tap_matmul(x, self.weights_over(taps, weight), bias, taps, self)
+
+    def weights_over(self, taps: tuple[Taps, Taps], weight: torch.Tensor) -> torch.Tensor:
+        """`tap_weights`, kept (`keep`) while they are this layer's own frozen weights."""
+        if weight is self.weight and not weight.requires_grad:
+            return self.keep(taps, functools.partial(tap_weights, weight, taps, self.groups))
+        return tap_weights(weight, taps, self.groups)
+
+    def keep(self, key: object, make: Callable[[], Any]) -> Any:
+        """make(), worked out once and kept until the network next switches mode (`GroupedNet.train`
+        empties `kept`): asked for only while what make reads is frozen, in an attack's eval-mode
+        passes, where nothing can change it (BN statistics move only in train mode, weights by an
+        optimizer step)."""
+        if key not in self.kept:
+            self.kept[key] = make()
+        return self.kept[key]
+
+    def small_map(self, x: torch.Tensor) -> tuple[Taps, Taps] | None:
+        """The live taps (`live_taps`) of rows and columns when each client's convolution is a dense,
+        zero-padded one with an output map of at most SMALL_MAP positions, which `tap_matmul` runs."""
+        if self.groups != self.clients or self.padding_mode != "zeros" or not isinstance(self.padding, tuple):
+            return None
+        dims = zip(x.shape[2:], self.kernel_size, self.padding, self.stride, self.dilation, strict=True)
+        rows, cols = (live_taps(n, k, p, s, d) for n, k, p, s, d in dims)
+        if rows is None or cols is None or rows.out * cols.out > SMALL_MAP:
+            return None
+        return rows, cols
 
     def folded(self, x: torch.Tensor, bn: GroupedBatchNorm2d) -> torch.Tensor:
         """bn(conv(x)) with bn in eval mode, as one convolution: weights scaled by
         gamma / sqrt(var + eps), bias beta - mean x that scale (the same affine map, one pass).
-        With every parameter of the pair frozen (an attack's passes) the folded pair is computed
-        once and kept until the network next switches mode (`GroupedNet.train`): in eval mode with
-        frozen weights nothing the fold reads can change (BN statistics move only in train mode)."""
+        With every parameter of the pair frozen (an attack's passes) the folded pair is worked out
+        once (`keep`)."""
         if any(p is not None and p.requires_grad for p in (self.weight, self.bias, bn.weight, bn.bias)):
             return self._conv_forward(x, *fold(self, bn))
-        if self._folded is None:
-            self._folded = fold(self, bn)
-        return self._conv_forward(x, *self._folded)
+        return self._conv_forward(x, *self.keep("fold", lambda: fold(self, bn)))
 
 
 class OneChannelConv(torch.autograd.Function):
@@ -146,6 +182,65 @@ def group_sums(x: torch.Tensor, groups: int) -> torch.Tensor:
     return x.permute(0, 2, 3, 1).unflatten(3, (groups, -1)).sum(4).permute(0, 3, 1, 2)
 
 
+SMALL_MAP = 4  # output positions up to which a grouped convolution runs as batched matmuls (`tap_matmul`)
+
+
+class Taps(NamedTuple):
+    """Along one dimension of a convolution: the kernel taps first .. stop - 1 read the input, the
+    others only its zero padding; `before` and `after` pad the input for those taps alone
+    (negative: crop), and the convolution has `out` outputs."""
+
+    first: int
+    stop: int
+    before: int
+    after: int
+    out: int
+
+
+@functools.cache
+def live_taps(size: int, kernel: int, pad: int, stride: int, dilation: int) -> Taps | None:
+    """The `Taps` of a zero-padded convolution along a dimension of `size` inputs (None when every tap
+    reads padding only)."""
+    out = (size + 2 * pad - dilation * (kernel - 1) - 1) // stride + 1
+    live = [i for i in range(kernel) if any(0 <= o * stride - pad + i * dilation < size for o in range(out))]
+    if not live:
+        return None
+    first, stop = live[0], live[-1] + 1
+    before = pad - first * dilation
+    after = (out - 1) * stride + (stop - first - 1) * dilation + 1 - size - before
+    return Taps(first, stop, before, after, out)
+
+
+def tap_weights(weight: torch.Tensor, taps: tuple[Taps, Taps], groups: int) -> torch.Tensor:
+    """A grouped convolution's weights over `taps` as `tap_matmul` multiplies them: (G, out channels,
+    rows x columns x channels), tap-major as channels_last weights hold each output channel's
+    kernel, so a view of them where every tap, or one, reads the map."""
+    rows, cols = taps
+    kept = weight.permute(0, 2, 3, 1)[:, rows.first:rows.stop, cols.first:cols.stop]
+    return kept.reshape(groups, len(weight) // groups, -1)
+
+
+def tap_matmul(x: torch.Tensor, weights: torch.Tensor, bias: torch.Tensor | None, taps: tuple[Taps, Taps],
+               conv: nn.Conv2d) -> torch.Tensor:
+    """`conv`'s grouped convolution of x as one batched matmul, a client per batch entry, over the
+    taps that read x (`live_taps`; `weights` from `tap_weights`): the products and sums of the
+    convolution less those with the padding's zeros. Patches are views of x's channels_last windows,
+    laid out tap-major as the weights are; out channels_last (the grouped network's layout). On small
+    maps, ResNets' last stages, oneDNN's convolutions run at a few GFLOP/s, against tens for the
+    matmul (docs/benchmarks.md)."""
+    rows, cols = taps
+    (dh, dw), (sh, sw) = conv.dilation, conv.stride
+    kh, kw, g, b = rows.stop - rows.first, cols.stop - cols.first, conv.groups, len(x)
+    padded = nn.functional.pad(x, (cols.before, cols.after, rows.before, rows.after)).permute(0, 2, 3, 1)
+    windows = padded.unfold(1, (kh - 1) * dh + 1, sh).unfold(2, (kw - 1) * dw + 1, sw)[..., ::dh, ::dw]
+    # (B, out rows, out columns, G x C, kh, kw) -> (G, B x L, kh x kw x C)
+    lhs = windows.unflatten(3, (g, -1)).permute(3, 0, 1, 2, 5, 6, 4).reshape(g, -1, weights.shape[2])
+    rhs = weights.transpose(1, 2)
+    y = torch.bmm(lhs, rhs) if bias is None else torch.baddbmm(bias.view(g, 1, -1), lhs, rhs)
+    nhwc = y.view(g, b, rows.out, cols.out, -1).permute(1, 2, 3, 0, 4).reshape(b, rows.out, cols.out, -1)
+    return nhwc.permute(0, 3, 1, 2)
+
+
 class FlattenFormat(torch.autograd.Function):
     """`x.flatten(1)` of a channels_last x whose gradient comes back channels_last, as the layers
     before it keep their tensors (ReLU's backward on mixed formats: 150 against 8 us, 5 clients)."""
@@ -192,7 +287,7 @@ class GroupedBatchNorm2d(nn.BatchNorm2d):
         out = cls(b.num_features * len(states), b.eps, b.momentum, b.affine, b.track_running_stats,
                   device=None if like is None else like.device,
                   dtype=like.dtype if like is not None and like.is_floating_point() else None)
-        copy_into(out, states, lambda t: torch.cat(t) if t[0].dim() else torch.zeros_like(t[0]))
+        copy_into(out, states)
         if b.track_running_stats:
             out.start = tuple(s["num_batches_tracked"].clone() for s in states)
         return out
@@ -244,58 +339,111 @@ class GroupedNormalize(Normalize):
         return {k: v.chunk(groups, 1)[g] for k, v in self.state_dict().items()}
 
 
-def copy_into(out: nn.Module, states: Sequence[State], join: Any) -> None:
-    """out's parameters and buffers := join([each state's tensor of that name])."""
+def copy_into(out: nn.Module, states: Sequence[State]) -> None:
+    """Each of out's parameters and buffers: the states' tensors of that name one after another
+    along its first dimension, each copied into its block (in the block's memory format); a scalar
+    (a batch counter) is zeroed."""
     with torch.no_grad():
         for name, t in out.state_dict().items():
-            t.copy_(join([s[name] for s in states]))
+            if not t.dim():
+                t.zero_()
+                continue
+            for block, state in zip(t.chunk(len(states)), states, strict=True):
+                block.copy_(state[name])
 
 
 GROUPED: dict[type[nn.Module], Any] = {nn.Conv2d: GroupedConv2d, nn.BatchNorm2d: GroupedBatchNorm2d,
                                        nn.Linear: GroupedLinear, Normalize: GroupedNormalize}
 
 
+CHANNELWISE: set[Any] = {operator.add, operator.iadd, torch.add, torch.relu, nn.functional.relu,
+                         "add", "add_", "relu", "relu_"}  # operators and methods acting element by element
+
+
+def is_layer(m: nn.Module) -> bool:
+    """A module without submodules: one call in a traced forward (`LayerTracer`)."""
+    return next(m.children(), None) is None
+
+
+class LayerTracer(fx.Tracer):
+    """Traces through containers down to layers (`is_layer`)."""
+
+    def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
+        return is_layer(m)
+
+
+class Traced(NamedTuple):
+    """A model's forward traced down to layers (`LayerTracer`; None for a model that is one layer,
+    or whose forward does not trace) and what in it has no grouped form (None when all has one)."""
+
+    graph: fx.Graph | None
+    problem: str | None
+
+
+def traced(model: nn.Module) -> Traced:
+    """`model` traced and checked: a model that is one layer must be of a GROUPED or AS_IS type; any
+    other's forward must trace (torch.fx) to such layers and flattening to (N, features), joined by
+    CHANNELWISE operators and flattening, and call every layer that holds state."""
+    if is_layer(model):
+        return Traced(None, layer_problem("model", model))
+    try:
+        graph = LayerTracer().trace(model)
+    except Exception as e:  # fx raises many kinds on code it cannot trace
+        return Traced(None, f"forward cannot be traced by torch.fx ({type(e).__name__}: {e})")
+    problems = (node_problem(node, model) for node in graph.nodes)
+    return Traced(graph, next((p for p in problems if p), None) or uncalled_state(graph, model))
+
+
+def node_problem(node: fx.Node, model: nn.Module) -> str | None:
+    """Why one node of a traced forward has no grouped form (None when it has one)."""
+    if node.op in ("placeholder", "output"):
+        return None
+    if node.op == "call_module":
+        return layer_problem(str(node.target), model.get_submodule(str(node.target)))
+    values = [*node.args, *node.kwargs.values()]
+    if node.op != "get_attr" and (node.target in CHANNELWISE or flattens(node)) and all(
+            isinstance(v, fx.Node | int | float | bool) for v in values):
+        return None
+    return f"{node.op} {getattr(node.target, '__name__', node.target)} has no grouped form"
+
+
+def layer_problem(name: str, layer: nn.Module) -> str | None:
+    """Why the layer `name` has no grouped form (None when it has one)."""
+    if type(layer) is nn.BatchNorm2d and layer.momentum is None:
+        return f"layer {name} (BatchNorm2d, momentum None) averages by its own batch counter"
+    if type(layer) in GROUPED or type(layer) in AS_IS or (
+            type(layer) is nn.Flatten and (layer.start_dim, layer.end_dim) == (1, -1)):
+        return None
+    return f"layer {name} ({type(layer).__name__}) has no grouped form"
+
+
+def flattens(node: fx.Node) -> bool:
+    """Whether `node` is torch.flatten(x, 1) or x.flatten(1): (N, features), client-major."""
+    if node.target not in (torch.flatten, "flatten"):
+        return False
+    start = node.args[1] if len(node.args) > 1 else node.kwargs.get("start_dim", 0)
+    end = node.args[2] if len(node.args) > 2 else node.kwargs.get("end_dim", -1)
+    return (start, end) == (1, -1)
+
+
+def uncalled_state(graph: fx.Graph, model: nn.Module) -> str | None:
+    """The first state entry of `model` that no layer of `graph` holds (a layer never called)."""
+    held = {f"{node.target}.{key}" for node in graph.nodes if node.op == "call_module"
+            for key in model.get_submodule(str(node.target)).state_dict()}
+    missing = [key for key in model.state_dict() if key not in held]
+    return f"state {missing[0]} is held by no layer its forward calls" if missing else None
+
+
 def groupable(model: nn.Module) -> bool:
-    """True when every layer of `model` has a grouped form (see the module docstring)."""
-    for m in model.modules():
-        if type(m) is nn.BatchNorm2d and m.momentum is None:
-            return False  # a cumulative average reads each client's own batch counter
-        if isinstance(m, nn.Sequential) or type(m) in GROUPED or isinstance(m, AS_IS):
-            continue
-        if not (type(m) is nn.Flatten and m.start_dim == 1 and m.end_dim == -1):
-            return False
-    return True
-
-
-class GroupedSequential(nn.Sequential):
-    """A grouped Sequential that runs two pairs of layers faster, with the same values and gradients:
-    in eval mode (attack passes) a convolution followed by a BatchNorm with running statistics as
-    one folded convolution; and ReLU then max-pooling as max-pooling then ReLU (ReLU is monotone,
-    so the maxima and the element each window's gradient goes to are the same, on 4x fewer values)."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        layers = list(self)
-        i = 0
-        while i < len(layers):
-            layer, after = layers[i], layers[i + 1] if i + 1 < len(layers) else None
-            if (not self.training and isinstance(layer, GroupedConv2d)
-                    and isinstance(after, GroupedBatchNorm2d) and after.running_mean is not None):
-                x, i = layer.folded(x, after), i + 2
-            elif type(layer) is nn.ReLU and type(after) is nn.MaxPool2d:
-                x, i = layer(after(x)), i + 2
-            else:
-                x, i = layer(x), i + 1
-        return x
+    """True when every layer and operator of `model` has a grouped form (`traced`)."""
+    return traced(model).problem is None
 
 
 def group_layer(layer: nn.Module, states: Sequence[State]) -> nn.Module:
-    """`layer` grouped, client g's weights from states[g] (keyed as `layer.state_dict()`)."""
-    if isinstance(layer, nn.Sequential):
-        return GroupedSequential(OrderedDict((name, group_layer(child, [substate(s, name) for s in states]))
-                                             for name, child in layer.named_children()))
+    """The layer `layer` grouped, client g's weights from states[g] (keyed as `layer.state_dict()`)."""
     if type(layer) in GROUPED:
         return GROUPED[type(layer)].of(layer, states)
-    if type(layer) is nn.Flatten:  # groupable: flatten(1) only
+    if type(layer) is nn.Flatten:  # flatten(1) only (`layer_problem`)
         return GroupedFlatten()
     return copy.deepcopy(layer)
 
@@ -306,24 +454,104 @@ def substate(state: State, name: str) -> State:
     return {k.removeprefix(prefix): v for k, v in state.items() if k.startswith(prefix)}
 
 
+class ConvBN(nn.Module):
+    """A grouped convolution and the BatchNorm (with running statistics) that alone reads its output,
+    in eval mode (attack passes) as one folded convolution (`GroupedConv2d.folded`), but on small
+    maps (`GroupedConv2d.small_map`), where the weights are many and the outputs few, as they are."""
+
+    conv: GroupedConv2d  # the network's own layers, not submodules of this one
+    bn: GroupedBatchNorm2d
+
+    def __init__(self, conv: GroupedConv2d, bn: GroupedBatchNorm2d) -> None:
+        super().__init__()
+        self.__dict__.update(conv=conv, bn=bn)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.bn.training or self.conv.small_map(x):
+            return self.bn(self.conv(x))
+        return self.conv.folded(x, self.bn)
+
+
+def grouped_body(template: nn.Module, graph: fx.Graph | None, states: Sequence[State]) -> nn.Module:
+    """`template` grouped: a model that is one layer, that layer grouped; any other, its traced
+    forward `graph` with each layer grouped (`group_layer`) and two pairs of layers run faster with
+    the same values and gradients (`fold_batchnorm`, `pool_before_relu`)."""
+    if graph is None:
+        return group_layer(template, states)
+    names = [str(n.target) for n in graph.nodes if n.op == "call_module"]
+    layers = {name: group_layer(template.get_submodule(name), [substate(s, name) for s in states])
+              for name in names}
+    body = fx.GraphModule(layers, graph)
+    fold_batchnorm(body)
+    pool_before_relu(body)
+    body.recompile()
+    return body
+
+
+def called(body: fx.GraphModule, node: object) -> nn.Module | None:
+    """The layer of `body` that `node` calls (None for a node that calls none)."""
+    if isinstance(node, fx.Node) and node.op == "call_module":
+        return body.get_submodule(str(node.target))
+    return None
+
+
+def fold_batchnorm(body: fx.GraphModule) -> None:
+    """Each grouped convolution whose output only a BatchNorm with running statistics reads becomes
+    one call of the pair (`ConvBN`)."""
+    folds = [(bn, *found) for bn in body.graph.nodes if (found := conv_bn(body, bn))]
+    for i, (bn, conv, pair) in enumerate(folds):
+        conv.target = f"folded{i}"
+        body.add_submodule(conv.target, pair)
+        bn.replace_all_uses_with(conv)
+        body.graph.erase_node(bn)
+
+
+def conv_bn(body: fx.GraphModule, bn: fx.Node) -> tuple[fx.Node, ConvBN] | None:
+    """The node of the grouped convolution whose output `bn`, a BatchNorm with running statistics,
+    alone reads, and the two layers as one `ConvBN` (None where `bn` is no such BatchNorm)."""
+    conv, norm = bn.args[0] if bn.args else None, called(body, bn)
+    layer = called(body, conv)
+    if (isinstance(norm, GroupedBatchNorm2d) and norm.running_mean is not None and isinstance(conv, fx.Node)
+            and isinstance(layer, GroupedConv2d) and len(conv.users) == 1):
+        return conv, ConvBN(layer, norm)
+    return None
+
+
+def pool_before_relu(body: fx.GraphModule) -> None:
+    """ReLU then max-pooling (the ReLU's input read by it alone) as max-pooling then ReLU: ReLU is
+    monotone, so the maxima and the element each window's gradient goes to are the same, on 4x fewer
+    values."""
+    for relu in list(body.graph.nodes):
+        x, users = relu.args[0] if relu.args else None, list(relu.users)
+        if not (type(called(body, relu)) is nn.ReLU and len(users) == 1 and type(called(body, users[0])) is
+                nn.MaxPool2d and isinstance(x, fx.Node) and len(x.users) == 1):
+            continue
+        pool = users[0]
+        pool.replace_all_uses_with(relu)
+        pool.args = (x, *pool.args[1:])
+        relu.args = (pool,)
+        pool.append(relu)
+
+
 class GroupedNet(nn.Module):
     """len(states) models of `template`'s architecture as one, client g's weights, BN statistics
     and batch counters from states[g]; inputs and outputs stacked client-major (G*B rows)."""
 
     def __init__(self, template: nn.Module, states: Sequence[State]) -> None:
         super().__init__()
-        if not groupable(template):
-            raise ValueError("the model has a layer with no grouped form")
+        graph, problem = traced(template)
+        if problem:
+            raise ValueError(f"the model cannot train grouped: its {problem}")
         self.groups = len(states)
-        self.body = group_layer(template, states).to(memory_format=torch.channels_last)
+        self.body = grouped_body(template, graph, states)
         self.keys = list(template.state_dict())
 
     def train(self, mode: bool = True) -> GroupedNet:
-        """Set the mode (eval: `train(False)`); either switch drops the folded BatchNorm weights
-        (GroupedConv2d.folded), which hold for one frozen stretch in eval mode only."""
+        """Set the mode (eval: `train(False)`); either switch drops what the convolutions keep for a
+        frozen stretch in eval mode (`GroupedConv2d.keep`: folded BatchNorms, weights over taps)."""
         for m in self.modules():
             if isinstance(m, GroupedConv2d):
-                m._folded = None
+                m.kept.clear()
         return super().train(mode)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -346,53 +574,9 @@ class GroupedNet(nn.Module):
         for name, m in self.body.named_modules():
             if hasattr(m, "part"):
                 for g, part in enumerate(parts):
-                    part.update({f"{name}.{k}": v.detach().clone()
+                    part.update({f"{name}.{k}" if name else k: v.detach().clone()
                                  for k, v in m.part(g, self.groups).items()})
         return [{k: p[k] for k in self.keys} for p in parts]
-
-
-class StackedModel(nn.Module):
-    """len(states) models of `template`'s architecture as one: client g's parameters and buffers
-    (BN statistics and batch counters) are the g-th slices of stacked tensors; inputs and outputs
-    stacked client-major (G*B rows)."""
-
-    base: nn.Module  # the template's copy that `functional_call` runs, not a submodule
-
-    def __init__(self, template: nn.Module, states: Sequence[State]) -> None:
-        super().__init__()
-        self.groups = len(states)
-        self.keys = list(template.state_dict())
-        base = copy.deepcopy(template)
-        self.__dict__["base"] = base  # its own tensors are never used
-        self.names = [name for name, _ in base.named_parameters()]
-        self.stacked = nn.ParameterList(nn.Parameter(stack(states, name, p))
-                                        for name, p in base.named_parameters())
-        self.buffers_ = {name: stack(states, name, b) for name, b in base.named_buffers()}
-
-    def train(self, mode: bool = True) -> StackedModel:
-        self.base.train(mode)
-        return super().train(mode)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        params = dict(zip(self.names, self.stacked, strict=True))
-        out = vmap(self.client_forward)(params, self.buffers_, x.unflatten(0, (self.groups, -1)))
-        return out.flatten(0, 1)
-
-    def client_forward(self, params: State, buffers: State, x: torch.Tensor) -> torch.Tensor:
-        return functional_call(self.base, (params, buffers), (x,))
-
-    def states(self) -> list[State]:
-        """Each client's state dict, keyed as its own model's."""
-        tensors = {**dict(zip(self.names, self.stacked, strict=True)), **self.buffers_}
-        return [{k: tensors[k][g].detach().clone() for k in self.keys} for g in range(self.groups)]
-
-
-def stack(states: Sequence[State], name: str, like: torch.Tensor) -> torch.Tensor:
-    """The clients' tensors `name` stacked (`like`, the template's, for each one not in a state
-    dict: a non-persistent buffer)."""
-    if name in states[0]:
-        return torch.stack([s[name] for s in states]).to(like.device)
-    return torch.stack([like.detach()] * len(states))
 
 
 @contextmanager
@@ -448,8 +632,7 @@ def train_group(
     `template`, a model of their architecture on their device); returns each one's final state and
     mean training loss, as `train_local` would have one by one. All clients
     use `min(batch, len(x))` samples per step, which must be the same for every client. The clients
-    are one grouped network (`GroupedNet` where the model is `groupable`, a `StackedModel`
-    otherwise), trained in this process on torch's threads."""
+    are one grouped network (`grouped_network`), trained in this process on torch's threads."""
     if len({min(batch, len(j.x)) for j in jobs}) != 1:
         raise ValueError("clients of one group must share their batch size")
     net = grouped_network(template, [job.state for job in jobs])
@@ -470,11 +653,36 @@ def train_group(
     return net.states(), [tail_mean(history[:, g], job.tail) for g, job in enumerate(jobs)]
 
 
-def grouped_network(template: nn.Module, states: Sequence[State]) -> GroupedNet | StackedModel:
-    """The clients of `states` as one network: the hand-made `GroupedNet` where it applies."""
-    if groupable(template):
-        return GroupedNet(template, states)
+OPERATOR_MACS = 5e7  # multiply-accumulates per operator per client batch from which grouping gains nothing
+
+
+def why_not_worth_it(workload: Workload, device: torch.device) -> str | None:
+    """Why grouping would not speed up clients with this `workload` on `device` (None when it would),
+    whatever the model: on a CPU, a forward whose operators average OPERATOR_MACS multiply-accumulates
+    per client batch or more runs them near the core's peak one by one already, and grouping removes
+    per-operator overhead (and oneDNN's slow small maps) that such work hides. Measured on one core
+    (docs/benchmarks.md): 2.0-2.9x at 1 M MACs an operator (the quickstart), 1.7x at 9 M (resnet10
+    on 8x8 digits), 1.2-1.4x at 18-20 M (smallcnn, cnn4), 1.05x at 110 M (vgg11 on 32x32) and 0.96x
+    at 150 M (resnet10 on 32x32). On a GPU, where an operator that size is bound by its launch, grouping
+    stays on (unmeasured)."""
+    macs = workload.batch * sum(atom.macs for atom in workload.atoms)
+    ops = sum(layer.ops for atom in workload.atoms for layer in atom.layers) or len(workload.atoms)
+    if device.type != "cpu" or macs / ops < OPERATOR_MACS:
+        return None
+    return (f"operators average {macs / ops / 1e6:.0f} M multiply-accumulates per client batch, which one "
+            f"by one already run near a CPU core's peak (grouping pays below {OPERATOR_MACS / 1e6:.0f} M)")
+
+
+def why_one_by_one(model: nn.Module) -> str | None:
+    """Why clients of `model`'s architecture train one by one, as a phrase (None when they group): a
+    layer that draws random numbers in training or averages by its own batch counter
+    (edgefl.profiling.layers.why_not_grouped), or one with no grouped form (`traced`)."""
+    return why_not_grouped(model) or traced(model).problem
+
+
+def grouped_network(template: nn.Module, states: Sequence[State]) -> GroupedNet:
+    """The clients of `states` as one network, if their architecture groups (`why_one_by_one`)."""
     reason = why_not_grouped(template)
     if reason:
         raise ValueError(f"the model cannot train grouped: its {reason}")
-    return StackedModel(template, states)
+    return GroupedNet(template, states)
