@@ -208,3 +208,45 @@ def kill_at(cmd: list[str], mark: Path, cwd: Path, what: str) -> None:
         proc.wait()
     finally:
         proc.kill()
+
+
+U64 = 2.0**-53  # float64's unit roundoff
+ADAM_EPS = 1e-8  # torch.optim.Adam's default, which edgefl.training.local.make_optimizer keeps
+
+
+def longest_sum(model: Any) -> int:
+    """The most terms one convolution or linear layer adds up (forward: a filter's inputs;
+    backward: an input's outputs). A sum of n terms reordered moves by at most about n u of the
+    terms' magnitude (Higham's gamma_n), which bounds what summation order alone can change."""
+    from torch import nn
+
+    return max(max(m.weight[0].numel(), m.weight[:, 0].numel()) for m in model.modules()
+               if isinstance(m, nn.Conv2d | nn.Linear))
+
+
+def adam_tolerance(lr: float, model: Any) -> float:
+    """How far two float64 Adam trainings that differ only in summation order may end apart (absolute
+    and relative): Adam's step lr g / (|g| + eps) turns a rounding dg of a near-zero gradient into up
+    to (lr / eps) dg, a gradient's sum of n terms rounds by up to n u, and the weights carry that into
+    every BatchNorm statistic computed from them."""
+    return lr / ADAM_EPS * longest_sum(model) * U64
+
+
+def trained_one_by_one(build: Callable[[], Any], data: Sequence[tuple[dict[str, Any], Any, Any]], cfg: Any,
+                       lr: float, iters: int, batch: int, attack: Any, objective: Any,
+                       ) -> tuple[list[dict[str, Any]], list[float]]:
+    """Grouped training's reference: each client's (start state, images, labels) trained by
+    `train_local` from its own random stream; the end states and mean losses."""
+    import copy
+
+    from edgefl.training.local import make_optimizer, seed_everything, train_local
+
+    states, losses = [], []
+    for k, (state, x, y) in enumerate(data):
+        model = build()
+        model.load_state_dict(state)
+        gen = seed_everything(0, 7, k)  # after building the model: its init draws from torch's RNG
+        losses.append(train_local(model, x, y, make_optimizer(list(model.parameters()), cfg, lr),
+                                  iters, batch, attack, gen, objective))
+        states.append(copy.deepcopy(model.state_dict()))
+    return states, losses

@@ -19,7 +19,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from support import QUICKSTART
+from support import QUICKSTART, adam_tolerance, longest_sum, trained_one_by_one
 from torch import nn
 
 from edgefl.attacks import make_attack
@@ -59,16 +59,7 @@ from edgefl.training.objectives import OBJECTIVES
 TOL = 1e-9
 LOSS_TOL = 1e-6
 ITERS, BATCH = 3, 8
-U64, U32, U16 = 2.0**-53, 2.0**-24, 2.0**-8  # unit roundoff of float64, float32 and bfloat16
-ADAM_EPS = 1e-8  # torch.optim.Adam's default, which make_optimizer keeps
-
-
-def longest_sum(model: nn.Module) -> int:
-    """The most terms one convolution or linear layer adds up (forward: a filter's inputs;
-    backward: an input's outputs). A sum of n terms reordered moves by at most about n u of the
-    terms' magnitude (Higham's gamma_n), which bounds what summation order alone can change."""
-    return max(max(m.weight[0].numel(), m.weight[:, 0].numel()) for m in model.modules()
-               if isinstance(m, nn.Conv2d | nn.Linear))
+U32, U16 = 2.0**-24, 2.0**-8  # unit roundoff of float32 and bfloat16
 
 
 def new_model() -> nn.Module:
@@ -212,20 +203,12 @@ def test_a_resnet_trains_grouped_as_one_by_one(objective: str, optimizer: str) -
     model, data = resnet_clients(3)
     cfg = TrainingConfig(optimizer=optimizer, momentum=0.9, weight_decay=1e-3)
     atk, obj = make_attack("pgd", 0.1, 0.03, 2), OBJECTIVES.get(objective)(2.0)
-    want_states, want_losses = [], []
-    for k, (state, x, y) in enumerate(data):
-        one = model()
-        one.load_state_dict(state)
-        gen = seed_everything(0, 7, k)
-        want_losses.append(train_local(one, x, y, make_optimizer(list(one.parameters()), cfg, 0.1),
-                                       ITERS, BATCH, atk, gen, obj))
-        want_states.append(copy.deepcopy(one.state_dict()))
+    want = trained_one_by_one(model, data, cfg, 0.1, ITERS, BATCH, atk, obj)
     jobs = [ClientJob(s, x, y, client_seed(0, 7, k)) for k, (s, x, y) in enumerate(data)]
     torch.set_num_threads(1)  # one part: the three clients in one grouped network
     got = train_group(model(), jobs, cfg, 0.1, ITERS, BATCH, atk, obj)
-    adam = 0.1 / ADAM_EPS * longest_sum(model()) * U64
-    assert_as_one_by_one(got, (want_states, want_losses), data, *((adam, adam) if optimizer == "adam"
-                                                                 else (TOL, 1e-9)))
+    adam = adam_tolerance(0.1, model())
+    assert_as_one_by_one(got, want, data, *((adam, adam) if optimizer == "adam" else (TOL, 1e-9)))
     counters = [int(s["layer1_1.bn1.num_batches_tracked"]) for s in got[0]]  # each its own: 0, 2, 4 at start
     assert counters == [2 * k + ITERS * obj.train_pairs for k in range(3)]
 
