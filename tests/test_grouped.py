@@ -238,15 +238,11 @@ def test_a_batchnorm_without_affine_or_running_statistics_groups() -> None:
     cfg, atk, obj = TrainingConfig(), make_attack("pgd", 0.1, 0.03, 2), OBJECTIVES.get("pgd_at")()
     jobs = [ClientJob(s, x, y, client_seed(0, 7, k)) for k, (s, x, y) in enumerate(data)]
     states, _ = train_group(bare(), jobs, cfg, 0.1, ITERS, BATCH, atk, obj)
-    for k, (state, x, y) in enumerate(data):
-        model = bare()
-        model.load_state_dict(state)
-        gen = seed_everything(0, 7, k)
-        optimizer = make_optimizer(list(model.parameters()), cfg, 0.1)
-        train_local(model, x, y, optimizer, ITERS, BATCH, atk, gen, obj)
-        for key, value in model.state_dict().items():
-            assert not torch.equal(value, state[key])
-            torch.testing.assert_close(states[k][key], value, atol=TOL, rtol=0, msg=key)
+    wanted = trained_one_by_one(bare, data, cfg, 0.1, ITERS, BATCH, atk, obj)[0]
+    for (start, _, _), got, want in zip(data, states, wanted, strict=True):
+        for key, value in want.items():
+            assert not torch.equal(value, start[key])
+            torch.testing.assert_close(got[key], value, atol=TOL, rtol=0, msg=key)
 
 
 def test_random_draws_follow_each_client_stream() -> None:

@@ -36,7 +36,7 @@ from edgefl.training.grouped import (
     why_not_worth_it,
     why_one_by_one,
 )
-from edgefl.training.local import client_seed, make_optimizer, seed_everything, train_local
+from edgefl.training.local import client_seed
 from edgefl.training.objectives import OBJECTIVES
 
 TOL = 1e-9
@@ -129,13 +129,10 @@ def test_a_model_that_is_one_layer_trains_grouped_as_one_by_one() -> None:
     cfg, attack, obj = TrainingConfig(), make_attack("pgd", 0.1, 0.03, 2), OBJECTIVES.get("pgd_at")()
     jobs = [ClientJob(s, x, y, client_seed(0, 7, k)) for k, (s, x, y) in enumerate(data)]
     states, _ = train_group(linear(), jobs, cfg, 0.1, ITERS, BATCH, attack, obj)
-    for k, (state, x, y) in enumerate(data):
-        model = linear()
-        model.load_state_dict(state)
-        train_local(model, x, y, make_optimizer(list(model.parameters()), cfg, 0.1), ITERS, BATCH, attack,
-                    seed_everything(0, 7, k), obj)
-        for key, value in model.state_dict().items():
-            torch.testing.assert_close(states[k][key], value, atol=TOL, rtol=0, msg=key)
+    for state, want in zip(states, trained_one_by_one(linear, data, cfg, 0.1, ITERS, BATCH, attack, obj)[0],
+                           strict=True):
+        for key, value in want.items():
+            torch.testing.assert_close(state[key], value, atol=TOL, rtol=0, msg=key)
 
 
 def test_live_taps_are_those_that_read_the_map() -> None:
