@@ -258,14 +258,6 @@ KNOBS = KnobSections()
 knob_section = KNOBS.register  # @knob_section("prox") on a method's knob dataclass
 
 
-# Keys that moved, as a scenario written for an earlier edgefl names them -> where they are now (the
-# error on such a key says where to write it): a selection policy's knobs moved to its own section
-# (d982ed2), distillation's server speed to [cost], which prices every method's server work (09be640).
-MOVED = {**{f"selection.oort_{key}": f"oort.{key}" for key in ("alpha", "round_s", "percentile", "epsilon",
-                                                                "epsilon_decay", "epsilon_min", "cutoff")},
-         "selection.power_d": "power_of_choice.d", "distill.server_gflops": "cost.server_gflops"}
-
-
 @dataclass
 class Scenario:
     method: str = "jfat"  # a registered method (docs: Methods)

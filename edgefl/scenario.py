@@ -30,7 +30,6 @@ from edgefl.config import (
     MAX_SIDE,
     MAX_STEPS,
     MAX_THREADS,
-    MOVED,
     Check,
     Named,
     Scenario,
@@ -155,21 +154,10 @@ def scenario_from_toml(raw: dict[str, Any], where: str) -> Scenario:
     """The Scenario of a TOML table, every key type-checked: the scenario's own keys and sections, and
     each registered knob section built as its method's dataclass."""
     keys = schema()
-    _reject_moved(raw, where)
     reject_unknown(raw, list(keys), where, "")
     values = {name: build_value(keys[name], value, where, name) for name, value in raw.items()}
     knobs = {name: values.pop(name) for name in KNOBS.classes() if name in values}
     return Scenario(**values, sections={**KNOBS.defaults(), **knobs})
-
-
-def _reject_moved(raw: dict[str, Any], where: str) -> None:
-    """A key that moved (config.MOVED) named with where it is now."""
-    for old, new in MOVED.items():
-        section, _, key = old.partition(".")
-        table = raw.get(section)
-        if isinstance(table, dict) and key in table:
-            part, _, leaf = new.partition(".")
-            raise EdgeflError(where, old, f"unknown key: it moved to {new} (write {leaf} under [{part}])")
 
 
 def compare_scenario(path: str | Path, overrides: list[str], method: str,

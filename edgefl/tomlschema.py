@@ -54,13 +54,25 @@ def build(cls: type, raw: Any, where: str, prefix: str) -> Any:
     return cls(**{name: build_value(hints[name], value, where, prefix + name) for name, value in raw.items()})
 
 
+# Keys that moved, as a scenario written for an earlier edgefl names them -> where they are now (the
+# error on such a key says where to write it): a selection policy's knobs moved to its own section
+# (d982ed2), distillation's server speed to [cost], which prices every method's server work (09be640).
+MOVED = {**{f"selection.oort_{key}": f"oort.{key}" for key in ("alpha", "round_s", "percentile", "epsilon",
+                                                                "epsilon_decay", "epsilon_min", "cutoff")},
+         "selection.power_d": "power_of_choice.d", "distill.server_gflops": "cost.server_gflops"}
+
+
 def reject_unknown(raw: dict[str, Any], known: list[str], where: str, prefix: str) -> None:
-    """One line naming the first key of `raw` (alphabetically) that is not in `known`."""
+    """One line naming the first key of `raw` (alphabetically) that is not in `known`, and where it
+    is now if it moved (MOVED)."""
     unknown = sorted(set(raw) - set(known))
     if unknown:
-        raise EdgeflError(
-            where, prefix + printable(unknown[0]), f"unknown key; known keys here: {', '.join(known)}"
-        )
+        key = prefix + printable(unknown[0])
+        if key in MOVED:
+            new = MOVED[key]
+            part, _, leaf = new.partition(".")
+            raise EdgeflError(where, key, f"unknown key: it moved to {new} (write {leaf} under [{part}])")
+        raise EdgeflError(where, key, f"unknown key; known keys here: {', '.join(known)}")
 
 
 def build_value(hint: Any, value: Any, where: str, key: str) -> Any:

@@ -10,12 +10,12 @@ import pytest
 from support import QUICKSTART, ROOT, one_error_line
 
 from edgefl.cli import main
-from edgefl.config import MOVED
 from edgefl.devices.catalog import load_profile
 from edgefl.devices.profile import DeviceProfile
 from edgefl.errors import EdgeflError
 from edgefl.methods.distill import DistillConfig
 from edgefl.scenario import load_scenario, schema_kind
+from edgefl.tomlschema import MOVED
 
 
 @pytest.mark.parametrize("text", ["", "\n  \n", "# only a comment\n", "\ufeff", "[fleet]\n[training]\n"])
