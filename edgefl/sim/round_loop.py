@@ -97,10 +97,17 @@ def ready() -> None:
     if sig in _loop.overloads:
         return
     if _loop._cache.load_overload(sig, _loop.targetctx) is None:  # type: ignore[attr-defined]  # compile's check
-        print(PREPARING, file=sys.stderr, flush=True)
-        subprocess.run([sys.executable, "-P", "-c", _COMPILE, str(Path(__file__).resolve().parents[2])],
-                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                       check=False)  # this edgefl's, whatever the current folder holds
+        # the child started before the line: a signal after the line finds it to kill (one met while
+        # Popen starts it would leave it compiling on); this edgefl's, whatever the current folder holds
+        command = [sys.executable, "-P", "-c", _COMPILE, str(Path(__file__).resolve().parents[2])]
+        with subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL) as child:
+            print(PREPARING, file=sys.stderr, flush=True)
+            try:
+                child.wait()
+            except BaseException:
+                child.kill()
+                raise
     _loop.compile(sig)  # from the cache the child wrote (compiled here where it wrote none)
 
 
