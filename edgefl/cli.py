@@ -732,7 +732,7 @@ def cmd_partition(args: argparse.Namespace) -> int:
     s = load_scenario(args.scenario, args.overrides)
     data = shapes_only(s.data)
     profile = fitted_profile(s, lambda: build_model(s.model.name, data.num_classes, data.input_shape,
-                                                    data.mean, data.std), data.input_shape,
+                                                    data.mean, data.std, s.model.width), data.input_shape,
                              str(args.scenario))
     _, modules = partition_model(profile, data.num_classes, s, str(args.scenario), make_cost_model(s.cost))
     if args.json:

@@ -24,12 +24,18 @@ MAX_BUFFER, MAX_OVER_SELECTION, MAX_BALANCE_S = 10_000, 10.0, 4.0
 MAX_CHANNELS, MAX_SIDE, MAX_CLASSES = 64, 4096, 100_000  # synthetic images: ImageNet-21k has 21,841 classes
 MAX_THREADS = 1024  # far more than any CPU has; torch aborts natively on absurd counts
 MAX_SEEDS = 1_000  # seeds of one comparison: each is a run per method
+MAX_WIDTH = 16.0  # model.width: VGG16 at 16x is 3.8e9 parameters, beyond any edge device
 
 
 @dataclass
 class DataConfig:
-    dataset: str = "digits"  # digits (bundled) | cifar10 | caltech256 | synthetic (seeded noise, no download)
-    root: str = "~/.cache/edgefl/data"  # where downloadable datasets live
+    dataset: str = "digits"  # digits (bundled) | cifar10 | caltech256 | imagefolder (one's own images) |
+    #   synthetic (seeded noise, no download)
+    root: str = "~/.cache/edgefl/data"  # where downloadable datasets live, or a local copy: a folder of
+    #   train/<class>/<image> and test/<class>/<image>, or a .tar/.tar.gz of one (edgefl.data.datasets)
+    cache: str = "~/.cache/edgefl/datasets"  # a local copy's decoded arrays, one .npz per source digest
+    classes: list[str] = field(default_factory=list)  # imagefolder: class folders in label order (empty
+    #   = the sorted folder names of train/; folders left out are not used)
     download: bool = False  # allow torchvision to download a missing dataset
     partition: str = "iid"  # iid | 20-80 | skew | dirichlet
     alpha: float = 0.5  # Dirichlet concentration
@@ -38,6 +44,8 @@ class DataConfig:
     iid_share: float = 0.2  # 20-80 split: share of samples dealt IID
     val_fraction: float = 0.2  # each client's validation slice
     test_samples: int = 0  # evaluate on this many test samples (0 = all)
+    train_samples: int = 0  # train on a seeded class-stratified subset of this many (0 = all), the same
+    #   subset for every run seed
     synthetic_shape: list[int] = field(default_factory=lambda: [3, 32, 32])  # synthetic: one image, C x H x W
     synthetic_classes: int = 10  # synthetic: label count
     synthetic_train: int = 5000  # synthetic: training samples
@@ -48,6 +56,7 @@ class DataConfig:
 @dataclass
 class ModelConfig:
     name: str = "digits_cnn"  # a registered zoo model (edgefl.models)
+    width: float = 1.0  # channels of every conv and hidden layer x this (VGG and ResNet families)
 
 
 @dataclass

@@ -30,6 +30,7 @@ from edgefl.config import (
     MAX_SIDE,
     MAX_STEPS,
     MAX_THREADS,
+    MAX_WIDTH,
     Check,
     Named,
     Scenario,
@@ -234,6 +235,7 @@ def _data_checks(s: Scenario) -> list[Check]:
         ("data.iid_share", 0 <= s.data.iid_share <= 1, "must be a fraction in [0, 1]"),
         ("data.val_fraction", 0 <= s.data.val_fraction < 1, "must be a fraction in [0, 1)"),
         ("data.test_samples", s.data.test_samples >= 0, "must be 0 (all) or positive"),
+        ("data.train_samples", s.data.train_samples >= 0, "must be 0 (all) or positive"),
         ("data.synthetic_shape", len(s.data.synthetic_shape) == 3 and min(s.data.synthetic_shape) >= 1
          and s.data.synthetic_shape[0] <= MAX_CHANNELS and max(s.data.synthetic_shape[1:]) <= MAX_SIDE,
          f"must be [channels, height, width], each at least 1, at most {MAX_CHANNELS} channels and "
@@ -293,6 +295,7 @@ def _per_device_checks(s: Scenario) -> list[Check]:
 def _training_checks(s: Scenario) -> list[Check]:
     """Local training, its attack, the evaluation and the methods' knob sections."""
     return [
+        ("model.width", 0 < s.model.width <= MAX_WIDTH, f"must be positive, at most {MAX_WIDTH:g}"),
         ("training.local_iters", 1 <= s.training.local_iters <= MAX_ITERS, f"must be 1 to {MAX_ITERS:,}"),
         ("training.batch_size", 1 <= s.training.batch_size <= MAX_BATCH, f"must be 1 to {MAX_BATCH:,}"),
         ("training.optimizer", s.training.optimizer in ("sgd", "adam"), "must be sgd or adam"),
@@ -441,11 +444,22 @@ def _check_names(s: Scenario, where: str, beside: str) -> None:
             raise EdgeflError(where, key, f"unknown {value!r}; choose one of: {', '.join(known)}{found}"
                               f"{unloaded(value)}")
     refuse_ignored(s, METHODS.get(s.method), s.method, where)
+    _check_width(s, where)
     if not s.fleet.devices and not catalog.pool(s.fleet.pool):
         raise EdgeflError(
             where, "fleet.pool",
             f"no device profile is in pool {s.fleet.pool!r}; pools: {', '.join(catalog.pools())}",
         )
+
+
+def _check_width(s: Scenario, where: str) -> None:
+    """`model.width` other than 1 only for a model that scales (a fixed member of `distill.family`
+    keeps its own size)."""
+    from edgefl.models import SCALABLE
+
+    if s.model.width != 1 and s.model.name not in SCALABLE:
+        raise EdgeflError(where, "model.width", f"{s.model.name} has no width multiplier; it scales "
+                          f"{', '.join(sorted(SCALABLE))} (leave model.width at 1 for other models)")
 
 
 def to_toml(s: Scenario) -> str:

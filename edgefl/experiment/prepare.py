@@ -72,7 +72,7 @@ def method_context(scenario: Scenario, where: str, dry_run: bool = False) -> Con
 
     def new_model() -> Any:
         return build_model(scenario.model.name, data.num_classes, data.input_shape, data.mean,
-                           data.std)
+                           data.std, scenario.model.width)
 
     profile = fitted_profile(scenario, new_model, data.input_shape, where)
     a = scenario.attack

@@ -48,7 +48,7 @@ from edgefl.errors import EdgeflError
 from edgefl.methods.aggregate import State, fedavg, state_bytes
 from edgefl.methods.base import ClientModel, ClientPlan, ClientUpdate, Context
 from edgefl.methods.fedavg import FedAvgAT
-from edgefl.models import MODELS, AtomModel, build_model
+from edgefl.models import MODELS, SCALABLE, AtomModel, build_model
 from edgefl.profiling import profile_model
 from edgefl.sim.bulk import RoundPlan
 from edgefl.sim.records import ModelProfile
@@ -64,7 +64,8 @@ TargetLoss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (student [B
 class DistillConfig(Knobs):
     """FedDF / FedET (FedProphet §7.2): clients train family members, the server distils."""
 
-    family: list[str] = field(default_factory=list)  # models, largest first (empty = model.name only)
+    family: list[str] = field(default_factory=list)  # models, largest first (empty = model.name only);
+    #   model.width scales the VGG and ResNet members, the others keep their size
     public_samples: int = 5000  # taken from the training set before the clients' split
     server_iters: int = 128  # the server's distillation steps per round
     server_batch: int = 64  # public samples per distillation step
@@ -102,7 +103,8 @@ def build_member(ctx: Context, name: str) -> tuple[AtomModel, ModelProfile]:
     """A family member for the scenario's data, and its profile."""
     d = ctx.data
     try:
-        model = build_model(name, d.num_classes, d.input_shape, d.mean, d.std)
+        width = ctx.scenario.model.width if name in SCALABLE else 1.0  # a fixed model keeps its size
+        model = build_model(name, d.num_classes, d.input_shape, d.mean, d.std, width)
         return model, profile_model(copy.deepcopy(model), name)
     except (RuntimeError, ValueError) as exc:
         raise EdgeflError(ctx.where, "distill.family", f"{name} does not fit "

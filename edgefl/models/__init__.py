@@ -4,9 +4,9 @@ sequence of atoms.
 Atoms are the units the cost model walks, the profiler measures and FedProphet partitions.
 """
 
-from edgefl.models.base import MODELS, AtomModel, ModelBuilder, build_model
+from edgefl.models.base import MODELS, SCALABLE, AtomModel, ModelBuilder, build_model
 from edgefl.registry import import_folder
 
 import_folder(__name__, __path__)  # each family's file registers its models
 
-__all__ = ["MODELS", "AtomModel", "ModelBuilder", "build_model"]
+__all__ = ["MODELS", "SCALABLE", "AtomModel", "ModelBuilder", "build_model"]

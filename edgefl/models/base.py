@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
@@ -43,8 +44,9 @@ class AtomModel(nn.Sequential):
         return [name for name, _ in self.named_children()]
 
 
-ModelBuilder = Callable[[int, tuple[int, ...], Sequence[float], Sequence[float]], AtomModel]
+ModelBuilder = Callable[..., AtomModel]  # (num_classes, input_shape, mean, std[, width]) -> model
 MODELS: Registry[ModelBuilder] = Registry("model", "edgefl.models")
+SCALABLE: set[str] = set()  # the models that take `model.width`
 
 
 def build_model(
@@ -53,8 +55,19 @@ def build_model(
     input_shape: tuple[int, ...],
     mean: Sequence[float],
     std: Sequence[float],
+    width: float = 1.0,
 ) -> AtomModel:
-    return MODELS.get(name)(num_classes, input_shape, mean, std)
+    """The zoo's `name` for these inputs; `width` multiplies its hidden channels (models in SCALABLE)."""
+    if width == 1.0:
+        return MODELS.get(name)(num_classes, input_shape, mean, std)
+    if name not in SCALABLE:
+        raise ValueError(f"{name} has no width multiplier; it works for {', '.join(sorted(SCALABLE))}")
+    return MODELS.get(name)(num_classes, input_shape, mean, std, width=width)
+
+
+def scaled(channels: int, width: float) -> int:
+    """`channels` x `width`, rounded half up, at least 1: the hidden channels of a narrowed model."""
+    return max(1, math.floor(channels * width + 0.5))
 
 
 def conv_bn(cin: int, cout: int, pool: bool) -> list[nn.Module]:
@@ -74,10 +87,13 @@ def with_head(atoms: list[tuple[str, nn.Module]], head: list[nn.Module],
     return AtomModel([*atoms[:-1], (name, nn.Sequential(*body, *head))], input_shape)
 
 
-def register_family(configs: Mapping[str, C], make: Callable[..., AtomModel]) -> None:
-    """Register one builder per config: make(config, num_classes, input_shape, mean, std)."""
+def register_family(configs: Mapping[str, C], make: Callable[..., AtomModel], scalable: bool = False) -> None:
+    """Register one builder per config: make(config, num_classes, input_shape, mean, std[, width]);
+    a `scalable` family's `make` takes the keyword `width` (see `scaled`)."""
     for name, config in configs.items():
         MODELS.register(name)(functools.partial(make, config))
+        if scalable:
+            SCALABLE.add(name)
 
 
 def plain_cnn(

@@ -2,7 +2,8 @@
 
 Atoms as in the FedProphet release: the input normalisation is its own atom, then one atom per
 conv layer with its BN, ReLU and pooling; the last conv atom also holds the classifier
-(512 -> 512 -> 512 -> classes).
+(512 -> 512 -> 512 -> classes). `model.width` w makes every conv of C channels round(w C) wide and
+the hidden 512s round(512 w) (so VGG16 at 0.25 has 16 ... 128 channels and ~1/16 of the MACs).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Sequence
 
 from torch import nn
 
-from edgefl.models.base import AtomModel, Normalize, conv_bn, register_family, with_head
+from edgefl.models.base import AtomModel, Normalize, conv_bn, register_family, scaled, with_head
 
 CONFIGS: dict[str, list[int | str]] = {
     "vgg11": [64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"],
@@ -23,8 +24,9 @@ CONFIGS: dict[str, list[int | str]] = {
 
 def make_vgg(
     cfg: list[int | str], num_classes: int, input_shape: tuple[int, ...],
-    mean: Sequence[float], std: Sequence[float],
+    mean: Sequence[float], std: Sequence[float], width: float = 1.0,
 ) -> AtomModel:
+    """VGG `cfg` (channels, "M" for max-pooling); `width` scales every conv and the hidden 512s."""
     c, h, w = input_shape
     pools = cfg.count("M")
     if h % 2**pools or w % 2**pools:
@@ -34,12 +36,13 @@ def make_vgg(
     for j, cout in enumerate(cfg):
         if isinstance(cout, int):
             pool = j + 1 < len(cfg) and cfg[j + 1] == "M"
-            atoms.append((f"conv{len(atoms)}", nn.Sequential(*conv_bn(cin, cout, pool))))
-            cin = cout
+            atoms.append((f"conv{len(atoms)}", nn.Sequential(*conv_bn(cin, scaled(cout, width), pool))))
+            cin = scaled(cout, width)
     flat = cin * (h // 2**pools) * (w // 2**pools)
-    head = [nn.Flatten(), nn.Linear(flat, 512), nn.ReLU(inplace=True),
-            nn.Linear(512, 512), nn.ReLU(inplace=True), nn.Linear(512, num_classes)]
+    hidden = scaled(512, width)
+    head = [nn.Flatten(), nn.Linear(flat, hidden), nn.ReLU(inplace=True),
+            nn.Linear(hidden, hidden), nn.ReLU(inplace=True), nn.Linear(hidden, num_classes)]
     return with_head(atoms, head, input_shape)
 
 
-register_family(CONFIGS, make_vgg)
+register_family(CONFIGS, make_vgg, scalable=True)
