@@ -293,6 +293,18 @@ def test_train_samples_keeps_a_seeded_stratified_subset(tmp_path):
         load_scenario(ROOT / "scenarios" / "quickstart.toml", ["data.train_samples=-1"])
 
 
+def test_a_full_disk_while_caching_is_one_error_and_leaves_no_file(tmp_path, monkeypatch):
+    root = write_tree(tmp_path / "copy", tiny_images())
+
+    def full(*args: object, **kw: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(np, "savez", full)
+    with pytest.raises(EdgeflError, match=r"data\.cache: cannot write .*No space left"):
+        load_dataset(cfg(root, tmp_path), "c.toml")
+    assert cache_files(tmp_path) == []
+
+
 @pytest.mark.parametrize("partition", ["20-80", "skew"])
 def test_the_label_partitions_split_a_local_copy(tmp_path, partition):
     images = tiny_images(CIFAR10_CLASSES)

@@ -601,21 +601,23 @@ def _consistent(a: Arrays) -> bool:
 
 
 def _write_cache(path: Path, digest: str, a: Arrays, where: str) -> None:
-    """Write the arrays to `path` through a temporary file and os.replace: a killed run leaves no
-    half-written cache."""
+    """Write the arrays to `path` through a temporary file and os.replace: a killed run, or a full
+    disk, leaves no half-written cache."""
+    temp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}-", suffix=".tmp")
-    except OSError as exc:
-        raise EdgeflError(where, "data.cache", f"cannot write the decoded dataset into {path.parent} "
-                          f"({exc}); point data.cache at a writable folder") from None
-    try:
         with os.fdopen(fd, "wb") as f:
             np.savez(f, digest=np.array(digest), classes=np.array(a.classes), train_x=a.train_x,
                      train_y=a.train_y, test_x=a.test_x, test_y=a.test_y)
         os.replace(temp, path)
+    except OSError as exc:
+        raise EdgeflError(where, "data.cache", f"cannot write the decoded dataset into {path.parent} "
+                          f"({exc}); point data.cache at a writable folder with "
+                          f"{(a.train_x.nbytes + a.test_x.nbytes) / 1e6:.0f} MB free") from None
     finally:
-        Path(temp).unlink(missing_ok=True)
+        if temp is not None:
+            Path(temp).unlink(missing_ok=True)
 
 
 def _bad_root(where: str, root: Path, dataset: str, problem: str) -> EdgeflError:
