@@ -102,8 +102,8 @@ def ready() -> None:
         command = [sys.executable, "-P", "-c", _COMPILE, str(Path(__file__).resolve().parents[2])]
         with subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL) as child:
-            print(PREPARING, file=sys.stderr, flush=True)
-            try:
+            try:  # the line inside: a signal met right after it (before the wait) also kills the child
+                print(PREPARING, file=sys.stderr, flush=True)
                 child.wait()
             except BaseException:
                 child.kill()
