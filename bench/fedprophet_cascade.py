@@ -4,9 +4,10 @@
 
 For each module: the rounds it trained, its validation clean and adversarial accuracy through its own
 auxiliary head at the round of its best validation PGD accuracy, the perturbation eps_m = alpha x E[d*]
-it was trained against (APA, Eq. 9-10) with alpha's path, the deepest module DMA assigned (Eq. 12-15)
-on average and at most, and the test accuracy of the whole model at the module's last evaluation.
-Several runs (seeds) are printed one after another.
+it was trained against (APA, Eq. 9-10) with alpha's path, the deepest module DMA (Eq. 12-15) gave any
+client of a round (`max_assigned`), averaged over the module's rounds and at most, and the test
+accuracy of the whole model at the module's last evaluation. Several runs (seeds) are printed one
+after another.
 """
 
 from __future__ import annotations
