@@ -50,7 +50,10 @@ def test_resnet18_at_a_quarter_width_by_hand() -> None:
 
 
 def test_width_one_is_the_paper_model_and_channels_round_half_up() -> None:
-    assert params("vgg16", 1.0) == params("vgg16", 1) == 15_249_354  # VGG16-BN, 512-512-10 head
+    chain = [3, 64, 64, 128, 128, 256, 256, 256, 512, 512, 512, 512, 512, 512]  # VGG16-BN, by hand
+    full = sum(conv(a, b) for a, b in itertools.pairwise(chain))
+    full += linear(512 * 1 * 1, 512) + linear(512, 512) + linear(512, 10)  # flatten -> 512 -> 512 -> 10
+    assert params("vgg16", 1.0) == full == 15_249_354
     assert [scaled(64, w) for w in (0.1, 0.125, 0.2, 0.25)] == [6, 8, 13, 16]  # 6.4, 8, 12.8, 16
     assert scaled(3, 0.1) == 1  # never a layer of no channels
 
