@@ -2,8 +2,9 @@
 traces to layers with a grouped form joined by channel-wise operators (residual blocks, functional
 ReLU, in-place adds, torch.flatten) trains as one grouped network, and that network repeats
 one-by-one training to float64 summation order; convolutions of small maps run as batched matmuls
-over the kernel taps that read the map, the same sums as the convolution; every other model, and on
-the CPU one whose operators already fill a core, trains one by one, and a run says why once.
+over the kernel taps that read the map, or (frozen weights, every output reading every input) by
+each client's dense matrix, the same sums as the convolution; every other model, and on the CPU one
+whose operators already fill a core, trains one by one, and a run says why once.
 
 Tolerances as tests/test_grouped.py's for the ResNet: states within 1e-9 absolute and relative (the
 batched matmul and the convolution sum in other orders), losses within a relative 1e-6 (summed in
@@ -31,6 +32,7 @@ from edgefl.training.grouped import (
     GroupedConv2d,
     State,
     Taps,
+    dense_start,
     live_taps,
     train_group,
     why_not_worth_it,
@@ -144,25 +146,40 @@ def test_live_taps_are_those_that_read_the_map() -> None:
     assert live_taps(1, 1, 1, 2, 1) is None  # outputs at -1 and 1: padding only
 
 
-@pytest.mark.parametrize(("size", "kernel", "padding", "stride", "dilation", "bias"), [
-    ((1, 1), 3, 1, 1, 1, False), ((2, 2), 3, 1, 2, 1, True), ((2, 2), 3, 2, 1, 2, True),
-    ((2, 1), (3, 1), (1, 0), 1, 1, False), ((3, 3), 3, 0, 2, 1, True), ((4, 4), 1, 0, 2, 1, True)])
+def test_dense_start_is_the_tap_joining_the_first_input_and_the_last_output() -> None:
+    assert dense_start(1, 3, 1, 1, 1) == 1  # a 1x1 map: the centre tap
+    assert dense_start(2, 3, 1, 1, 1) == 0  # a 2x2 map: input 0 reads output 1 through tap 0
+    assert dense_start(2, 3, 1, 2, 1) == 1  # stride 2: one output
+    assert dense_start(4, 3, 1, 2, 1) is None  # output 1 misses input 0
+    assert dense_start(2, 3, 2, 1, 2) is None  # dilated
+
+
+@pytest.mark.parametrize("frozen", [False, True])
+@pytest.mark.parametrize(("size", "kernel", "padding", "stride", "dilation", "bias", "dense"), [
+    ((1, 1), 3, 1, 1, 1, False, True), ((2, 2), 3, 1, 2, 1, True, True), ((2, 2), 3, 2, 1, 2, True, False),
+    ((2, 1), (3, 1), (1, 0), 1, 1, False, True), ((3, 3), 3, 0, 2, 1, True, True),
+    ((4, 4), 1, 0, 2, 1, True, False), ((2, 2), 3, 1, 1, 1, True, True)])
 def test_convolutions_of_small_maps_run_as_batched_matmuls_with_the_convolution_values(
         size: tuple[int, int], kernel: int | tuple[int, int], padding: int | tuple[int, int], stride: int,
-        dilation: int, bias: bool) -> None:
+        dilation: int, bias: bool, dense: bool, frozen: bool) -> None:
     """Three clients' convolutions of 2 -> 4 channels to maps of at most 4 positions: values and input,
-    weight and bias gradients those of the grouped convolution (float64: summation order only)."""
+    weight and bias gradients those of the grouped convolution (float64: summation order only); with
+    the weights frozen (an attack's passes), where every output reads every input, by each client's
+    dense matrix (`dense_matmul`), kept."""
     torch.manual_seed(0)
     layers = [nn.Conv2d(2, 4, kernel, stride, padding, dilation, bias=bias).double() for _ in range(3)]
-    conv = GroupedConv2d.of(layers[0], [layer.state_dict() for layer in layers])
+    conv = GroupedConv2d.of(layers[0], [layer.state_dict() for layer in layers]).requires_grad_(not frozen)
     x = torch.randn(5, 6, *size, dtype=torch.float64).to(memory_format=torch.channels_last)
     x.requires_grad_(True)
     assert conv.small_map(x) is not None
+    assert (conv.spanned(x) is not None) == dense
     got = conv(x)
     want = nn.functional.conv2d(x, conv.weight, conv.bias, stride, padding, dilation, groups=3)
     torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
     assert got.is_contiguous(memory_format=torch.channels_last)
-    leaves = [x, conv.weight, *([conv.bias] if conv.bias is not None else [])]
+    assert (("dense", *size) in conv.kept) == (frozen and dense)
+    torch.testing.assert_close(conv(x), want, atol=1e-12, rtol=0)  # from what was kept
+    leaves = [x, *([] if frozen else [conv.weight, *([conv.bias] if conv.bias is not None else [])])]
     grad = torch.randn_like(want)
     grads = torch.autograd.grad(got, leaves, grad), torch.autograd.grad(want, leaves, grad)
     for g, h in zip(*grads, strict=True):

@@ -13,18 +13,19 @@ which grouped every other model before, ran a ResNet10 round at 0.65-0.99x one b
 and the quickstart's at 1.30-1.35x (docs/benchmarks.md), so it went.
 
 The grouped network (`GroupedNet`) is that traced forward with each layer grouped: client g's
-channels are the g-th block of G, a convolution becomes one grouped convolution (`groups` x G),
-on maps of at most SMALL_MAP outputs (ResNets' last stages) one batched matmul over the kernel
-taps that read the map (`tap_matmul`); BatchNorm becomes one BatchNorm over G x C channels and a
-linear layer one batched matmul. One forward is G clients' forwards; the clients' losses are
-summed, so one backward gives each client exactly its own gradients, and SGD (momentum, weight
-decay) and Adam act element by element, so one optimizer over the grouped parameters is G
-clients' optimizers. Inputs and outputs are stacked client-major: client g's batch is rows
-g*B .. (g+1)*B of a (G*B, C, H, W) tensor, so attacks and objectives run on the grouped network
-unchanged. The objective reduces per client (`Objective.per_client`), and random draws (attack
-random starts, edgefl.attacks.base.client_streams) come from each client's own generator, seeded
-as one-by-one training seeds it, so grouped training repeats one-by-one training (Madry et al.'s
-PGD-AT loop in edgefl.training.local) up to floating-point summation order.
+channels are the g-th block of G, a convolution becomes one grouped convolution (`groups` x G), on
+maps of at most SMALL_MAP outputs (ResNets' last stages) one batched matmul over the kernel taps
+that read the map (`tap_matmul`), or, with the weights frozen (an attack's passes) where every
+output reads every input, by each client's dense matrix (`dense_matmul`); BatchNorm becomes one
+BatchNorm over G x C channels and a linear layer one batched matmul. One forward is G clients'
+forwards; the clients' losses are summed, so one backward gives each client exactly its own
+gradients, and SGD (momentum, weight decay) and Adam act element by element, so one optimizer over
+the grouped parameters is G clients' optimizers. Inputs and outputs are stacked client-major:
+client g's batch is rows g*B .. (g+1)*B of a (G*B, C, H, W) tensor, so attacks and objectives run
+on the grouped network unchanged. The objective reduces per client (`Objective.per_client`), and
+random draws (attack random starts, edgefl.attacks.base.client_streams) come from each client's own
+generator, seeded as one-by-one training seeds it, so grouped training repeats one-by-one training
+(Madry et al.'s PGD-AT loop in edgefl.training.local) up to floating-point summation order.
 
 A group trains in this process on torch's threads (a pool of worker processes, one part each,
 gained under 10 %: docs/benchmarks.md). The grouped network keeps its tensors channels_last. A
@@ -93,13 +94,23 @@ class GroupedConv2d(nn.Conv2d):
         taps = self.small_map(x)
         if taps is None:
             return super()._conv_forward(x, weight, bias)
-        return tap_matmul(x, self.weights_over(taps, weight), bias, taps, self)
+        if weight is not self.weight or weight.requires_grad:
+            return tap_matmul(x, tap_weights(weight, taps, self.groups), bias, taps, self)
+        starts = self.spanned(x)
+        if starts is None:
+            kept = self.keep(taps, functools.partial(tap_weights, weight, taps, self.groups))
+            return tap_matmul(x, kept, bias, taps, self)
+        make = functools.partial(dense_weights, weight, x.shape[2:], taps, starts, self)
+        dense = self.keep(("dense", *x.shape[2:]), make)
+        return dense_matmul(x, dense, bias, taps, self.groups)
 
-    def weights_over(self, taps: tuple[Taps, Taps], weight: torch.Tensor) -> torch.Tensor:
-        """`tap_weights`, kept (`keep`) while they are this layer's own frozen weights."""
-        if weight is self.weight and not weight.requires_grad:
-            return self.keep(taps, functools.partial(tap_weights, weight, taps, self.groups))
-        return tap_weights(weight, taps, self.groups)
+    def spanned(self, x: torch.Tensor) -> tuple[int, int] | None:
+        """`dense_start` of rows and columns: where every output of each client's convolution of x
+        reads every input, which `dense_matmul` then runs (None elsewhere)."""
+        assert isinstance(self.padding, tuple)  # a small map's (`small_map`)
+        dims = zip(x.shape[2:], self.kernel_size, self.padding, self.stride, self.dilation, strict=True)
+        rows, cols = (dense_start(n, k, p, s, d) for n, k, p, s, d in dims)
+        return None if rows is None or cols is None else (rows, cols)
 
     def keep(self, key: object, make: Callable[[], Any]) -> Any:
         """make(), worked out once and kept until the network next switches mode (`GroupedNet.train`
@@ -237,8 +248,55 @@ def tap_matmul(x: torch.Tensor, weights: torch.Tensor, bias: torch.Tensor | None
     lhs = windows.unflatten(3, (g, -1)).permute(3, 0, 1, 2, 5, 6, 4).reshape(g, -1, weights.shape[2])
     rhs = weights.transpose(1, 2)
     y = torch.bmm(lhs, rhs) if bias is None else torch.baddbmm(bias.view(g, 1, -1), lhs, rhs)
-    nhwc = y.view(g, b, rows.out, cols.out, -1).permute(1, 2, 3, 0, 4).reshape(b, rows.out, cols.out, -1)
-    return nhwc.permute(0, 3, 1, 2)
+    return client_maps(y, b, taps)
+
+
+def client_maps(y: torch.Tensor, batch: int, taps: tuple[Taps, Taps]) -> torch.Tensor:
+    """Per client's outputs y (G, B x out rows x out columns x C, or G, B, out rows x ... x C) as the
+    grouped network's (B, G x C, out rows, out columns) channels_last map."""
+    rows, cols = taps
+    nhwc = y.view(len(y), batch, rows.out, cols.out, -1).permute(1, 2, 3, 0, 4)
+    return nhwc.reshape(batch, rows.out, cols.out, -1).permute(0, 3, 1, 2)
+
+
+@functools.cache
+def dense_start(size: int, kernel: int, pad: int, stride: int, dilation: int) -> int | None:
+    """Along one dimension of an undilated zero-padded convolution of `size` inputs where every output
+    reads every input (input i through tap i + pad - o x stride for output o), the tap by which the
+    last output reads the first input; None where some output misses some input."""
+    out = (size + 2 * pad - dilation * (kernel - 1) - 1) // stride + 1
+    first = pad - (out - 1) * stride
+    return first if dilation == 1 and first >= 0 and size - 1 + pad < kernel else None
+
+
+def dense_weights(weight: torch.Tensor, size: Sequence[int], taps: tuple[Taps, Taps], starts: tuple[int, int],
+                  conv: nn.Conv2d) -> torch.Tensor:
+    """A grouped convolution of maps of `size` whose every output reads every input (`dense_start`)
+    as each client's dense matrix, (G, input rows x columns x in channels, output rows x columns x out
+    channels): block (input, output) the tap that joins them. The tap moves by one with the input and
+    back by the stride with the output, so the blocks are a strided view of the weights, outputs last
+    first, put in order by the one copy that makes the matrix."""
+    (h, w), (rows, cols), (sh, sw) = size, taps, conv.stride
+    g, (co, c, _, _) = conv.groups, weight.shape
+    s_out, s_in, s_h, s_w = weight.stride()
+    view = weight.as_strided((g, h, w, c, rows.out, cols.out, co // g),
+                             (co // g * s_out, s_h, s_w, s_in, sh * s_h, sw * s_w, s_out),
+                             weight.storage_offset() + starts[0] * s_h + starts[1] * s_w)
+    return view.flip(4, 5).reshape(g, h * w * c, -1)
+
+
+def dense_matmul(x: torch.Tensor, dense: torch.Tensor, bias: torch.Tensor | None, taps: tuple[Taps, Taps],
+                 groups: int) -> torch.Tensor:
+    """A grouped convolution of x as one batched matmul by each client's dense matrix (`dense_weights`):
+    on a 2x2 map a 3x3 convolution's outputs read 4 inputs each, where `tap_matmul` multiplies 9 taps
+    (docs/benchmarks.md). Out channels_last."""
+    b, _, h, w = x.shape
+    lhs = x.permute(0, 2, 3, 1).reshape(b, h * w, groups, -1).permute(2, 0, 1, 3).reshape(groups, b, -1)
+    if bias is None:
+        return client_maps(torch.bmm(lhs, dense), b, taps)
+    positions = taps[0].out * taps[1].out
+    tiled = bias.view(groups, 1, 1, -1).expand(-1, -1, positions, -1).reshape(groups, 1, -1)
+    return client_maps(torch.baddbmm(tiled, lhs, dense), b, taps)
 
 
 class FlattenFormat(torch.autograd.Function):
