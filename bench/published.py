@@ -1,113 +1,168 @@
-"""edgefl's step times against published training measurements (issue 36), judged out of sample.
+"""edgefl's step times against published training measurements (issues 36, 51), judged on devices
+the fit has never seen.
 
-Every row of device_profiles/evidence/measurements.csv (its quotes in quotes.md) is printed. A row
-the table marks `use = fit` is priced by the compute model (edgefl.price: its torchvision or timm
-model, batch, input, classes and precision, SGD with momentum, on its bundled profile) and compared
-with its measured seconds per step. The fit (edgefl.calibration.fit) sets per-kind efficiencies
-(conv, conv3x3, dwconv, linear; fp16 and TF32 apart), a bandwidth and an overhead factor for each
-kind of hardware, and each device's deviation from them; a row's prediction is made
-**leave-one-out**: the fit that predicts it never saw it (a device with one row is predicted by its
-group's figures alone), nor did the choice of that fit's ridge (how far the rows may pull a kind of
-hardware from its class defaults: chosen_ridge, by cross-validation on the other rows alone). The
-leave-one-out figures at each fixed ridge are printed beside: a ridge picked from them would have
-seen the rows it is judged on. The raw prediction (the profile as bundled, no fit), the in-sample
-fit and leave-one-device-out (each device predicted by the other devices of its kind, as a device
-the table does not hold would be) are shown beside, never instead. Rows kept apart (another
-framework, a fine-tuning run, a relative figure, ...) are listed with the reason, priced raw where
-they can be. Not a test: it prints its figures.
+Every row of device_profiles/evidence/measurements.csv (its quotes in quotes.md) that the table marks
+`use = fit` is priced by the compute model (edgefl.price: its torchvision or timm model, batch,
+input, classes and precision, with its source's optimizer, or none where the source timed forward
+and backward alone) on its bundled profile's datasheet peak and bandwidth, and compared with its
+measured seconds per step. The fit (edgefl.calibration.fit) shares its figures by architecture,
+core or GPU family, framework and device. The headline is **leave-one-device-out**: each device
+predicted by the fit of every other device, whose ridge is chosen by cross-validation on those
+devices alone (nested), as a user's own device would be; near-twins (rows of one device and one
+architecture family: batch and width variants, two runs of one benchmark) count once in it, as
+their geometric mean. Beside it: leave-one-group-out (a device's rows of one architecture family
+left out together), leave-one-out, the class defaults with no fit (`prior`) and the in-sample fit.
+Then every fitted figure with its range, and the rows kept apart with the reason.
 
-    .venv/bin/python bench/published.py
+    .venv/bin/python bench/published.py            # print
+    .venv/bin/python bench/published.py --write    # and write each bundled profile's [fitted] table
+
+Not a test: it prints its figures.
 """
 
 from __future__ import annotations
 
+import argparse
 import csv
+import datetime
 import math
 import statistics
 import sys
 from collections import defaultdict
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from edgefl.calibration.fit import RIDGES, Fit, Priced, chosen_ridges, fit, leave_one_out, priced  # noqa: E402
+from edgefl.calibration.fit import (  # noqa: E402
+    BANDWIDTH,
+    Fit,
+    Priced,
+    chosen_ridge,
+    fit,
+    left_out,
+    model_family,
+    priced,
+)
+from edgefl.calibration.profiles import write_fitted  # noqa: E402
 from edgefl.devices.catalog import load_catalog  # noqa: E402
+from edgefl.devices.profile import BANDWIDTH_FLOOR  # noqa: E402
 from edgefl.price import atoms_of, step_for  # noqa: E402
 
 TABLE = ROOT / "device_profiles" / "evidence" / "measurements.csv"
 TRAINING = ("train_step", "epoch", "images_per_s_train")
+SLOTS_OF = {"adamw": "adam", "rmsprop": "momentum", "unknown": "momentum", "": "momentum", "none": "sgd"}
+
+
+def framework(text: str) -> str:
+    """The framework a row's `framework` column names, as the fit keys it."""
+    low = text.lower()
+    return next((f for f in ("mnn", "tensorflow", "tflite", "torch7") if f in low), "pytorch")
 
 
 def priced_rows(rows: list[dict[str, str]]) -> dict[str, Priced]:
-    """Each priceable row, priced on its bundled profile (every model profiled once)."""
+    """Each priceable row, priced on its bundled profile (every model profiled once): its source's
+    optimizer (unknown: momentum, the commonest), no optimizer step where it timed none."""
     devices, atoms, out = load_catalog().devices, {}, {}
     for r in rows:
         if not (r["price_model"] and r["profile"] and r["batch"].isdigit() and r["seconds_per_step"]
                 and devices[r["profile"]].peak(r["price_precision"])):
             continue
+        optimizer = r.get("optimizer", "")
         step = step_for(r["price_model"], int(r["batch"]), r["input"].split(" ")[0], int(r["classes"]),
-                        optimizer="momentum", precision=r["price_precision"])
+                        optimizer=SLOTS_OF.get(optimizer, optimizer), precision=r["price_precision"])
         k = (step.model, step.input_shape, step.classes)
         if k not in atoms:
             atoms[k] = atoms_of(step)
         out[r["id"]] = priced(r["id"], r["hardware_kind"], float(r["seconds_per_step"]), step, atoms[k],
-                              devices[r["profile"]])
+                              devices[r["profile"]], framework(r["framework"]), optimizer != "none")
     return out
+
+
+def twins(ratios: dict[str, float], rows: list[Priced]) -> list[float]:
+    """The ratios with near-twins (one device, one architecture family) as one geometric mean."""
+    groups: dict[str, list[float]] = defaultdict(list)
+    for p in rows:
+        groups[f"{p.device}/{model_family(p.model)}"].append(math.log(ratios[p.id]))
+    return [math.exp(statistics.fmean(xs)) for xs in groups.values()]
 
 
 def summary(label: str, ratios: list[float]) -> str:
     logs = [abs(math.log2(x)) for x in ratios]
-    return (f"{label:<38}{len(ratios):>4} rows  median |log2| {statistics.median(logs):.2f}  "
+    return (f"{label:<44}{len(ratios):>4}  median |log2| {statistics.median(logs):.2f}  "
             f"within 1.5x {sum(x <= math.log2(1.5) for x in logs) / len(logs):>5.0%}  "
             f"within 2x {sum(x <= 1 for x in logs) / len(logs):>5.0%}  worst {2 ** max(logs):.2f}x")
 
 
+def judged(name: str, predicted: dict[str, float], fitted: list[Priced]) -> list[str]:
+    """A way of predicting: over near-twin groups (the headline's count), over rows, per kind."""
+    ratio = {p.id: predicted[p.id] / p.seconds for p in fitted}
+    out = [summary(f"{name}, near-twins once (groups)", twins(ratio, fitted)),
+           summary(f"{name}, every row", list(ratio.values()))]
+    for kind in sorted({p.group for p in fitted}):
+        mine = [p for p in fitted if p.group == kind]
+        out.append(summary(f"  {kind} (groups)", twins(ratio, mine)))
+    return out
+
+
 def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--write", action="store_true", help="write each bundled profile's [fitted] table")
+    args = ap.parse_args()
     rows = list(csv.DictReader(TABLE.open(encoding="utf-8")))
     priced_by_id = priced_rows(rows)
     fitted = [priced_by_id[r["id"]] for r in rows if r["use"] == "fit"]
-    ridges = chosen_ridges(fitted)
-    loo, whole, raw = leave_one_out(fitted), fit(fitted, ridges), Fit({}, {})
+    ridge = chosen_ridge(fitted)
+    whole, none = fit(fitted, ridge), Fit({})
+    names = {"leave-one-device-out": "device", "leave-one-group-out": "group", "leave-one-out": "id"}
+    with ProcessPoolExecutor(2) as pool:  # each way's fits apart, on two cores
+        done = {name: pool.submit(left_out, fitted, by) for name, by in names.items()}
+        ways = {name: job.result() for name, job in done.items()}
     by_id = {r["id"]: r for r in rows}
-    print(f"{'id':<6}{'profile':<19}{'model':<26}{'batch':>5}{'measured s':>11}{'raw':>7}{'LOO':>7}"
-          f"{'in-sample':>10}   (predicted / measured)")
-    by_kind: dict[str, list[float]] = defaultdict(list)
+    print(f"{'id':<6}{'profile':<19}{'model':<26}{'batch':>5}{'measured s':>11}{'prior':>7}{'LODO':>7}"
+          f"{'LOGO':>7}{'LOO':>7}{'in-sample':>10}   (predicted / measured)")
     for p in fitted:
         r = by_id[p.id]
-        by_kind[p.group].append(loo[p.id] / p.seconds)
         print(f"{p.id:<6}{p.device:<19}{r['price_model'].split(':')[-1] + ' ' + r['price_precision']:<26}"
-              f"{r['batch']:>5}{p.seconds:>11.4g}{raw.predict(p) / p.seconds:>7.2f}"
-              f"{loo[p.id] / p.seconds:>7.2f}{whole.predict(p) / p.seconds:>10.2f}")
-    print("\nLeave-one-out (the row's own measurement left out of the fit that predicts it, and of the "
-          "choice of that fit's ridge):")
-    print(summary("all training rows", [x for xs in by_kind.values() for x in xs]))
-    for kind, xs in sorted(by_kind.items()):
-        print(summary(f"  {kind}", xs))
-    by_device = leave_one_out(fitted, by="device")  # a device the table does not hold
-    print(summary("leave-one-device-out (beside)", [by_device[p.id] / p.seconds for p in fitted]))
-    for kind in sorted(by_kind):
-        print(summary(f"  {kind}", [by_device[p.id] / p.seconds for p in fitted if p.group == kind]))
-    print(summary("raw profiles, no fit", [raw.predict(p) / p.seconds for p in fitted]))
-    print(summary("in-sample (beside, not judged)", [whole.predict(p) / p.seconds for p in fitted]))
-    for r in RIDGES:  # a ridge fixed after seeing these rows: optimistic, beside
-        fixed = leave_one_out(fitted, r)
-        print(summary(f"leave-one-out at a fixed ridge {r}", [fixed[p.id] / p.seconds for p in fitted]))
-    print("\nRidges chosen on the whole table: " + ", ".join(f"{g} {r}" for g, r in ridges.items()))
-    print("Fitted efficiencies (share of peak; the whole table), by kind of hardware and by device:")
-    for (group, k), v in sorted(whole.group.items()):
-        print(f"  {group:<14}{k:<14}{math.exp(v):>7.3f}")
+              f"{r['batch']:>5}{p.seconds:>11.4g}{none.predict(p) / p.seconds:>7.2f}"
+              + "".join(f"{w[p.id] / p.seconds:>7.2f}" for w in ways.values())
+              + f"{whole.predict(p) / p.seconds:>10.2f}")
+    print("\nJudged out of sample (each prediction by a fit, and a ridge, that never saw the row):")
+    for name, predicted in ways.items():
+        print("\n".join(judged(name, predicted, fitted)))
+    print("Beside, not judged:")
+    print(summary("class defaults, no fit (prior), every row", [none.predict(p) / p.seconds for p in fitted]))
+    print(summary("in-sample, every row", [whole.predict(p) / p.seconds for p in fitted]))
+    print(f"\nThe whole table's fit (ridge {ridge}, chosen by {len(fitted)} rows' cross-validation over "
+          "devices): shares of peak, of the bandwidth the memory-bound kinds stream (mem:), the sustained "
+          "share of the datasheet bandwidth, the per-operator overhead:")
+    shares, bands, overheads = [], [], []
     for p in {p.device: p for p in fitted}.values():
-        mine = ", ".join(f"{k} {whole.efficiency(p, k):.3f}" for k in sorted({k for k in p.keys if k}))
-        print(f"  {p.device:<19}{mine}")
+        keys = sorted({k for k in (*p.keys, *p.mkeys) if k})
+        shares += [whole.share(p, k) for k in keys]
+        bands.append(whole.share(p, BANDWIDTH))
+        overheads.append(whole.overhead_us(p))
+        print(f"  {p.device:<19}{p.family or p.arch:<17}"
+              + ", ".join(f"{k} {whole.share(p, k):.3g}" for k in keys)
+              + f"; bandwidth {bands[-1]:.2f} x {p.bandwidth_gbps:g} GB/s; overhead {overheads[-1]:.3g} us")
+    print(f"Ranges: {len(shares)} shares in [{min(shares):.3g}, {max(shares):.3g}] (must be in (0, 1]); "
+          f"bandwidth shares in [{min(bands):.3g}, {max(bands):.3g}] (must be in [{BANDWIDTH_FLOOR}, 1]); "
+          f"overheads in [{min(overheads):.3g}, {max(overheads):.3g}] us (must be > 0): "
+          + ("all inside" if min(shares) > 0 and max(shares) <= 1 and min(bands) >= BANDWIDTH_FLOOR
+             and max(bands) <= 1 and min(overheads) > 0 else "NOT ALL INSIDE"))
     apart = [r for r in rows if r["use"] != "fit"]
     training = [r for r in apart if r["timed"] in TRAINING]
     print(f"\nKept apart: {len(training)} training rows and {len(apart) - len(training)} others (forward "
           f"passes, energy; every row stays in the table):")
     for r in training:
         p = priced_by_id.get(r["id"])
-        seen = f"raw {raw.predict(p) / p.seconds:.2f}" if p else "not priced"
-        print(f"  {r['id']:<6}{r['device'][:30]:<31}{r['model'][:24]:<25}{seen:<12}{r['use']}")
+        seen = f"in-sample fit {whole.predict(p) / p.seconds:.2f}" if p else "not priced"
+        print(f"  {r['id']:<6}{r['device'][:30]:<31}{r['model'][:24]:<25}{seen:<22}{r['use']}")
+    if args.write:
+        stamp = f"bench/published.py on {TABLE.name}, {datetime.date.today().isoformat()}"
+        for path in write_fitted(whole, fitted, ways["leave-one-device-out"], stamp):
+            print(f"wrote {path.relative_to(ROOT)}")
     return 0
 
 

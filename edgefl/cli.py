@@ -797,8 +797,12 @@ def cmd_devices_list(args: argparse.Namespace) -> int:
 
 
 def cmd_devices_show(args: argparse.Namespace) -> int:
-    _, path = _device(args.name, args.scenario)
+    from edgefl.devices.classes import provenance
+
+    device, path = _device(args.name, args.scenario)
     print(f"# {path}\n{path.read_text(encoding='utf-8-sig')}", end="")
+    print("\n# where the compute model's figures come from:")
+    print("\n".join(f"#   {x}" for x in provenance(device)))
     return 0
 
 
@@ -868,22 +872,15 @@ def cmd_devices_calibrate(args: argparse.Namespace) -> int:
 
 
 def cmd_devices_fit(args: argparse.Namespace) -> int:
-    """Per-kind efficiencies fitted on the user's timings, its leave-one-out error printed."""
+    """The device's `[fitted]` figures fitted on the user's timings, starting from (and pulled
+    toward) those its profile carries; each row's leave-one-out error printed."""
+    import re
     import statistics
 
     from edgefl.calibration.calibrate import prepare_target, write_profile
-    from edgefl.calibration.fit import (
-        FIT_KINDS,
-        chosen_ridge,
-        device_bandwidth_gbps,
-        device_efficiencies,
-        device_overhead_us,
-        fit,
-        leave_one_out,
-        priced,
-        profile_text,
-        read_measurements,
-    )
+    from edgefl.calibration.fit import FIT_KINDS, Fit, fit, left_out, priced, profile_fit, read_measurements
+    from edgefl.calibration.profiles import fitted_table, with_table
+    from edgefl.devices.families import fitted_of
     from edgefl.price import atoms_of, step_for
 
     device, path = _device(args.device, args.scenario)
@@ -894,27 +891,29 @@ def cmd_devices_fit(args: argparse.Namespace) -> int:
     prepare_target(args.out, 1, args.overwrite)
     rows = []
     for i, r in enumerate(read_measurements(args.measurements, args.device), 1):
+        optimizer = r.get("optimizer") or "sgd"
         step = step_for(r.get("price_model") or r.get("model", ""), int(r["batch"]),
                         r.get("input", "").split(" ")[0], int(r.get("classes") or 0),
-                        optimizer=r.get("optimizer") or "sgd",
+                        optimizer="sgd" if optimizer == "none" else optimizer,
                         precision=r.get("price_precision") or r.get("precision") or "fp32")
-        rows.append(priced(r.get("id") or f"row {i}", args.device, float(r["seconds_per_step"]), step,
-                           atoms_of(step), device))
-    whole, loo = fit(rows, chosen_ridge(rows)), leave_one_out(rows)
-    print(f"{'row':<10}{'measured s':>12}{'fitted':>9}{'LOO':>9}   (predicted / measured)")
+        rows.append(priced(r.get("id") or f"row {i}", "user", float(r["seconds_per_step"]), step,
+                           atoms_of(step), device, optimizer_step=optimizer != "none"))
+    # what runs charge it now; the fit starts from (and is pulled toward) its fitted or family
+    # figures where it has them, else its class's
+    charged = profile_fit(device)
+    base = charged if fitted_of(device.family, device.fitted).efficiency else Fit({})
+    whole, loo = Fit({**base.params, **fit(rows, base=base).params}), left_out(rows, base=base)
+    print(f"{'row':<10}{'measured s':>12}{'profile':>9}{'fitted':>9}{'LOO':>9}   (predicted / measured)")
     for p in rows:
-        print(f"{p.id:<10}{p.seconds:>12.4g}{whole.predict(p) / p.seconds:>9.2f}"
-              f"{loo[p.id] / p.seconds:>9.2f}")
+        print(f"{p.id:<10}{p.seconds:>12.4g}{charged.predict(p) / p.seconds:>9.2f}"
+              f"{whole.predict(p) / p.seconds:>9.2f}{loo[p.id] / p.seconds:>9.2f}")
     error = statistics.median(abs(math.log2(loo[p.id] / p.seconds)) for p in rows)
-    efficiencies = device_efficiencies(whole, rows[0])
-    source = (f"edgefl devices fit on {args.measurements.name}: {len(rows)} rows, leave-one-out median "
-              f"|log2(predicted / measured)| {error:.2f}")
-    base = path.read_text(encoding="utf-8-sig")
-    overhead, bandwidth = device_overhead_us(whole, rows[0]), device_bandwidth_gbps(whole, rows[0])
-    write_profile(args.out, profile_text(base, args.out.stem, efficiencies, overhead, bandwidth, source))
-    print(f"leave-one-out median |log2 ratio| {error:.2f} over {len(rows)} rows; efficiencies "
-          + ", ".join(f"{k} {v:.3g}" for k, v in efficiencies.items())
-          + f", overhead {overhead:.3g} us per operator, bandwidth {bandwidth:.3g} GB/s -> {args.out}")
+    stamp = (f"edgefl devices fit on {args.measurements.name}, {len(rows)} rows, leave-one-out median "
+             f"|log2(predicted / measured)| {error:.2f}, from {device.name}'s figures")
+    table = fitted_table(whole, device, rows, {p.id: charged.predict(p) for p in rows}, stamp)
+    text = with_table(path.read_text(encoding="utf-8-sig"), table)
+    write_profile(args.out, re.sub(r'(?m)^name = .*$', f"name = {json.dumps(args.out.stem)}", text, count=1))
+    print(f"leave-one-out median |log2 ratio| {error:.2f} over {len(rows)} rows -> {args.out}")
     return 0
 
 

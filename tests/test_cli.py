@@ -56,8 +56,19 @@ def test_devices_show_prints_the_file(capsys: pytest.CaptureFixture[str]) -> Non
     assert main(["devices", "show", "tx2"]) == 0
     out = capsys.readouterr().out
     path = (PROFILES / "tx2.toml").resolve()
-    assert out == f"# {path}\n" + path.read_text()  # which file, then the file
+    head = f"# {path}\n" + path.read_text()
+    assert out.startswith(head)  # which file, then the file
+    # then where the compute model's figures come from (issue 51), as comments: it still reads as TOML
     assert tomllib.loads(out)["name"] == "tx2"
+    tail = out[len(head):].splitlines()
+    assert tail[:2] == ["", "# where the compute model's figures come from:"] and len(tail) > 2
+    assert all(line.startswith("#   ") for line in tail[2:])
+    shown, table = "\n".join(tail), tomllib.loads(path.read_text())
+    assert f"peak FP32 {table['compute_gflops']:g} GFLOP/s: the datasheet's" in shown
+    assert f"memory bandwidth {table['memory_bandwidth_gbps']:g} GB/s: the profile's" in shown
+    fitted = table["fitted"]  # tx2 carries its fitted figures, taken from its family's
+    assert f"conv {fitted['efficiency']['conv']:.3g}" in shown and f"({table['family']})" in shown
+    assert "[fitted]" in shown and fitted["source"] in shown
 
 
 def test_devices_show_unknown(capsys: pytest.CaptureFixture[str]) -> None:

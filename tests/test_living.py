@@ -198,17 +198,30 @@ def test_a_shared_upload_under_way_at_the_run_s_end_is_cut_there_at_its_pace(kin
 
 def test_an_async_run_draws_a_shared_upload_under_way_at_its_end_to_the_end(tmp_path: Path) -> None:
     """Issue 50's run: async-digits on 200 devices, server links of 1 Mbit/s down and 0.5 up, 30 at
-    a time, buffer 6, 20 aggregations, seed 3. Client 42 starts its upload at 255.416 s, alone
-    0.062 s, but on the shared link it is still under way when the run ends (at 278.526 s; it would
-    end at 279.247 s): events.csv draws it to the run's end, where the run cut it."""
+    a time, buffer 6, 20 aggregations, seed 3. Uploads no aggregation took, each of which alone would
+    take under `alone_s`, are still under way on the shared link when the run ends: events.csv draws
+    them to the run's end, where the run cut them, not to where they would have ended alone (issue
+    50: client 42's upload, started at 255.416 s and 0.062 s alone, still under way when the run
+    ended at 278.526 s, with the profiles' figures of then)."""
     s = load_scenario(ASYNC, ["fleet.clients=200", "server.down_mbps=1", "server.up_mbps=0.5",
                               "round.concurrency=30", "round.buffer=6", "rounds=20", "seed=3"])
-    run(prepare(s, str(ASYNC), dry_run=True), tmp_path / "r", progress=False)
+    experiment = prepare(s, str(ASYNC), dry_run=True)
+    # The longest an upload takes alone: the update over the narrower server link (0.5 Mbit/s; every
+    # bundled network sends at least 1 Mbit/s) plus the longest latency of any (satellite's 624 ms).
+    # The run's timings follow the devices' fitted figures (issue 51), so which clients are under
+    # way at the end is found, not named.
+    alone_s = experiment.method.model_bytes * 8 / 0.5e6 + 0.624
+    run(experiment, tmp_path / "r", progress=False)
     end = sim_time(load_run(tmp_path / "r"))
     events = list(csv.DictReader((tmp_path / "r" / "events.csv").open()))
-    (upload,) = [e for e in events if (e["round"], e["client"], e["phase"]) == ("19", "42", "upload")]
-    assert float(upload["start_s"]) == pytest.approx(255.416, abs=1e-3)
-    assert float(upload["end_s"]) == end == pytest.approx(278.526, abs=1e-3)
+    logged = {(c["round"], c["client"]) for c in csv.DictReader((tmp_path / "r" / "clients.csv").open())}
+    uploads = {(e["round"], e["client"]): (float(e["start_s"]), float(e["end_s"]))
+               for e in events if e["phase"] == "upload"}
+    assert all(stop <= end for _, stop in uploads.values())
+    # the jobs no aggregation logged (clients.csv holds those folded in or dropped), at work at the end
+    cut = [span for key, span in uploads.items() if key not in logged and span[0] < end]
+    assert cut and all(stop == end for _, stop in cut)  # each drawn to the run's end
+    assert any(start < end - alone_s for start, _ in cut)  # alone it would have ended before the run did
 
 
 def test_no_aggregation_is_served_past_the_run_s_last_and_the_uploads_at_its_instant_wait() -> None:
@@ -728,10 +741,14 @@ def test_a_csv_trace_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
 
 
 def test_the_breakdown_of_a_round_no_client_completed_fits_in_the_round(tmp_path: Path) -> None:
-    """Every device online 2 s of each 100,000: in round 1 all ten go offline mid-work. The
+    """Every device online 0.5 s of each 100,000: in round 1 all ten go offline mid-work. The
     straggler's compute, data access and communication add up to at most the round's time (issue 39:
     its whole plan, 202 s of compute, was logged for a 2 s round)."""
-    lines = [f"{k},{start},{start + 2}" for k in range(20) for start in (0, 100_000)]
+    # The window must be shorter than any edge device's round: with the fitted figures (issue 51) a
+    # Raspberry Pi 4 trains quickstart's round in about 1.4 s and an iPhone 12 in about 1 s, so the
+    # 2 s window this test used let a client complete round 1; half a second lets none.
+    online_s = 0.5
+    lines = [f"{k},{start},{start + online_s}" for k in range(20) for start in (0, 100_000)]
     (tmp_path / "t.csv").write_text("client,start_s,end_s\n" + "\n".join(lines) + "\n0,199990,200000\n")
     (tmp_path / "s.toml").write_text((ROOT / "scenarios" / "quickstart.toml").read_text())
     out = tmp_path / "run"

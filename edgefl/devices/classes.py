@@ -3,10 +3,12 @@
 A device's rooflines (edgefl.sim.compute, built by edgefl.sim.classes) need a sustained FLOP/s
 (efficiency x peak), a memory bandwidth and a per-operator overhead. A profile may give each
 (`efficiency`, `memory_bandwidth_gbps`, `op_overhead_us`, with `compute_source`); what it leaves at
-0 comes from its class below. The class efficiencies derate a datasheet peak `compute_gflops` (every
-bundled profile gives a peak; the edge profiles that once held a sustained figure now give their
-peak and, as `efficiency`, that figure over it). A calibrated host's fitted `[kernels]` rows
-replace them kind by kind.
+0 comes from its class below. The class efficiencies derate a datasheet peak `compute_gflops`
+(every bundled profile gives a peak). Every bundled CPU and GPU profile carries figures fitted on
+published step times instead (`[fitted]`, issue 51: edgefl.calibration.fit), and a profile that
+names a `family` without a table of its own gets its family's (edgefl.devices.families); the class
+figures below are the fit's priors and what the other classes run on. A calibrated host's fitted
+`[kernels]` rows replace them kind by kind.
 
 Evidence. `cpu` rests on a measurement: `edgefl devices calibrate` on the edgefl development host
 (device_profiles/dev_vm.toml: a 2-core x86 VM, torch on 1 thread) fits 20 GB/s and 3 us per
@@ -62,7 +64,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from edgefl.devices.profile import DeviceProfile
+from edgefl.devices.profile import FAMILIES, DeviceProfile
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,40 @@ CLASS_DEFAULTS: dict[str, ClassDefaults] = {
     "cpu": ClassDefaults(0.5, 20.0, 10.0),
     "generic": ClassDefaults(1.0, math.inf, 0.0),
 }
+
+
+ARCH_OF_CLASS = {"phone_cpu": "cpu", "sbc": "cpu", "cpu": "cpu", "phone_gpu": "gpu", "gpu": "gpu"}
+
+
+def arch_of(p: DeviceProfile) -> str:
+    """The architecture whose figures the fit shares: its family's, else its class's ("" for
+    classes no published step time measures: microcontrollers, FPGAs, generic)."""
+    return FAMILIES.get(p.family) or ARCH_OF_CLASS.get(p.device_class, "")
+
+
+def provenance(p: DeviceProfile) -> list[str]:
+    """Where each figure of the compute model comes from, one line each (`edgefl devices show`)."""
+    d, f = CLASS_DEFAULTS[p.device_class], p.fitted
+    bandwidth = p.memory_bandwidth_gbps or d.bandwidth_gbps
+    datasheet = "the profile's, see source" if p.memory_bandwidth_gbps else "the class default (estimate)"
+    lines = [f"peak FP32 {p.compute_gflops:g} GFLOP/s: the datasheet's (source)",
+             f"memory bandwidth {bandwidth:g} GB/s: {datasheet}"]
+    if any(p.kernels.__dict__.values()):
+        return [*lines, "per-kind rates, bandwidths and overheads: [kernels], measured by edgefl devices "
+                f"calibrate on {p.calibrated_host or 'this host'}"]
+    if not f.efficiency:
+        why = p.compute_source or "the class defaults (estimates)"
+        return [*lines, f"share of peak {p.efficiency or d.efficiency:g}, per-operator overhead "
+                f"{p.op_overhead_us or d.overhead_us:g} us: {why}"]
+    basis = {"device": f"fitted on its {len(f.rows)} rows ({', '.join(f.rows)}): median |log2(predicted / "
+                       f"measured)| {f.residual_log2:g} fitted, {f.unseen_log2:g} with the device left out",
+             "family": f"its family's ({p.family}) and architecture's, fitted on other devices' rows",
+             "arch": f"its architecture's ({arch_of(p)}), fitted on other devices' rows"}
+    shown = basis.get(f.basis, f.basis)
+    shares = ", ".join(f"{k} {v:.3g}" for k, v in f.efficiency.items())
+    return [*lines, f"shares of peak {shares}; sustained bandwidth {f.bandwidth_share:.3g} x "
+            f"{bandwidth:g} GB/s; per-operator overhead {f.op_overhead_us:.3g} us",
+            f"  [fitted], {shown}; by {f.source}"]
 
 
 @dataclass(frozen=True)
@@ -114,7 +150,9 @@ def device_power(p: DeviceProfile) -> PowerDefaults:
 def perf_flops(p: DeviceProfile) -> float:
     """The FLOP/s a device is known by where devices are compared or drawn (P_k: the pools' draws,
     FedProphet's perf / perf_min, the `paper` accounting): the FedProphet release's figure where the
-    profile has one, else its sustained rate (its or its class's efficiency x its peak)."""
+    profile has one, else its sustained rate on convolutions: its fitted `conv` share, else its or
+    its class's efficiency, x its peak."""
     if p.release_gflops:
         return p.release_gflops * 1e9
-    return p.flops * (p.efficiency or CLASS_DEFAULTS[p.device_class].efficiency)
+    share = p.fitted.efficiency.get("conv") or p.efficiency or CLASS_DEFAULTS[p.device_class].efficiency
+    return p.flops * share

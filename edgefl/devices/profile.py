@@ -24,6 +24,14 @@ from edgefl.errors import EdgeflError
 KERNEL_KINDS = ("conv", "conv3x3", "dwconv", "linear", "norm", "activation", "clamp", "pool", "elementwise")
 CONV_KINDS = ("conv", "conv3x3", "dwconv")
 TF32_KINDS = ("conv", "conv3x3")  # the dense convolutions cuDNN runs in TF32 when asked for fp32
+MATRIX_KINDS = ("conv", "conv3x3", "linear")  # the kinds a CPU's BLAS runs as GEMMs
+# the kinds whose kernels stream memory (a share of the sustained bandwidth fitted for each)
+MEMORY_KINDS = ("dwconv", "norm", "activation", "clamp", "pool", "elementwise")
+# The least sustained share of a datasheet bandwidth: STREAM triad reaches about a third of it on a
+# Raspberry Pi 4 (4-5 GB/s of 12.8, community STREAM results) and 0.6-0.9 on desktops and GPUs
+# (McCalpin's STREAM tables): a fitted bandwidth below a quarter would say the memory is slower
+# than any measured one, where it is the kernels that stream slower (Fitted.memory).
+BANDWIDTH_FLOOR = 0.25
 # a kind a calibrated profile has no figures for (one older than the kind) is charged as its parent
 PARENT_KIND = {"conv3x3": "conv", "dwconv": "conv", "clamp": "activation"}
 
@@ -57,6 +65,25 @@ class Efficiencies:
 
 
 @dataclass(frozen=True)
+class Fitted:
+    """The compute model's figures fitted on published step times (edgefl.calibration.fit, written
+    by bench/published.py --write or `edgefl devices fit`): per layer kind and precision (`conv`,
+    `conv@fp16`, `conv@tf32`, ...) the sustained share of the peak that kind runs at, the share of
+    the datasheet `memory_bandwidth_gbps` sustained, the per-operator overhead, and where they come
+    from. Empty (no shares) = not fitted."""
+
+    efficiency: dict[str, float] = field(default_factory=dict)
+    memory: dict[str, float] = field(default_factory=dict)  # per memory-bound kind: its share of that
+    bandwidth_share: float = 0.0
+    op_overhead_us: float = 0.0
+    basis: str = ""  # "device" (its own rows), "family" (its family's and architecture's), "arch"
+    rows: list[str] = field(default_factory=list)  # the measurements of this device in the fit
+    residual_log2: float = 0.0  # median |log2(predicted / measured)| of its own rows, fitted
+    unseen_log2: float = 0.0  # the same, predicted with the device left out of the fit
+    source: str = ""  # what fitted them, on which table, when
+
+
+@dataclass(frozen=True)
 class DeviceProfile:
     name: str
     description: str
@@ -69,6 +96,7 @@ class DeviceProfile:
     pools: list[str] = field(default_factory=list)
     networks: list[str] = field(default_factory=list)  # networks it may draw; omitted = every one found
     device_class: str = "generic"  # one of DEVICE_CLASSES (edgefl.devices.classes says what each means)
+    family: str = ""  # the core or GPU generation that trains (FAMILIES); "" = its class's architecture
     memory_bandwidth_gbps: float = 0.0  # 0 = the class default
     efficiency: float = 0.0  # sustained share of peak FLOP/s on conv and linear layers; 0 = class default
     op_overhead_us: float = 0.0  # fixed cost per operator launch; 0 = the class default
@@ -79,6 +107,7 @@ class DeviceProfile:
     compute_source: str = ""  # where the three figures above come from
     kernels: Kernels = field(default_factory=Kernels)  # fitted per-kind rooflines (calibrated hosts)
     efficiency_by_kind: Efficiencies = field(default_factory=Efficiencies)  # per-kind shares
+    fitted: Fitted = field(default_factory=Fitted)  # figures fitted on published step times
     # The FedProphet release's figure for a device of its pools (0 = none): what the `paper` accounting
     # charges, the pools draw by (fleet.balance_s) and FedProphet compares (edgefl.devices.classes.perf_flops)
     release_gflops: float = 0.0
@@ -87,7 +116,10 @@ class DeviceProfile:
     int8_gops: float = 0.0  # INT8 peak, GOP/s; 0 = unknown or none
     # TF32 tensor peak (0 = none): PyTorch runs fp32 dense convolutions on it (cudnn.allow_tf32, on since 1.7)
     tf32_gflops: float = 0.0
-    precision_source: str = ""  # where the four peaks above come from
+    # FP32 peak of a matrix unit the CPU's BLAS runs GEMM-based layers on (Apple's AMX under
+    # Accelerate); 0 = none: dense convolutions and linear layers run at it instead of the NEON peak
+    matrix_gflops: float = 0.0
+    precision_source: str = ""  # where the peaks above come from
     calibrated_host: str = ""  # the machine `edgefl devices calibrate` measured (its network name)
     calibrated_threads: int = 0  # torch threads it measured with
     active_w: float = 0.0  # watts drawn training at full load (the whole device); 0 = class default
@@ -110,6 +142,10 @@ class DeviceProfile:
         """Peak FLOP/s (OP/s for int8) in `precision`; 0 where the profile gives none."""
         return {"fp32": self.compute_gflops, "fp16": self.fp16_gflops, "bf16": self.bf16_gflops,
                 "int8": self.int8_gops}[precision] * 1e9
+
+    def runs_matrix(self, kind: str, precision: str) -> bool:
+        """Whether layers of `kind` asked for in `precision` run on the matrix unit's peak."""
+        return precision == "fp32" and self.matrix_gflops > 0 and kind in MATRIX_KINDS
 
     def runs_tf32(self, kind: str, precision: str) -> bool:
         """Whether layers of `kind` asked for in `precision` run on the TF32 tensor peak."""
@@ -176,6 +212,9 @@ def check_profile(p: DeviceProfile | AppProfile | NetworkProfile, where: str, st
         checks += [
             *_number_checks(p),
             ("device_class", p.device_class in DEVICE_CLASSES, f"must be one of {', '.join(DEVICE_CLASSES)}"),
+            ("family", not p.family or p.family in FAMILIES,
+             f"must be one of {', '.join(FAMILIES)} (or omitted)"),
+            *_fitted_checks(p.fitted),
             ("active_w", not (p.active_w and p.idle_w) or p.active_w >= p.idle_w,
              "must be at least idle_w (the watts at full load include the idle draw)"),
         ]
@@ -204,9 +243,31 @@ def check_profile(p: DeviceProfile | AppProfile | NetworkProfile, where: str, st
             raise EdgeflError(where, key, fix)
 
 
+def _fitted_checks(f: Fitted) -> list[tuple[str, bool, str]]:
+    """Fitted figures that mean what they say: shares in (0, 1], an overhead non-negative."""
+    share = f"must be a share of peak, above 0 and at most 1 ({MIN_FIGURE:g} to 1)"
+    keys = [f"{k}{at}" for k in EFFICIENCY_KINDS for at in ("", "@fp16", "@bf16", "@int8", "@tf32")]
+    return [*((f"fitted.efficiency.{k}", k in keys and MIN_FIGURE <= v <= 1,
+               share + f", for a kind of {', '.join(EFFICIENCY_KINDS)} (KIND@fp16, @bf16, @int8 or @tf32 "
+               "for another precision)") for k, v in f.efficiency.items()),
+            *((f"fitted.memory.{k}", k in MEMORY_KINDS and MIN_FIGURE <= v <= 1,
+               share + f", for a kind of {', '.join(MEMORY_KINDS)}") for k, v in f.memory.items()),
+            ("fitted.bandwidth_share", not f.efficiency or BANDWIDTH_FLOOR <= f.bandwidth_share <= 1,
+             f"must be a share of the datasheet bandwidth, {BANDWIDTH_FLOOR:g} to 1 (no memory streams "
+             "slower: BANDWIDTH_FLOOR)"),
+            *((f"fitted.{k}", 0 <= getattr(f, k) <= MAX_FIGURE, f"must be 0 to {MAX_FIGURE:g}")
+              for k in ("op_overhead_us", "residual_log2", "unseen_log2"))]
+
+
 def _kernel_ok(rows: list[list[float]]) -> bool:
     return len(rows) <= 3 and all(len(r) == 3 and min(r[:2]) >= MIN_FIGURE and max(r) <= MAX_FIGURE
                                   and r[2] >= 0 for r in rows)
 
 
+# The core or GPU generations whose figures a fit shares (edgefl.calibration.fit), and the
+# architecture each belongs to.
+FAMILIES = {**{f: "cpu" for f in ("cortex-a53", "cortex-a55", "cortex-a72", "cortex-a76", "cortex-a78",
+                                  "cortex-x1", "apple-firestorm", "x86-avx2", "x86-avx512")},
+            **{f: "gpu" for f in ("nvidia-maxwell", "nvidia-pascal", "nvidia-volta", "nvidia-turing",
+                                  "nvidia-ampere", "nvidia-ada", "apple-gpu", "adreno", "mali")}}
 DEVICE_CLASSES = ("microcontroller", "phone_cpu", "phone_gpu", "sbc", "gpu", "fpga", "cpu", "generic")
