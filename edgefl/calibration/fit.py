@@ -7,15 +7,19 @@ by the compute model every run uses (edgefl.sim.compute, through edgefl.price) w
 three terms kept apart: seconds at the full peak its kind runs at, seconds at the datasheet memory
 bandwidth, and its count of operator launches. The fit sets, per layer kind and precision (conv,
 conv3x3, dwconv, linear; fp16 and TF32 apart), the sustained share of that peak, the share of the
-datasheet bandwidth sustained, and the per-operator overhead in microseconds, so that
+datasheet bandwidth sustained, per memory-bound kind (MEMORY_KINDS) the share of that its kernels
+stream at, and the per-operator overhead in microseconds, so that
 
-    predicted = sum over operators of times x (max(compute / share[kind], memory / bandwidth_share)
+    predicted = sum over operators of times x (max(compute / share[kind],
+                                                   memory / (bandwidth_share x memory_share[kind]))
                                                + launches x overhead_us)
 
 matches the measurements in log seconds (least squares). Every figure means what it says: a share
-is a logistic of its parameter, so it lies in (0, 1); an overhead is an exponential, so it is
-positive. Figures are shared by what the hardware is, not by which row it is: a parameter is the
-sum of an architecture's (every CPU, every GPU: pulled toward its class default), its core or GPU
+is a logistic of its parameter, so it lies in (0, 1); the bandwidth share lies in
+[BANDWIDTH_FLOOR, 1]; an overhead is an exponential, so it is positive. A 3x3, depthwise or linear
+layer's share is its precision's dense convolution's plus its own deviation (KIND_PARENT).
+Figures are shared by what the hardware is, not by which row it is: a parameter is the sum of
+an architecture's (every CPU, every GPU: pulled toward its class default), its core or GPU
 family's (a Cortex-A76, Apple's Firestorm cores, NVIDIA's Pascal: `family` in the profile), the
 row's framework's (MNN beside PyTorch), and the device's own deviation, each deviation pulled
 toward 0 by a ridge. A device the fit has never seen is predicted by its family and architecture
