@@ -904,13 +904,14 @@ def cmd_devices_fit(args: argparse.Namespace) -> int:
     base = charged if fitted_of(device.family, device.fitted).efficiency else Fit({})
     whole, loo = Fit({**base.params, **fit(rows, base=base).params}), left_out(rows, base=base)
     print(f"{'row':<10}{'measured s':>12}{'profile':>9}{'fitted':>9}{'LOO':>9}   (predicted / measured)")
+    now = {p.id: charged.predict(p) for p in rows}
     for p in rows:
-        print(f"{p.id:<10}{p.seconds:>12.4g}{charged.predict(p) / p.seconds:>9.2f}"
+        print(f"{p.id:<10}{p.seconds:>12.4g}{now[p.id] / p.seconds:>9.2f}"
               f"{whole.predict(p) / p.seconds:>9.2f}{loo[p.id] / p.seconds:>9.2f}")
     error = statistics.median(abs(math.log2(loo[p.id] / p.seconds)) for p in rows)
     stamp = (f"edgefl devices fit on {args.measurements.name}, {len(rows)} rows, leave-one-out median "
              f"|log2(predicted / measured)| {error:.2f}, from {device.name}'s figures")
-    table = fitted_table(whole, device, rows, {p.id: charged.predict(p) for p in rows}, stamp)
+    table = fitted_table(whole, device, rows, now, stamp)
     text = with_table(path.read_text(encoding="utf-8-sig"), table)
     write_profile(args.out, re.sub(r'(?m)^name = .*$', f"name = {json.dumps(args.out.stem)}", text, count=1))
     print(f"leave-one-out median |log2 ratio| {error:.2f} over {len(rows)} rows -> {args.out}")

@@ -11,6 +11,7 @@ from support import QUICKSTART
 
 from edgefl.cli import main
 from edgefl.devices.catalog import load_catalog
+from edgefl.devices.classes import perf_flops, provenance
 from edgefl.devices.families import family_figures
 from edgefl.devices.profile import Fitted
 from edgefl.price import Step, atoms_of, price
@@ -43,6 +44,9 @@ def test_a_profile_of_a_family_without_a_table_runs_on_its_familys_figures():
     assert device_rooflines(mine) == device_rooflines(replace(mine, fitted=figures))
     # and not the class defaults it ran on before the fit reached runs
     assert device_rooflines(mine) != device_rooflines(replace(mine, family="", fitted=Fitted()))
+    # what `devices show` says and what pools draw by follow the same figures the run charges
+    assert any("families.toml" in line and "cortex-a76" in line for line in provenance(mine))
+    assert perf_flops(mine) == mine.flops * figures.efficiency["conv"]
     # a family no row measured (no Mali GPU trains in the evidence) gets its architecture's figures
     mali, gpu = family_figures()["mali"], family_figures()["nvidia-pascal"]
     assert mali.basis == "arch" and gpu.basis == "family" and mali.efficiency != gpu.efficiency

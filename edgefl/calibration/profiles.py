@@ -25,8 +25,6 @@ from edgefl.devices.classes import CLASS_DEFAULTS, arch_of
 from edgefl.devices.families import FILE
 from edgefl.devices.profile import FAMILIES, TF32_KINDS, DeviceProfile
 
-CLASS_OF_ARCH = {"cpu": "cpu", "gpu": "gpu"}  # the class whose defaults an architecture's priors are
-
 EMPTY = np.zeros(0)
 HEADER = "[fitted]"
 
@@ -90,14 +88,15 @@ def fitted_table(f: Fit, device: DeviceProfile, rows: Sequence[Priced], unseen: 
         return statistics.median(abs(math.log2((predicted[p.id] if predicted else f.predict(p)) / p.seconds))
                                  for p in mine)
 
+    figured = figures(f, me, device)
     lines = [f"{HEADER}  # written by {stamp}: do not edit by hand (edgefl.calibration.profiles)",
-             *figures(f, me, device)[:2],
+             *figured[:2],
              f"basis = {json.dumps(basis)}   # device: its own rows; family, arch: none",
              f"rows = {json.dumps([p.id for p in mine])}",
              f"residual_log2 = {residual(None):.3g}   # median |log2(predicted / measured)|, fitted",
              f"unseen_log2 = {residual(unseen):.3g}   # the same with the device left out of the fit",
              f"source = {json.dumps(stamp)}",
-             *figures(f, me, device)[2:]]
+             *figured[2:]]
     return "\n".join(lines) + "\n"
 
 
@@ -112,7 +111,7 @@ def families_text(f: Fit, rows: Sequence[Priced], stamp: str) -> str:
     for family, arch in FAMILIES.items():
         if arch not in arches:
             continue
-        me = who("", family, arch, CLASS_OF_ARCH[arch])
+        me = who("", family, arch, arch)  # the cpu and gpu classes' defaults are their priors
         basis = "family" if family in fitted else "arch"
         out += [f"[{json.dumps(family)}]", *figures(f, me), f"basis = {json.dumps(basis)}",
                 f"source = {json.dumps(stamp)}", ""]

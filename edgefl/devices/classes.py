@@ -64,6 +64,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from edgefl.devices.families import FILE, fitted_of
 from edgefl.devices.profile import FAMILIES, DeviceProfile
 
 
@@ -97,7 +98,7 @@ def arch_of(p: DeviceProfile) -> str:
 
 def provenance(p: DeviceProfile) -> list[str]:
     """Where each figure of the compute model comes from, one line each (`edgefl devices show`)."""
-    d, f = CLASS_DEFAULTS[p.device_class], p.fitted
+    d, f = CLASS_DEFAULTS[p.device_class], fitted_of(p.family, p.fitted)
     bandwidth = p.memory_bandwidth_gbps or d.bandwidth_gbps
     datasheet = "the profile's, see source" if p.memory_bandwidth_gbps else "the class default (estimate)"
     lines = [f"peak FP32 {p.compute_gflops:g} GFLOP/s: the datasheet's (source)",
@@ -113,7 +114,7 @@ def provenance(p: DeviceProfile) -> list[str]:
                        f"measured)| {f.residual_log2:g} fitted, {f.unseen_log2:g} with the device left out",
              "family": f"its family's ({p.family}) and architecture's, fitted on other devices' rows",
              "arch": f"its architecture's ({arch_of(p)}), fitted on other devices' rows"}
-    shown = basis.get(f.basis, f.basis)
+    shown = basis.get(f.basis, f.basis) + ("" if p.fitted.efficiency else f", from {FILE.name}")
     shares = ", ".join(f"{k} {v:.3g}" for k, v in f.efficiency.items())
     return [*lines, f"shares of peak {shares}; sustained bandwidth {f.bandwidth_share:.3g} x "
             f"{bandwidth:g} GB/s; per-operator overhead {f.op_overhead_us:.3g} us",
@@ -150,9 +151,10 @@ def device_power(p: DeviceProfile) -> PowerDefaults:
 def perf_flops(p: DeviceProfile) -> float:
     """The FLOP/s a device is known by where devices are compared or drawn (P_k: the pools' draws,
     FedProphet's perf / perf_min, the `paper` accounting): the FedProphet release's figure where the
-    profile has one, else its sustained rate on convolutions: its fitted `conv` share, else its or
-    its class's efficiency, x its peak."""
+    profile has one, else its sustained rate on convolutions: its fitted `conv` share (its own or
+    its family's, as runs charge it), else its or its class's efficiency, x its peak."""
     if p.release_gflops:
         return p.release_gflops * 1e9
-    share = p.fitted.efficiency.get("conv") or p.efficiency or CLASS_DEFAULTS[p.device_class].efficiency
+    fitted = fitted_of(p.family, p.fitted).efficiency.get("conv")
+    share = fitted or p.efficiency or CLASS_DEFAULTS[p.device_class].efficiency
     return p.flops * share

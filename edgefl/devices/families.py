@@ -17,11 +17,10 @@ FILE = Path(__file__).with_name("families.toml")
 @functools.cache
 def family_figures() -> dict[str, Fitted]:
     """Each family's figures, as the bundled families.toml gives them (none where it is absent)."""
-    path = FILE
-    if not path.is_file():
+    if not FILE.is_file():
         return {}
-    raw = read_toml(path, str(path), "families file", "not found")
-    return {name: build(Fitted, table, str(path), f"{name}.") for name, table in raw.items()}
+    raw = read_toml(FILE, str(FILE), "families file", "not found")
+    return {name: build(Fitted, table, str(FILE), f"{name}.") for name, table in raw.items()}
 
 
 def fitted_of(family: str, own: Fitted) -> Fitted:

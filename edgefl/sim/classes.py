@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from edgefl.devices.classes import CLASS_DEFAULTS
 from edgefl.devices.families import fitted_of
-from edgefl.devices.profile import PARENT_KIND, PRECISION_BYTES, DeviceProfile
+from edgefl.devices.profile import FAMILIES, PARENT_KIND, PRECISION_BYTES, DeviceProfile
 from edgefl.sim.compute import KINDS, PASSES, Roofline, Rooflines
 from edgefl.sim.records import BYTES
 
@@ -47,8 +47,7 @@ def fitted_key(p: DeviceProfile, kind: str, precision: str) -> str:
 # 2016), and cuDNN runs fp32 3x3 convolutions with it (CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD and
 # _NONFUSED, cuDNN 5+): the direct FLOPs counted go 2.25x faster than the FP32 peak.
 WINOGRAD = 36 / 16
-WINOGRAD_FAMILIES = ("nvidia-maxwell", "nvidia-pascal", "nvidia-volta", "nvidia-turing", "nvidia-ampere",
-                     "nvidia-ada")
+WINOGRAD_FAMILIES = tuple(f for f in FAMILIES if f.startswith("nvidia-"))
 
 
 def kind_peak(p: DeviceProfile, kind: str, precision: str) -> float:
