@@ -792,7 +792,7 @@ def cmd_devices_list(args: argparse.Namespace) -> int:
     print(f"{'name':<22}{'pools':<14}{'memory MB':>12}{'GFLOP/s':>10}{'read MB/s':>11}  file")
     for d in devices:
         print(f"{d.name:<22}{','.join(d.pools):<14}{d.memory_mb:>12.3f}"
-              f"{d.compute_gflops:>10.1f}{d.storage_read_mbps:>11.1f}  {catalog.file('devices', d.name)}")
+              f"{d.compute_gflops:>10.1f}{d.storage_read_mb_s:>11.1f}  {catalog.file('devices', d.name)}")
     return 0
 
 

@@ -10,6 +10,7 @@ import dataclasses
 import json
 import math
 import tomllib
+import types
 import typing
 from pathlib import Path
 from typing import Any
@@ -94,6 +95,9 @@ def check_type(value: Any, hint: Any, where: str, key: str) -> Any:
     be finite: NaN passes no range check, and inf would pass "must be positive".
     """
     origin = typing.get_origin(hint)
+    if origin is types.UnionType:  # `X | None`: TOML has no null, so a value given is an X
+        (hint,) = (a for a in typing.get_args(hint) if a is not type(None))
+        return check_type(value, hint, where, key)
     if origin is dict:
         _, inner = typing.get_args(hint)
         if not isinstance(value, dict):

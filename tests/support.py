@@ -55,8 +55,8 @@ source = "made up"
 pools = ["test"]
 memory_mb = {memory_mb}
 compute_gflops = 10.0
-storage_read_mbps = 100.0
-storage_write_mbps = 50.0
+storage_read_mb_s = 100.0
+storage_write_mb_s = 50.0
 storage_latency_ms = 0.1
 networks = {networks}
 """

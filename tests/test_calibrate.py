@@ -85,7 +85,7 @@ def test_profile_round_trips_through_load_profile(tmp_path: Path) -> None:
     # four significant digits: 123.456 -> 123.5, 2500.04 -> 2500.0, a tiny 0.0123456 -> 0.01235 (not 0)
     assert (loaded.name, loaded.pools, loaded.memory_mb) == ("my_host", ["host"], 16000.0)
     assert loaded.compute_gflops == 123.5
-    assert (loaded.storage_read_mbps, loaded.storage_write_mbps) == (2500.0, 0.01235)
+    assert (loaded.storage_read_mb_s, loaded.storage_write_mb_s) == (2500.0, 0.01235)
     assert loaded.storage_latency_ms == 1.05
     assert [p.name for p in tmp_path.iterdir()] == ["my_host.toml"]  # no staging folder left
 

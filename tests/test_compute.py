@@ -103,7 +103,7 @@ def test_round_divides_by_the_app_share():
 
 def profile(**kw: object) -> DeviceProfile:
     base = {"name": "x", "description": "", "source": "hand", "memory_mb": 1000.0, "compute_gflops": 1000.0,
-            "storage_read_mbps": 1.0, "storage_write_mbps": 1.0, "storage_latency_ms": 0.0}
+            "storage_read_mb_s": 1.0, "storage_write_mb_s": 1.0, "storage_latency_ms": 0.0}
     return DeviceProfile(**{**base, **kw})  # type: ignore[arg-type]
 
 
@@ -197,7 +197,7 @@ def test_bad_compute_figures_are_one_clear_error(tmp_path, line, key):
 
     path = tmp_path / "x.toml"
     path.write_text('name = "x"\ndescription = ""\nsource = "hand"\nmemory_mb = 1.0\n'
-                    "compute_gflops = 1.0\nstorage_read_mbps = 1.0\nstorage_write_mbps = 1.0\n"
+                    "compute_gflops = 1.0\nstorage_read_mb_s = 1.0\nstorage_write_mb_s = 1.0\n"
                     f"storage_latency_ms = 0.0\n{line}\n")
     with pytest.raises(EdgeflError, match=key):
         load_profile(path, DeviceProfile)

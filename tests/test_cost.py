@@ -35,8 +35,8 @@ def workload(atoms=(A0, A1), attack_steps=0, slots=1, down=0.0, up=0.0, **more) 
 def device(read_mbps=1e-4, write_mbps=5e-5, latency_ms=10.0) -> DeviceProfile:
     # 1e-4 MB/s = 100 B/s read, 50 B/s write: small round numbers for tiny atoms
     return DeviceProfile(name="toy", description="", source="hand", memory_mb=1.0,
-                         compute_gflops=1.0, storage_read_mbps=read_mbps,
-                         storage_write_mbps=write_mbps, storage_latency_ms=latency_ms)
+                         compute_gflops=1.0, storage_read_mb_s=read_mbps,
+                         storage_write_mb_s=write_mbps, storage_latency_ms=latency_ms)
 
 
 def state(memory: float, flops: float = 1000.0, dev: DeviceProfile | None = None,

@@ -116,7 +116,7 @@ def test_tx2_units() -> None:
     # the release's 1.3e12 FLOP/s, 4e9 B and 1.5e9 B/s, in the files' units (GFLOP/s, MB, MB/s)
     assert tx2.release_gflops == pytest.approx(1300)
     assert tx2.memory_mb == pytest.approx(4000)
-    assert tx2.storage_read_mbps == pytest.approx(1500)
+    assert tx2.storage_read_mb_s == pytest.approx(1500)
     assert tx2.memory_bytes == pytest.approx(4e9)
     assert perf_flops(tx2) == pytest.approx(1.3e12)
     # its datasheet's FP32 peak (issue 36): 256 CUDA cores x 2 FLOP x 1.3 GHz; the 1300 is FP16
@@ -130,7 +130,7 @@ def test_reference_device_numbers(name: str) -> None:
     assert perf_flops(d) == pytest.approx(flops, rel=1e-9)  # what `paper` charges and pools draw by
     assert d.release_gflops == pytest.approx(flops / 1e9, rel=1e-9)
     assert d.memory_bytes == pytest.approx(memory, rel=1e-9)
-    assert d.storage_read_mbps * 1e6 == pytest.approx(bandwidth, rel=1e-9)
+    assert d.storage_read_mb_s * 1e6 == pytest.approx(bandwidth, rel=1e-9)
 
 
 # The sustained FLOP/s the edge pool's microcontroller profiles carried before they gave their
@@ -206,8 +206,8 @@ def test_exactly_the_reference_apps() -> None:
 def test_reference_networks(name: str) -> None:
     up, down, latency = REF_NETWORKS[name]
     net = load_catalog().networks[name]
-    assert net.up_mbps == pytest.approx(up)
-    assert net.down_mbps == pytest.approx(down)
+    assert net.up_mbit_s == pytest.approx(up)
+    assert net.down_mbit_s == pytest.approx(down)
     assert net.latency_ms == pytest.approx(latency)
 
 
@@ -230,8 +230,8 @@ NETWORK = """\
 name = "slow"
 description = "Slow"
 source = "made up"
-up_mbps = {up}
-down_mbps = [1.0, 2.0]
+up_mbit_s = {up}
+down_mbit_s = [1.0, 2.0]
 latency_ms = [10.0, 20.0]
 """
 
@@ -265,7 +265,7 @@ def test_networks_default_to_all(tmp_path: Path) -> None:
     assert set(load_profile(path, DeviceProfile).networks) == set(REF_NETWORKS)
 
 
-@pytest.mark.parametrize("key", ["name", "memory_mb", "compute_gflops", "storage_read_mbps",
+@pytest.mark.parametrize("key", ["name", "memory_mb", "compute_gflops", "storage_read_mb_s",
                                  "storage_latency_ms", "source"])
 def test_missing_required_key(tmp_path: Path, key: str) -> None:
     path = tmp_path / "board.toml"
@@ -339,7 +339,45 @@ def test_app_valid_fraction_loads(tmp_path: Path) -> None:
 def test_network_range_must_be_low_high(tmp_path: Path, up: str) -> None:
     path = tmp_path / "slow.toml"
     path.write_text(NETWORK.format(up=up))
-    expect_error(path, NetworkProfile, "up_mbps")
+    expect_error(path, NetworkProfile, "up_mbit_s")
+
+
+# keys an earlier edgefl wrote (issue 53 item 6) ----------------------------------------------------
+
+
+def test_old_storage_and_link_keys_read_as_todays_with_a_warning_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    board, slow = tmp_path / "board.toml", tmp_path / "slow.toml"
+    board.write_text(device_text().replace("storage_read_mb_s", "storage_read_mbps"))
+    slow.write_text(NETWORK.format(up="[1.0, 3.0]").replace("up_mbit_s", "up_mbps"))
+    now = tmp_path / "now.toml"
+    now.write_text(device_text(name="now"))
+    read = load_profile(board, DeviceProfile).storage_read_mb_s
+    assert read == load_profile(now, DeviceProfile).storage_read_mb_s
+    assert load_profile(slow, NetworkProfile).up_mbit_s == [1.0, 3.0]
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [f"edgefl: warning: {board}: storage_read_mbps is now storage_read_mb_s (read as it; "
+                     "rename the key)",
+                     f"edgefl: warning: {slow}: up_mbps is now up_mbit_s (read as it; rename the key)"]
+
+
+def test_an_old_key_beside_its_new_name_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "board.toml"
+    path.write_text(device_text() + "storage_read_mbps = 5.0\n")
+    assert "keep only storage_read_mb_s" in expect_error(path, DeviceProfile, "storage_read_mbps").fix
+
+
+def test_a_class_default_is_an_absent_key_and_an_old_zero_reads_as_absent(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "board.toml"
+    path.write_text(device_text())
+    assert load_profile(path, DeviceProfile).efficiency is None  # absent: the class default
+    path.write_text(device_text() + "efficiency = 0\nidle_w = 0.0\n")
+    p = load_profile(path, DeviceProfile)
+    assert (p.efficiency, p.idle_w) == (None, None)
+    assert capsys.readouterr().err.count("no longer means the class default") == 2
+    path.write_text(device_text() + "efficiency = 1e-9\n")  # a figure given must be one
+    assert "omit it for the class default" in expect_error(path, DeviceProfile, "efficiency").fix
 
 
 def test_bad_toml(tmp_path: Path) -> None:
@@ -364,4 +402,4 @@ def test_catalog_from_another_folder(tmp_path: Path) -> None:
     assert catalog.pool("low") == []
     assert catalog.pools() == ["test"]
     assert catalog.apps["busy"].perf_left == 0.5
-    assert catalog.networks["slow"].up_mbps == [1.0, 2.0]
+    assert catalog.networks["slow"].up_mbit_s == [1.0, 2.0]

@@ -24,7 +24,7 @@ from edgefl.sim.links import Links, shared_round
 from edgefl.sim.living_round import play_round
 
 DEV = DeviceProfile(name="toy", description="", source="hand", memory_mb=1.0, compute_gflops=1.0,
-                    storage_read_mbps=1.0, storage_write_mbps=1.0, storage_latency_ms=0.0)
+                    storage_read_mb_s=1.0, storage_write_mb_s=1.0, storage_latency_ms=0.0)
 STATE = DeviceState(DEV, "idle", 1e6, 1e9, "wifi", 1.0, 1.0, 0.0)
 
 

@@ -540,7 +540,8 @@ def test_profile_fit_is_the_table_else_the_family_figures_else_the_profile(famil
         got = (f.share(me, "conv"), f.share(me, "conv3x3"), f.share(me, "dwconv"), f.share(me, "linear"),
                f.share(me, BANDWIDTH), f.overhead_us(me))
         assert got == pytest.approx((0.35, 0.25, 0.35, 0.35, 0.99, 15.0), rel=EXACT)
-        f = profile_fit(replace(mine, efficiency=0.0, op_overhead_us=0.0, efficiency_by_kind=Efficiencies()))
+        bare_figures = replace(mine, efficiency=None, op_overhead_us=None, efficiency_by_kind=Efficiencies())
+        f = profile_fit(bare_figures)
         assert (f.share(me, "conv"), f.overhead_us(me)) == pytest.approx((0.3, 20.0), rel=EXACT)
 
 

@@ -124,7 +124,8 @@ values = st.recursive(scalars, lambda kids: st.lists(kids, max_size=3)
                       | st.dictionaries(st.text(max_size=6), kids, max_size=3), max_leaves=6)
 NOT_A_VALUE = [float("nan"), float("inf"), float("-inf"), {"a": {"b": 1}}, 2**63, -(2**63) - 1]
 WRONG_TYPE: dict[Any, list[Any]] = {
-    int: ["5", 1.5, True], float: ["0.5", True], bool: [1, "true"], str: [1, 1.5, False],
+    int: ["5", 1.5, True], float: ["0.5", True], float | None: ["0.5", True, -1.0], bool: [1, "true"],
+    str: [1, 1.5, False],
     list[float]: ["0.5", [True], ["x"]], dict[str, int]: [1, "x", {"jfat": "5"}, {"jfat": 1.5}],
     # a profile's [fitted] shares per kind (issue 51): not a table, or one entry of the wrong type
     dict[str, float]: [1, "x", {"conv": "0.5"}, {"conv": True}, {"conv": [0.5]}, {"conv": {"a": 1}}]}
@@ -293,7 +294,7 @@ def test_truncated_profile(capsys: Capsys, cut: int) -> None:
 
 @HOSTILE
 @given(st.one_of(leaf_and_invalid_value(PROFILE_LEAVES), st.sampled_from([
-    ("memory_mb", -1.0), ("compute_gflops", 0), ("storage_read_mbps", -1e9), ("storage_write_mbps", 0.0),
+    ("memory_mb", -1.0), ("compute_gflops", 0), ("storage_read_mb_s", -1e9), ("storage_write_mb_s", 0.0),
     ("storage_latency_ms", -0.5), ("networks", []), ("networks", ["dialup"]), ("name", "other"),
     ("fitted.efficiency", {"conv": 1.5}), ("fitted.efficiency", {"norm": 0.5}),
     ("fitted.memory", {"conv": 0.5}), ("fitted.memory", {"norm": 0.0}), ("fitted.bandwidth_share", 0.1),

@@ -26,8 +26,8 @@ LORA = """\
 name = "lora"
 description = "a user's network"
 source = "test"
-up_mbps = [0.01, 0.02]
-down_mbps = [0.01, 0.02]
+up_mbit_s = [0.01, 0.02]
+down_mbit_s = [0.01, 0.02]
 latency_ms = [100.0, 200.0]
 """
 

@@ -256,7 +256,7 @@ def test_just_below_the_full_batch_fitting_a_device_micro_batches_and_from_there
     edge = max(peak(w, whole(w, i), w.batch) for i in range(len(w.atoms)))  # the largest whole step
     fitted = next(d for d in exp.pool.kinds if d.name == "raspberry_pi_4")
     pinned = dataclasses.replace(fitted, family="", fitted=Fitted(), efficiency=8 / 48,
-                                 memory_bandwidth_gbps=0.0, op_overhead_us=0.0)
+                                 memory_bandwidth_gbps=None, op_overhead_us=None)
     for pi4 in (pinned, fitted):
         seconds = plan_seconds(w, pi4)
         below, moved_below, evicted_below = walk(w, edge - 1, seconds)

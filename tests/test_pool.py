@@ -42,8 +42,8 @@ NETWORKS = {
 def device(name: str, gflops: float, memory_mb: float,
            networks: tuple[str, ...] = ("wifi",)) -> DeviceProfile:
     return DeviceProfile(name=name, description=name, source="test", memory_mb=memory_mb,
-                         compute_gflops=gflops, storage_read_mbps=100.0,
-                         storage_write_mbps=100.0, storage_latency_ms=0.1, pools=["test"],
+                         compute_gflops=gflops, storage_read_mb_s=100.0,
+                         storage_write_mb_s=100.0, storage_latency_ms=0.1, pools=["test"],
                          networks=list(networks))
 
 
@@ -54,8 +54,8 @@ def app(name: str, perf_left: float, memory_left: float) -> AppProfile:
 
 def network(name: str) -> NetworkProfile:
     up, down, latency = NETWORKS[name]
-    return NetworkProfile(name=name, description=name, source="test", up_mbps=list(up),
-                          down_mbps=list(down), latency_ms=list(latency))
+    return NetworkProfile(name=name, description=name, source="test", up_mbit_s=list(up),
+                          down_mbit_s=list(down), latency_ms=list(latency))
 
 
 def made_up_catalog(*devices: DeviceProfile, apps: tuple[AppProfile, ...] = ()) -> Catalog:

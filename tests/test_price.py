@@ -20,8 +20,8 @@ from edgefl.price import Step, price
 from edgefl.sim.records import AtomProfile, LayerProfile
 
 # a generic device: every layer at its peak, no bandwidth bound, no overhead (edgefl.sim.classes)
-DEVICE = DeviceProfile("toy", "toy", "test", memory_mb=1.0, compute_gflops=1.0, storage_read_mbps=1.0,
-                       storage_write_mbps=1.0, storage_latency_ms=0.0, fp16_gflops=4.0)
+DEVICE = DeviceProfile("toy", "toy", "test", memory_mb=1.0, compute_gflops=1.0, storage_read_mb_s=1.0,
+                       storage_write_mb_s=1.0, storage_latency_ms=0.0, fp16_gflops=4.0)
 # one linear layer, 10 -> 10 (100 MACs, 110 parameters in 2 tensors), 40 B saved per sample
 LINEAR = LayerProfile("fc", "linear", 100.0, 110, 10, 10, 40.0, ops=1, tensors=2)
 ATOMS = (AtomProfile("fc", 100.0, 110, 10, 10, 40.0, 10, (10,), (LINEAR,)),)

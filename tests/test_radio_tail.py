@@ -71,8 +71,8 @@ def test_bundled_networks_carry_their_tails() -> None:
 
 
 def test_a_negative_tail_is_refused(tmp_path: Path) -> None:
-    base = ('name = "slow"\ndescription = "Slow"\nsource = "made up"\nup_mbps = [1.0, 2.0]\n'
-            'down_mbps = [1.0, 2.0]\nlatency_ms = [10.0, 20.0]\n')
+    base = ('name = "slow"\ndescription = "Slow"\nsource = "made up"\nup_mbit_s = [1.0, 2.0]\n'
+            'down_mbit_s = [1.0, 2.0]\nlatency_ms = [10.0, 20.0]\n')
     path = tmp_path / "slow.toml"
     path.write_text(base + "tail_s = 2.5\ntail_w = 0.5\n")
     made = load_profile(path, NetworkProfile)

@@ -288,8 +288,8 @@ def render_profile(name: str, pool: str, c: Calibration) -> str:
         f"memory_mb = {c.memory_mb:.1f}",
         f"compute_gflops = {_sig(c.compute.peak_gflops)}   # the larger of matmul "
         f"{_sig(c.compute.matmul_gflops)} and conv2d {_sig(c.compute.conv_gflops)}",
-        f"storage_read_mbps = {_sig(s.read_mbps)}",
-        f"storage_write_mbps = {_sig(s.write_mbps)}",
+        f"storage_read_mb_s = {_sig(s.read_mbps)}",
+        f"storage_write_mb_s = {_sig(s.write_mbps)}",
         f"storage_latency_ms = {_sig(s.latency_ms)}   # mean of 4 KiB read {_sig(s.read_latency_ms)} "
         f"and write{'' if s.direct else ' + fsync'} {_sig(s.write_latency_ms)}"
         f"{' (O_DIRECT)' if s.direct else ''}",

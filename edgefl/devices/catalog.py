@@ -10,20 +10,22 @@ bundled one of the same name):
    `importlib.resources`; in the repository they are the top-level `device_profiles/`).
 
 Each folder holds devices as `*.toml`, apps as `apps/*.toml` and networks as `networks/*.toml`.
-A device's `networks` must name networks found along the same path. `load_profile` reads one file.
+A device's `networks` must name networks found along the same path. `load_profile` reads one file;
+a file written for an earlier edgefl still reads (`current_keys`), with a warning line per old key.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import MISSING, dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast, get_type_hints
 
-from edgefl.devices.profile import AppProfile, DeviceProfile, NetworkProfile, check_profile
+from edgefl.devices.profile import RENAMED, AppProfile, DeviceProfile, NetworkProfile, check_profile
 from edgefl.errors import EdgeflError
 from edgefl.registry import plugin_device_folders
 from edgefl.tomlschema import build, read_toml
@@ -41,9 +43,7 @@ def bundled(folder: str) -> Path:
     try:
         root = resources.files(f"edgefl.{folder}")
     except ModuleNotFoundError:
-        import edgefl
-
-        return Path(edgefl.__file__).resolve().parents[1] / folder
+        return Path(__file__).resolve().parents[2] / folder  # the repository: edgefl/devices/catalog.py
     return Path(str(root))  # an installed package is a folder on disk
 
 
@@ -128,7 +128,8 @@ def load_profile(path: Path, cls: type[P], networks: Sequence[str] | None = None
     be drawn from `networks` (default: those found without a scenario, in EDGEFL_PROFILE_PATH and
     the bundled profiles), and are all of them when omitted."""
     where = str(path)
-    raw = read_toml(path, where, "profile", "not found; it was removed while edgefl read the folder")
+    read = read_toml(path, where, "profile", "not found; it was removed while edgefl read the folder")
+    raw = current_keys(read, cls, where)
     missing = [k for k in _required(cls) if k not in raw]
     if missing:
         kind = {DeviceProfile: "device", AppProfile: "app", NetworkProfile: "network"}.get(cls, "")
@@ -140,6 +141,27 @@ def load_profile(path: Path, cls: type[P], networks: Sequence[str] | None = None
         profile = cast(P, _with_networks(profile, "networks" in raw, known, where))
     check_profile(profile, where, path.stem)
     return profile
+
+
+def current_keys(raw: dict[str, Any], cls: type, where: str) -> dict[str, Any]:
+    """`raw` with the keys an earlier edgefl wrote read as today's, a warning line for each: a renamed
+    key (RENAMED) under its new name, and a 0 that meant the class default (today: the key absent)
+    dropped."""
+    hints, out = get_type_hints(cls), dict(raw)
+    for old, new in RENAMED.items():
+        if old in out and new in hints:
+            if new in out:
+                raise EdgeflError(where, old, f"renamed {new}, which the file also sets: keep only {new}")
+            out[new] = out.pop(old)
+            _warn(f"{where}: {old} is now {new} (read as it; rename the key)")
+    for key in [k for k, v in out.items() if hints.get(k) == float | None and v == 0]:
+        del out[key]
+        _warn(f"{where}: {key} = 0 no longer means the class default (read as absent; delete the line)")
+    return out
+
+
+def _warn(text: str) -> None:
+    print(f"edgefl: warning: {text}", file=sys.stderr)
 
 
 def _with_networks(p: DeviceProfile, given: bool, known: list[str], where: str) -> DeviceProfile:

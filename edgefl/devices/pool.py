@@ -151,7 +151,7 @@ class DevicePool:
         nets = [self.networks[n] for n in names]
         self.bounds = {what: (np.array([getattr(n, what)[0] for n in nets]),
                               np.array([getattr(n, what)[1] for n in nets]))
-                       for what in ("up_mbps", "down_mbps", "latency_ms")}
+                       for what in ("up_mbit_s", "down_mbit_s", "latency_ms")}
 
     def profile_files(self) -> list[Path]:
         """The files of the profiles this fleet uses: its devices, apps and their networks."""
@@ -203,7 +203,7 @@ class DevicePool:
             return truncated_normal(low[net], high[net], draws.uniform(words[:, column]))
 
         return States(clients, kind, app, memory, self.kind_flops[kind] * self.app_perf[app], net,
-                      draw("up_mbps", UP) * 1e6 / 8, draw("down_mbps", DOWN) * 1e6 / 8,
+                      draw("up_mbit_s", UP) * 1e6 / 8, draw("down_mbit_s", DOWN) * 1e6 / 8,
                       draw("latency_ms", LATENCY) / 1e3)
 
     def state_at(self, s: States, i: int) -> DeviceState:

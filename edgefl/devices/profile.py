@@ -1,16 +1,18 @@
 """Device, co-running app and network profiles: what the hardware is, and the checks of every figure
 (edgefl.devices.catalog reads them from TOML files).
 
-Units are in the key names. The numbers of FedProphet's pools and apps come from its release
+Units are in the key names: storage in MB/s (`*_mb_s`), links in Mbit/s (`*_mbit_s`), bandwidth in
+GB/s (`*_gbps`); a key an earlier edgefl named otherwise (RENAMED) is still read, with a warning line
+naming today's (edgefl.devices.catalog). The numbers of FedProphet's pools and apps come from its release
 (Tang et al., FedProphet, §7.1); each file says where its numbers come from in `source`.
 
 The compute model (edgefl.sim.compute) also reads a device's class, memory bandwidth, sustained
 efficiency and per-operator overhead (`compute_source` says where they come from); a figure a profile
-omits (0) is its class's default (edgefl.devices.classes). A calibrated host carries fitted
+omits (the key absent) is its class's default (edgefl.devices.classes). A calibrated host carries fitted
 rooflines per layer kind and pass in its `[kernels]` table instead.
 
 The energy model (edgefl.sim.energy) reads a device's active and idle watts and storage energy per
-byte (`power_source`; 0 = the class default), its battery (0 Wh = mains powered), and its network's
+byte (`power_source`; absent = the class default), its battery (0 Wh = mains powered), and its network's
 radio energy per byte sent and received, base power and tail (`energy_source`).
 """
 
@@ -90,16 +92,16 @@ class DeviceProfile:
     source: str
     memory_mb: float
     compute_gflops: float  # peak FP32 FLOP/s (a datasheet's); the compute model derates it
-    storage_read_mbps: float
-    storage_write_mbps: float
+    storage_read_mb_s: float  # MB/s
+    storage_write_mb_s: float  # MB/s
     storage_latency_ms: float
     pools: list[str] = field(default_factory=list)
     networks: list[str] = field(default_factory=list)  # networks it may draw; omitted = every one found
     device_class: str = "generic"  # one of DEVICE_CLASSES (edgefl.devices.classes says what each means)
     family: str = ""  # the core or GPU generation that trains (FAMILIES); "" = its class's architecture
-    memory_bandwidth_gbps: float = 0.0  # 0 = the class default
-    efficiency: float = 0.0  # sustained share of peak FLOP/s on conv and linear layers; 0 = class default
-    op_overhead_us: float = 0.0  # fixed cost per operator launch; 0 = the class default
+    memory_bandwidth_gbps: float | None = None  # GB/s, the datasheet's; absent = the class default
+    efficiency: float | None = None  # sustained share of peak FLOP/s, conv and linear; absent = class default
+    op_overhead_us: float | None = None  # fixed cost per operator launch; absent = the class default
     # fixed costs outside the operators (`edgefl devices calibrate` measures them; 0 = none charged):
     iteration_overhead_us: float = 0.0  # per local iteration: Python, the batch gather, the optimizer loop
     attack_step_overhead_us: float = 0.0  # per PGD step of an iteration: the attack loop's Python
@@ -122,10 +124,10 @@ class DeviceProfile:
     precision_source: str = ""  # where the peaks above come from
     calibrated_host: str = ""  # the machine `edgefl devices calibrate` measured (its network name)
     calibrated_threads: int = 0  # torch threads it measured with
-    active_w: float = 0.0  # watts drawn training at full load (the whole device); 0 = class default
-    idle_w: float = 0.0  # watts drawn awake and idle (waiting, reading, sending); 0 = class default
-    read_nj_per_byte: float = 0.0  # storage energy per byte read, nJ; 0 = the class default
-    write_nj_per_byte: float = 0.0  # storage energy per byte written, nJ; 0 = the class default
+    active_w: float | None = None  # W drawn training at full load (the whole device); absent = class default
+    idle_w: float | None = None  # W drawn awake and idle (waiting, reading, sending); absent = class default
+    read_nj_per_byte: float | None = None  # storage energy per byte read, nJ; absent = the class default
+    write_nj_per_byte: float | None = None  # storage energy per byte written, nJ; absent = the class default
     battery_wh: float = 0.0  # battery capacity, Wh; 0 = mains powered
     power_source: str = ""  # where the five power figures above come from
 
@@ -152,6 +154,10 @@ class DeviceProfile:
         return precision == "fp32" and self.tf32_gflops > 0 and kind in TF32_KINDS
 
 
+# keys an earlier edgefl wrote -> today's (read as today's, with a warning line naming it)
+RENAMED = {"storage_read_mbps": "storage_read_mb_s", "storage_write_mbps": "storage_write_mb_s",
+           "up_mbps": "up_mbit_s", "down_mbps": "down_mbit_s"}
+
 PRECISION_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1}  # bytes per element a device moves
 
 
@@ -169,8 +175,8 @@ class NetworkProfile:
     name: str
     description: str
     source: str
-    up_mbps: list[float]  # Mbit/s [low, high]
-    down_mbps: list[float]
+    up_mbit_s: list[float]  # Mbit/s [low, high]
+    down_mbit_s: list[float]  # Mbit/s [low, high]
     latency_ms: list[float]
     up_nj_per_byte: float = 0.0  # radio energy per byte sent, nJ (the device's side of the link)
     down_nj_per_byte: float = 0.0  # radio energy per byte received, nJ
@@ -184,13 +190,13 @@ class NetworkProfile:
 # model's arithmetic into inf or nan simulated hours. Every number of a device profile is checked,
 # a new field too: at most its bound (MAX_FIGURE by default) and at least MIN_FIGURE, or 0 where a
 # field is not listed in POSITIVE (a figure that small is a typo and would divide into inf hours).
-UPPER = {"storage_read_mbps": 1e8, "storage_write_mbps": 1e8, "storage_latency_ms": 1e6,  # MB/s, ms
-         "efficiency": 1.0}  # a fraction of peak (0 = the class default)
+UPPER = {"storage_read_mb_s": 1e8, "storage_write_mb_s": 1e8, "storage_latency_ms": 1e6,  # MB/s, ms
+         "efficiency": 1.0}  # a fraction of peak
 MAX_KIND_EFFICIENCY = 4.0  # Winograd 3x3 convolutions do 2.25x fewer multiplies than counted
 EFFICIENCY_KINDS = ("conv", "conv3x3", "dwconv", "linear")
 MAX_FIGURE = 1e9  # MB of memory, GFLOP/s: a petabyte, an exaFLOP/s
 MIN_FIGURE = 1e-6  # the least non-zero figure: a byte, a kFLOP/s, a byte/s, a millionth of peak
-POSITIVE = ("memory_mb", "compute_gflops", "storage_read_mbps", "storage_write_mbps")
+POSITIVE = ("memory_mb", "compute_gflops", "storage_read_mb_s", "storage_write_mb_s")
 MAX_LATENCY_MS = UPPER["storage_latency_ms"]  # 1000 s per access or message
 MAX_LINK_MBPS = 1e8  # 100 Tbit/s
 
@@ -198,10 +204,14 @@ MAX_LINK_MBPS = 1e8  # 100 Tbit/s
 def _number_checks(p: DeviceProfile) -> list[tuple[str, bool, str]]:
     hints = get_type_hints(DeviceProfile)
     checks = []
-    for k in (f.name for f in fields(DeviceProfile) if hints[f.name] in (int, float)):
-        v, high, positive = getattr(p, k), UPPER.get(k, MAX_FIGURE), k in POSITIVE
+    for k in (f.name for f in fields(DeviceProfile) if hints[f.name] in (int, float, float | None)):
+        v, high, optional = getattr(p, k), UPPER.get(k, MAX_FIGURE), hints[k] == float | None
+        if v is None:
+            continue
+        positive = k in POSITIVE or optional  # absent, not 0, is an optional figure's class default
         checks.append((k, ((v == 0 and not positive) or v >= MIN_FIGURE) and v <= high,
-                       f"must be {'' if positive else '0 or '}{MIN_FIGURE:g} to {high:g}"))
+                       f"must be {'' if positive else '0 or '}{MIN_FIGURE:g} to {high:g}"
+                       + (" (omit it for the class default)" if optional else "")))
     return checks
 
 
@@ -233,8 +243,8 @@ def check_profile(p: DeviceProfile | AppProfile | NetworkProfile, where: str, st
     else:
         checks += [(k, len(v) == 2 and MIN_FIGURE <= v[0] <= v[1] <= high,
                     f"must be [low, high] with {MIN_FIGURE:g} <= low <= high <= {high:g}")
-                   for k, v, high in (("up_mbps", p.up_mbps, MAX_LINK_MBPS),
-                                      ("down_mbps", p.down_mbps, MAX_LINK_MBPS),
+                   for k, v, high in (("up_mbit_s", p.up_mbit_s, MAX_LINK_MBPS),
+                                      ("down_mbit_s", p.down_mbit_s, MAX_LINK_MBPS),
                                       ("latency_ms", p.latency_ms, MAX_LATENCY_MS))]
         checks += [(k, 0 <= getattr(p, k) <= MAX_FIGURE, f"must be non-negative and at most {MAX_FIGURE:g}")
                    for k in ("up_nj_per_byte", "down_nj_per_byte", "radio_w", "tail_s", "tail_w")]

@@ -184,8 +184,8 @@ class Pricer:
         self.model, self.pool, self.counted = model, pool, counted
         self.walks: dict[Workload, WalkIndex] = {}
         kinds = pool.kinds
-        self.read_bw = np.array([d.storage_read_mbps * 1e6 for d in kinds])
-        self.write_bw = np.array([d.storage_write_mbps * 1e6 for d in kinds])
+        self.read_bw = np.array([d.storage_read_mb_s * 1e6 for d in kinds])
+        self.write_bw = np.array([d.storage_write_mb_s * 1e6 for d in kinds])
         self.latency_ms = np.array([d.storage_latency_ms for d in kinds])
 
     def price(self, plan: RoundPlan[P], states: States) -> Costs:

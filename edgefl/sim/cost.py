@@ -116,7 +116,7 @@ def plan_seconds(w: Workload, device: DeviceProfile) -> PlanSeconds:
     plan's micro-batches. A runtime picks its schedule for its device, not for the share a
     co-running app leaves it at one moment (which scales every plan's compute alike)."""
     roof = profile_rooflines(device)
-    read_bps, write_bps = device.storage_read_mbps * 1e6, device.storage_write_mbps * 1e6
+    read_bps, write_bps = device.storage_read_mb_s * 1e6, device.storage_write_mb_s * 1e6
 
     def seconds(micro: int, t: Traffic) -> float:
         return (storage_seconds(t.read_bytes, t.write_bytes, t.read_ops + t.write_ops, read_bps, write_bps,
@@ -153,8 +153,8 @@ class WalkCost:
         traffic, evictions, micro = walk_traffic(w, state.memory_bytes, state.device)
         dev = state.device
         ops = traffic.read_ops + traffic.write_ops
-        access = storage_seconds(traffic.read_bytes, traffic.write_bytes, ops, dev.storage_read_mbps * 1e6,
-                                 dev.storage_write_mbps * 1e6, dev.storage_latency_ms)
+        access = storage_seconds(traffic.read_bytes, traffic.write_bytes, ops, dev.storage_read_mb_s * 1e6,
+                                 dev.storage_write_mb_s * 1e6, dev.storage_latency_ms)
         down, up = network_seconds(w, state) if self.communication else (0.0, 0.0)
         return ClientCost(
             compute_s=walk_compute_seconds(w, state, micro),
@@ -270,7 +270,7 @@ class PaperCost:
             c, a = self._batch(run, s, n, steps, pairs, forwards, state)
             compute, access = compute + c, access + a
         if sizes and BYTES * (s * run.params + sizes[0] * run.features) <= state.memory_bytes:
-            access += BYTES * run.params / (state.device.storage_read_mbps * 1e6)  # once (379)
+            access += BYTES * run.params / (state.device.storage_read_mb_s * 1e6)  # once (379)
         need = BYTES * (s * run.params + w.batch * run.features)
         return ClientCost(
             compute_s=compute, data_access_s=access, download_s=0.0, upload_s=0.0,
@@ -279,7 +279,7 @@ class PaperCost:
     def _batch(self, run: PaperRun, s: int, n: int, steps: int, pairs: int, forwards: int,
                state: DeviceState) -> tuple[float, float]:
         """(compute, data access) seconds of one batch of n samples."""
-        mem, bw = state.memory_bytes, state.device.storage_read_mbps * 1e6
+        mem, bw = state.memory_bytes, state.device.storage_read_mb_s * 1e6
         feats, params = n * run.features, run.params
         macs = n * run.macs
         compute = (2 * macs * (pairs + steps) + macs * forwards) / state.flops
