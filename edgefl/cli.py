@@ -15,17 +15,17 @@ import sys
 import threading
 import traceback
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edgefl.config import MAX_SEEDS, MAX_THREADS
-from edgefl.errors import EdgeflError, NotARunError, Terminated
+from edgefl import api
+from edgefl.api import default_out, out_dir, scenario_file
+from edgefl.config import MAX_THREADS
+from edgefl.errors import EdgeflError, Terminated
 from edgefl.rundir import CHECKPOINT
 
 if TYPE_CHECKING:
     from edgefl.devices.catalog import Catalog
-    from edgefl.scenario import Scenario
 
 
 # GNU OpenMP (PyTorch's CPU threads) spins 300,000 times at a barrier before it sleeps; on a machine
@@ -148,27 +148,6 @@ def _blamed(exc: EdgeflError, args: argparse.Namespace | None) -> EdgeflError:
     from edgefl.scenario import blame_set  # imports the methods: only when a --set may be to blame
 
     return blame_set(exc, str(scenario), overrides)
-
-
-def out_dir(text: str) -> Path:
-    """An --out folder: never the empty string (which would be the current folder)."""
-    if not text.strip():
-        raise EdgeflError("--out", repr(text), "give a folder name; an empty one would be the "
-                          "current folder")
-    return Path(text)
-
-
-def scenario_file(text: str) -> Path:
-    """A scenario argument: a file that exists (`quickstart` may name ./quickstart.toml; a folder of
-    that name does not count), else the bundled scenario of that name (`quickstart` or
-    `quickstart.toml`; `edgefl scenarios list` shows them), else the path as given (not found)."""
-    from edgefl.devices.catalog import bundled
-
-    path = Path(text)
-    if path.is_file() or path.name != text:
-        return path
-    name = text if text.endswith(".toml") else f"{text}.toml"
-    return next((p for p in (Path(name), bundled("scenarios") / name) if p.is_file()), path)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -359,334 +338,26 @@ def _device(name: str, scenario: Path | None) -> tuple[Any, Path]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from edgefl.experiment import prepare, prepare_out, run
-
-    scenario, where, out = _run_target(args)
-    exp = prepare(scenario, where, dry_run=args.dry_run)
-    if not args.resume:
-        prepare_out(out, args.overwrite)
-    summary = run(exp, out, progress=not args.quiet, resume=args.resume is not None)
-    print(_run_line(summary, out))
+    done = api.run(args.scenario, sets=args.overrides, out=args.out, overwrite=args.overwrite,
+                   resume=args.resume, dry_run=args.dry_run, download=args.download, executor=args.executor,
+                   progress=not args.quiet)
+    print(done.line)
     return 0
-
-
-def _run_target(args: argparse.Namespace) -> tuple[Any, str, Path]:
-    """(scenario, where, run directory) of `edgefl run`: a scenario file, or a run to resume."""
-    from edgefl.scenario import load_scenario
-
-    overrides = _overrides(args)
-    if args.resume is None:
-        if args.scenario is None:
-            raise EdgeflError("edgefl run", "scenario", "give a scenario file, or --resume RUN_DIR")
-        return (load_scenario(args.scenario, overrides), str(args.scenario),
-                args.out or default_out(args.scenario, args.dry_run))
-    where = str(args.resume / "scenario.toml")
-    other_sets = [o for o in args.overrides if not o.strip().startswith("ray.")]
-    flags = (("the scenario", args.scenario), ("--set", other_sets), ("--out", args.out),
-             ("--dry-run", args.dry_run), ("--download", args.download), ("--overwrite", args.overwrite))
-    extra = [name for name, given in flags if given]
-    if extra:
-        raise EdgeflError(str(args.resume), "--resume", "continues a run as it was started (only where "
-                          "its clients train may change: --executor, --set ray.KEY=VALUE); drop "
-                          + ", ".join(extra))
-    if not args.resume.is_dir():
-        what = (f"is a file; give its folder ({args.resume.parent}) if that is" if args.resume.is_file()
-                else "no such folder; give")
-        raise EdgeflError(str(args.resume), "--resume", f"{what} the run directory of an interrupted run")
-    if not (args.resume / "scenario.toml").is_file():
-        raise EdgeflError(str(args.resume), "--resume", "holds no run (no scenario.toml); give the "
-                          "run directory of an interrupted run")
-    if (args.resume / "summary.json").exists():
-        raise EdgeflError(str(args.resume), "--resume", "this run already finished (summary.json)")
-    if not (args.resume / CHECKPOINT).exists():
-        raise EdgeflError(str(args.resume), "--resume", "has no checkpoint (a dry run, checkpoint_every = 0, "
-                          "or killed in its first round): start it again with edgefl run --overwrite")
-    origin = _origin(args.resume, where)
-    return load_scenario(where, overrides, beside=origin), origin, args.resume
-
-
-def _origin(run_dir: Path, where: str) -> str:
-    """The scenario file a run started from, while its folder is there: the device profiles and a
-    trace beside that file are the run's, wherever its run folder is. With that folder gone, a
-    relative trace is refused where the run read it, never looked for in the run folder (where the
-    run writes its own files, trace.json among them)."""
-    from edgefl import rundir
-    from edgefl.tomlschema import read_toml
-
-    origin = (rundir.read_marker(run_dir) or {}).get(rundir.ORIGIN)
-    if not isinstance(origin, str):
-        return where
-    if Path(origin).parent.is_dir():
-        return origin
-    fleet = read_toml(Path(where), where, "scenario", "not found").get("fleet")
-    trace = fleet.get("availability") if isinstance(fleet, dict) else None
-    relative = isinstance(trace, str) and not Path(trace).expanduser().is_absolute()
-    if relative and trace not in ("always", "diurnal"):
-        raise EdgeflError(str(run_dir), "--resume", f"the run read its trace from "
-                          f"{Path(origin).parent / str(trace)}, whose folder is gone; put the trace back "
-                          "there, then resume")
-    return where
-
-
-def default_out(scenario: Path, dry_run: bool, prefix: str = "") -> Path:
-    """runs/<prefix><scenario file name>, with -dry for a dry run (README: Outputs, Comparing methods)."""
-    return Path("runs") / f"{prefix}{scenario.stem}{'-dry' if dry_run else ''}"
-
-
-def _run_line(summary: dict[str, Any], out: Path) -> str:
-    swapped = f"{summary['client_rounds_swapped']}/{summary['client_rounds']} client-rounds swapped"
-    head = (f"{summary['method']}: {summary['rounds']} rounds, simulated "
-            f"{summary['sim_time_s'] / 3600:.2f} h (wall {summary['wall_time_s']:.0f} s)")
-    if summary["dry_run"]:
-        return f"{head} [dry run], {swapped} -> {out}"
-    error = summary.get("time_prediction_error")
-    check = "" if error is None else f", simulated compute {100 * error:+.1f} % vs measured on this host"
-    return (f"{head}, clean {100 * summary['clean_acc']:.1f} %, PGD {100 * summary['adv_acc']:.1f} %, "
-            f"{swapped}{check} -> {out}")
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    """One run per method and seed, each skipped when finished and resumed when interrupted; a method
-    listed in the scenario's `[compare] rounds` table runs that many rounds, the others the
-    scenario's `rounds` (`--set rounds=N` overrides the scenario file's table: every method N; a
-    table given by --set too is kept). One seed: a run folder per method, `<out>/<method>/`;
-    several: `<out>/<method>/seed-<s>/`, and the spread over seeds."""
-    from edgefl.report.compare import check_target, compare_table, write_comparison
-    from edgefl.report.figures import make_figures
-    from edgefl.rundir import claim, probe, refuse_links
-    from edgefl.scenario import compare_scenario
-
-    check_target(args.target)
-    if args.dry_run and args.target is not None:
-        raise EdgeflError("--target", str(args.target), "a dry run has no accuracies to reach; drop "
-                          "--target, or compare without --dry-run")
-    methods = _compared_methods(args.methods)
-    reference = _reference(args.reference, methods)
-    if _sets(args, "method"):
-        raise EdgeflError("--set", "method", "edgefl compare takes its methods from --methods; drop "
-                          "--set method")
-    seeds = _compared_seeds(args)
-    several = len(seeds) > 1
-    out = args.out or default_out(args.scenario, args.dry_run, "compare-")
-    each: list[int | None] = [*seeds] or [None]  # None: the scenario's own seed
-    scenarios = {(m, s): compare_scenario(args.scenario, _overrides(args), m, s)
-                 for m in methods for s in each}  # every run validated before any starts
-    if probe(out, "--out") != "missing":  # checked now; a new folder is made by the first run
-        claim(out, "compare")
-        refuse_links(out)
-    pending = [p for (method, seed), scenario in scenarios.items()
-               if (p := _unfinished(f"{method} seed {seed}" if several else method, scenario,
-                                    [out, out / method] if several else [out], args.dry_run))]
-    if several and args.interval == "bootstrap" and len(seeds) < 5:
-        print(f"edgefl: warning: a bootstrap over {len(seeds)} seeds is about the range of the paired "
-              "differences, narrower than it should be; use --interval t, or 5 seeds or more",
-              file=sys.stderr)
-    if len(pending) > 1 and pending[0].scenario.executor == "ray" and not args.dry_run:
-        _spread_runs(pending, args)
-    else:
-        for run in pending:
-            _compare_run(run, args)
-    try:
-        if several:
-            paths = _seed_outputs(out, methods, seeds, reference, args)
-        else:
-            runs = [out / m for m in methods]
-            paths = [*write_comparison(compare_table(runs, args.target), out, args.target),
-                     *make_figures(runs, out / "figures", args.target)]
-    except NotARunError as err:  # a kept run damaged since: redoing it is the fix, not another folder
-        raise err.with_fix(f"delete that run's folder in {out} and run edgefl compare again to "
-                           "redo it") from None
-    print((out / "comparison.md").read_text(), end="")
-    if not several:
-        which = seeds[0] if seeds else "the scenario's"
+    """edgefl.api.compare, its table printed, then the files it wrote."""
+    done = api.compare(args.scenario, args.methods, sets=args.overrides, out=args.out, target=args.target,
+                       seeds=args.seeds, reference=args.reference, interval=args.interval,
+                       dry_run=args.dry_run, download=args.download, executor=args.executor,
+                       progress=not args.quiet)
+    print(done.markdown, end="")
+    if len(done.seeds) <= 1:
+        which = done.seeds[0] if done.seeds else "the scenario's"
         print(f"One seed ({which}): no spread and no intervals; --seeds 0,1,2 runs every method on "
               "three seeds and pairs them.")
-    print("\n".join(str(p) for p in paths))
+    print("\n".join(str(p) for p in done.files))
     return 0
-
-
-def _seed_outputs(out: Path, methods: list[str], seeds: list[int], reference: str | None,
-                  args: argparse.Namespace) -> list[Path]:
-    """A comparison over seeds: its tables (edgefl.report.seeds) and figures with spread."""
-    from edgefl.report.compare import load_run
-    from edgefl.report.figures import make_seed_figures
-    from edgefl.report.seeds import attack_label, seed_rows, write_seed_comparison
-
-    runs = {m: [load_run(out / m / f"seed-{s}") for s in seeds] for m in methods}
-    rows = seed_rows({s: [runs[m][i] for m in methods] for i, s in enumerate(seeds)}, args.target)
-    files = write_seed_comparison(rows, out, args.target, reference, args.interval,
-                                  attack_label(runs[methods[0]][0].scenario))
-    return [*files, *make_seed_figures(runs, rows, out / "figures", args.target)]
-
-
-def _compared_seeds(args: argparse.Namespace) -> list[int]:
-    """`--seeds` (a list, or a count from 0), else the scenario's `[compare] seeds`; empty: the
-    scenario's own seed, one run per method as without seeds."""
-    from edgefl.scenario import load_scenario
-
-    if args.seeds is None:
-        seeds = load_scenario(args.scenario, _overrides(args)).compare.seeds
-        source = "[compare] seeds"
-    else:
-        seeds, source = _parse_seeds(args.seeds), "--seeds"
-    if seeds and _sets(args, "seed"):
-        raise EdgeflError("--set", "seed", f"the comparison's seeds come from {source}; drop --set seed")
-    return seeds
-
-
-def _sets(args: argparse.Namespace, key: str) -> bool:
-    """Whether a `--set` gives `key`."""
-    return any(o.partition("=")[0].strip() == key for o in args.overrides)
-
-
-def _parse_seeds(text: str) -> list[int]:
-    """`--seeds`: comma-separated seeds, or one count N for seeds 0 to N-1."""
-    fix = "give seeds as 0,1,2 or a count such as 5 (seeds 0-4)"
-    try:
-        items = [int(t) for t in text.split(",")]
-    except ValueError:
-        raise EdgeflError("edgefl compare", "--seeds", f"{text!r} is not a list of seeds; {fix}") from None
-    if len(items) == 1 and not 0 < items[0] <= MAX_SEEDS:  # a count, checked before it is counted out
-        raise EdgeflError("edgefl compare", "--seeds", f"{text!r}: {fix}; a count is 1 to {MAX_SEEDS}")
-    seeds = list(range(items[0])) if len(items) == 1 else items
-    if not seeds or min(seeds) < 0 or len(set(seeds)) != len(seeds) or len(seeds) > MAX_SEEDS:
-        raise EdgeflError("edgefl compare", "--seeds", f"{text!r}: {fix}, each seed once, non-negative, "
-                          f"at most {MAX_SEEDS}")
-    return seeds
-
-
-def _reference(name: str | None, methods: list[str]) -> str | None:
-    """`--reference`, one of the compared methods; by default jFAT when it is compared."""
-    from edgefl.report.compare import BASELINE
-
-    if name is None:
-        return BASELINE if BASELINE in methods else None
-    if name not in methods:
-        raise EdgeflError("edgefl compare", "--reference", f"{name!r} is not among --methods "
-                          f"({', '.join(methods)}); add it there or name one of them")
-    return name
-
-
-def _compared_methods(text: str) -> list[str]:
-    """`--methods`: known method names, each once."""
-    from edgefl.methods import METHODS
-
-    methods = [m.strip() for m in text.split(",")]
-    if "" in methods or len(set(methods)) != len(methods):
-        raise EdgeflError("edgefl compare", "--methods", "give each method once, comma-separated, "
-                          "e.g. jfat,fedprophet")
-    unknown = [m for m in methods if m not in METHODS.names()]
-    if unknown:
-        raise EdgeflError("edgefl compare", "--methods", f"unknown method {unknown[0]!r}; choose from: "
-                          f"{', '.join(METHODS.names())}")
-    return methods
-
-
-@dataclass(frozen=True)
-class ComparedRun:
-    """A run of a comparison: `name` (its method, and seed), its scenario, the comparison's folders
-    (outermost first) and its run folder."""
-
-    name: str
-    scenario: Scenario
-    folders: list[Path]
-    run_dir: Path
-
-
-def _unfinished(name: str, scenario: Scenario, folders: list[Path], dry_run: bool) -> ComparedRun | None:
-    """The run of a comparison in the last of `folders`, or None (said on stdout) when it finished."""
-    run_dir = folders[-1] / (f"seed-{scenario.seed}" if len(folders) > 1 else scenario.method)
-    _check_kept(run_dir, scenario, dry_run)
-    if (run_dir / "summary.json").exists():
-        print(f"{name}: finished, kept ({run_dir})")
-        return None
-    return ComparedRun(name, scenario, folders, run_dir)
-
-
-def _compare_run(run: ComparedRun, args: argparse.Namespace) -> None:
-    """A run of a comparison in this process: resumed when interrupted, else started. The
-    comparison's folders are claimed once the run is prepared (its data loaded): a comparison
-    refused before then leaves no folder behind."""
-    from edgefl.experiment import prepare, start_or_resume
-    from edgefl.rundir import claim
-
-    exp = prepare(run.scenario, str(args.scenario), dry_run=args.dry_run)
-    for folder in run.folders:
-        claim(folder, "compare")
-    print(_run_line(start_or_resume(exp, run.run_dir, progress=not args.quiet), run.run_dir))
-
-
-def _spread_runs(runs: list[ComparedRun], args: argparse.Namespace) -> None:
-    """The runs side by side as Ray tasks (edgefl.experiment.spread), each line printed as it ends."""
-    from edgefl.experiment import prepare
-    from edgefl.experiment.spread import job, run_spread
-    from edgefl.rundir import claim
-
-    prepare(runs[0].scenario, str(args.scenario), dry_run=args.dry_run)  # the data here first: a missing
-    # data set is refused before any folder is made, and a download happens once, not in every task
-    for folder in dict.fromkeys(f for r in runs for f in r.folders):
-        claim(folder, "compare")
-    jobs = [(r.name, r.scenario, job(r.scenario, str(args.scenario), r.run_dir, args.dry_run)) for r in runs]
-    for name, summary in run_spread(jobs):
-        print(_run_line(summary, next(r.run_dir for r in runs if r.name == name)))
-
-
-def _check_kept(run_dir: Path, scenario: Scenario, dry_run: bool) -> None:
-    """A comparison's run folder already there must hold a run of this scenario, dry or trained as
-    this comparison is (a finished dry run has no accuracies to compare; a trained one is not redone
-    dry). Its scenario.toml is this scenario as written, or as an earlier edgefl wrote it: the same
-    values, with the keys added since at their defaults."""
-    saved = _saved_scenario(run_dir)
-    if saved is not None and not _same_scenario(saved, scenario, str(run_dir / "scenario.toml")):
-        raise EdgeflError(str(run_dir), "scenario.toml", "holds a run of another scenario; "
-                          "choose another --out or delete that run directory")
-    summary = run_dir / "summary.json"
-    if summary.is_file():
-        try:
-            was_dry = bool(json.loads(summary.read_text()).get("dry_run"))
-        except (OSError, ValueError, AttributeError) as exc:
-            raise EdgeflError(str(summary), "summary.json", f"cannot be read ({type(exc).__name__}); "
-                              "delete that run directory to run it again") from None
-    elif (run_dir / CHECKPOINT).exists():
-        was_dry = False  # only a trained run checkpoints
-    else:
-        return
-    if was_dry != dry_run:
-        kind = "a dry run" if was_dry else "a trained run"
-        raise EdgeflError(str(run_dir), "--dry-run", f"holds {kind} of this scenario, and this comparison "
-                          f"{'is dry' if dry_run else 'trains'}; choose another --out or delete that run "
-                          "directory")
-
-
-def _same_scenario(saved: str, scenario: Scenario, where: str) -> bool:
-    import tomllib
-
-    from edgefl.scenario import scenario_from_toml, to_toml
-
-    if saved == to_toml(scenario):
-        return True
-    try:
-        return scenario_from_toml(tomllib.loads(saved), where) == scenario
-    except (EdgeflError, ValueError, RecursionError):
-        return False
-
-
-def _saved_scenario(run_dir: Path) -> str | None:
-    """A run folder's scenario.toml text; None when it has none."""
-    path = run_dir / "scenario.toml"
-    if not path.exists() and not path.is_symlink():
-        return None
-    try:
-        return path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise EdgeflError(str(path), "scenario.toml", f"cannot be read ({exc}); choose another "
-                          "--out") from None
-
-
-def _overrides(args: argparse.Namespace) -> list[str]:
-    """--set plus the flags that stand for scenario keys."""
-    return [*args.overrides, *(["data.download=true"] if args.download else []),
-            *([f"executor={json.dumps(args.executor)}"] if args.executor else [])]
 
 
 def cmd_plot(args: argparse.Namespace) -> int:

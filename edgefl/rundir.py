@@ -340,7 +340,7 @@ def _foreign(folder: Path, known: set[str]) -> list[str]:
 @functools.cache
 def code_version() -> dict[str, str]:
     """The package version and a hash of the edgefl sources."""
-    from edgefl import __version__
+    from edgefl.version import __version__
 
     digest = hashlib.sha256()
     for path in sorted(Path(__file__).resolve().parent.rglob("*.py")):

@@ -108,7 +108,7 @@ def select_online(live: Live, pool: DevicePool, fed: Federation, t: int, where: 
         when = min((live.avail.online_at(k, fed.now) for k in range(n)), default=math.inf)
         if not math.isfinite(when):
             raise EdgeflError(where, "fleet.availability", NEVER_ONLINE)
-        fed.env.run(until=max(when, math.nextafter(fed.now, math.inf)))
+        fed.reach(max(when, math.nextafter(fed.now, math.inf)))
 
 
 def live_round(exp: Experiment, live: Live, pricer: Pricer, fed: Federation, t: int,
@@ -129,7 +129,7 @@ def live_round(exp: Experiment, live: Live, pricer: Pricer, fed: Federation, t: 
                               f"{len(clients)} clients is too low to pay for its work, and no charger fills "
                               f"one within {MAX_SECONDS:.0e} s (none, or too weak); raise energy.charge_w or "
                               "energy.battery_start")
-        fed.env.run(until=max(wake, math.nextafter(fed.now, math.inf)))
+        fed.reach(max(wake, math.nextafter(fed.now, math.inf)))
         costs, dropped = energy.unpaid(gathered, plan, priced_costs, fed.now)
     played = np.flatnonzero(~dropped)
     transfers, drains = energy.transfers(gathered, plan), energy.drains(gathered, plan, costs, fed.now)

@@ -76,7 +76,7 @@ def play_round(fed: Federation, clients: np.ndarray, phases: np.ndarray, avail: 
                                                     target, deadline_s)
     fed.reach(float(close))
     counted = np.asarray(clients)[status == COMPLETED]
-    fed.env.run(until=fed.env.timeout(server_s(counted) if callable(server_s) else server_s))
+    fed.wait(server_s(counted) if callable(server_s) else server_s)
     return LiveRound(start, float(close), fed.now, status, stop, transfer)
 
 
