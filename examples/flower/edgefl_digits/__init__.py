@@ -1,0 +1,1 @@
+"""edgefl-digits: a Flower app whose nodes are edgefl's edge devices."""
