@@ -163,10 +163,13 @@ class EnergyConfig:
 
 @dataclass
 class ServerConfig:
-    """The server's links, shared by concurrent transfers (edgefl.sim.links): each carries its
-    fixed Mbit/s plus a share per device of the fleet (`fleet.clients`), a capacity that grows with
-    the fleet as a CDN's or an edge tier's does; 0 in all = unlimited."""
+    """The server: the rule that folds a round's updates (edgefl.server), and its links, shared by
+    concurrent transfers (edgefl.sim.links): each carries its fixed Mbit/s plus a share per device of
+    the fleet (`fleet.clients`), a capacity that grows with the fleet as a CDN's or an edge tier's
+    does; 0 in all = unlimited."""
 
+    rule: str = ""  # the server rule of a whole-model method (docs: Methods), e.g. fedyogi, gma, krum;
+    #   "" = the method's own (fedavg_at: mean, fedyogi_at: fedyogi, gma: gma, sfat: slack)
     down_mbps: float = 0.0  # Mbit/s the server sends to all clients together (0 = unlimited)
     up_mbps: float = 0.0  # Mbit/s the server receives from all clients together (0 = unlimited)
     down_mbps_per_device: float = 0.0  # Mbit/s added to down_mbps for each device of the fleet

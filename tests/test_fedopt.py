@@ -18,10 +18,10 @@ import torch
 from support import QUICKSTART
 
 from edgefl.experiment import Experiment, prepare, run
-from edgefl.methods.aggregate import fedavg
 from edgefl.methods.base import ClientUpdate
-from edgefl.methods.fedopt import ServerOpt, second_moment, server_step
 from edgefl.scenario import load_scenario
+from edgefl.server.fedopt import ServerOpt, second_moment, server_step
+from edgefl.server.mean import fedavg
 
 X0 = [1.0, -2.0]
 CLIENTS = [([0.3, -0.1], [0.1, 0.3]), ([-0.1, 0.2], [0.3, -0.2])]  # (A, B) per round
@@ -142,7 +142,7 @@ def test_fedadam_at_steps_parameters_and_averages_buffers():
             assert torch.allclose(after[key], v + 0.15, rtol=0, atol=1e-6), key
         else:
             assert torch.equal(after[key], v), key
-    assert set(method.moments) == params
+    assert set(method.server.moments) == params
 
 
 def test_moments_survive_a_checkpoint(tmp_path):
@@ -151,7 +151,8 @@ def test_moments_survive_a_checkpoint(tmp_path):
     torch.save(method.state(), tmp_path / "state.pt")
     twin = experiment("fedyogi_at").method
     twin.load_state(torch.load(tmp_path / "state.pt", weights_only=True))
-    assert all(torch.equal(twin.moments[n][k], method.moments[n][k]) for n in method.moments for k in "mv")
+    mine, theirs = method.server.moments, twin.server.moments
+    assert all(torch.equal(theirs[n][k], mine[n][k]) for n in mine for k in "mv")
     method.aggregate(1, shifted(method, (-0.2, 0.05)))
     twin.aggregate(1, shifted(twin, (-0.2, 0.05)))
     mine, theirs = method.model.state_dict(), twin.model.state_dict()

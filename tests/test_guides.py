@@ -76,10 +76,21 @@ def knob_refused(project: Path, env: dict[str, str], words: str, ending: str) ->
 
 
 def method(project: Path, env: dict[str, str], out: str) -> None:
-    assert len(rows(project / "runs/trimmed/metrics.csv")) == 2
-    assert "\n[trimmed_mean]\ntrim = 0.2\n" in (project / "runs/trimmed/scenario.toml").read_text()
-    knob_refused(project, env, "edgefl run quickstart --dry-run --set method=trimmed_mean_at "
-                 "--set trimmed_mean.trim=0.7 --out runs/t2", "trimmed_mean.trim: must be in [0, 0.5)")
+    assert len(rows(project / "runs/clipped/metrics.csv")) == 2
+    assert "\n[clip]\nmax_norm = 0.5\n" in (project / "runs/clipped/scenario.toml").read_text()
+    knob_refused(project, env, "edgefl run quickstart --dry-run --set method=clipped_at "
+                 "--set clip.max_norm=0 --out runs/c2", "clip.max_norm: must be positive")
+
+
+def server_rule(project: Path, env: dict[str, str], out: str) -> None:
+    assert "1 passed" in out  # the guide's test of the hand-worked update
+    assert len(rows(project / "runs/clipped/metrics.csv")) == 2
+    toml = (project / "runs/clipped/scenario.toml").read_text()
+    assert 'rule = "clipped_mean"' in toml and "\n[clipped_mean]\nmax_norm = 0.5\n" in toml
+    knob_refused(project, env, "edgefl run quickstart --dry-run --set server.rule=clipped_mean "
+                 "--set clipped_mean.max_norm=0 --out runs/c2", "clipped_mean.max_norm: must be positive")
+    knob_refused(project, env, "edgefl run quickstart --dry-run --set server.rule=clipped_mean "
+                 "--set method=heterofl_at --out runs/c3", "gma, jfat, scaffold_at, sfat")
 
 
 def policy(project: Path, env: dict[str, str], out: str) -> None:
@@ -115,8 +126,8 @@ def trace(project: Path, env: dict[str, str], out: str) -> None:
 
 
 CHECKS: dict[str, Callable[[Path, dict[str, str], str], None]] = {
-    "method.md": method, "policy.md": policy, "model.md": model, "dataset.md": dataset,
-    "device.md": device, "trace.md": trace,
+    "method.md": method, "server-rule.md": server_rule, "policy.md": policy, "model.md": model,
+    "dataset.md": dataset, "device.md": device, "trace.md": trace,
 }
 
 

@@ -24,14 +24,14 @@ from torch import nn
 
 from edgefl.cli import main
 from edgefl.experiment import Experiment, prepare
-from edgefl.methods.aggregate import gma_mask, slack_weights
 from edgefl.methods.base import METHODS, ClientUpdate
 from edgefl.methods.fedavg import epochs_to_iters
 from edgefl.methods.fedcurv import FedCurvAT, curvature_penalty, fisher_diagonal
 from edgefl.methods.feddyn import DynConfig, epoch_schedule
 from edgefl.methods.fedprox import proximal
-from edgefl.methods.sfat import SFATConfig
 from edgefl.scenario import load_scenario
+from edgefl.server.gma import gma_mask
+from edgefl.server.slack import SFATConfig, slack_weights
 from edgefl.sim.records import AtomProfile
 from edgefl.sim.workload import Workload, train_pass_flops
 from edgefl.training.local import Hooks

@@ -126,11 +126,8 @@ def test_a_distillation_family_must_be_listed_largest_first() -> None:
 
 
 def test_sfat_on_scaffold_refuses_another_optimizer_too() -> None:
-    from edgefl.experiment import prepare
-
-    s = load_scenario(QUICKSTART, ["method=sfat", 'sfat.base="scaffold"', 'training.optimizer="adam"'])
     with pytest.raises(EdgeflError) as info:
-        prepare(s, str(QUICKSTART), dry_run=True)
+        load_scenario(QUICKSTART, ["method=sfat", 'sfat.base="scaffold"', 'training.optimizer="adam"'])
     assert info.value.key == "training.optimizer" and "sfat on ScaffoldAT ignores it" in info.value.fix
 
 

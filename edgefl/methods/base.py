@@ -5,6 +5,11 @@ rate) and returns it as a `ClientPlan`; `train` carries the plan out through one
 for every method: the client's model, its seeded data, the optimizer, `train_local` with the
 method's objective and hooks, then what the client uploads. Methods override only the steps that
 differ (`client_model`, `local_objective`, `optimizer`, `hooks`, `after_local`).
+
+A method whose clients train copies of the global model (edgefl.methods.fedavg) is a client rule: how
+its updates become the next global model is a server rule (edgefl.server), the scenario's
+`[server] rule` or the method's own. A named pair (`Pair`) registers a client rule with a server
+rule under one method name (`fedyogi_at`: FedAvg-AT's clients, FedYogi's server).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from edgefl.devices.pool import DeviceState
 from edgefl.errors import EdgeflError
 from edgefl.models import AtomModel
 from edgefl.registry import Registry
+from edgefl.server import RULES, ServerRule
 from edgefl.sim.bulk import RoundPlan
 from edgefl.sim.cost import CostModel, make_cost_model
 from edgefl.sim.records import ModelProfile
@@ -48,6 +54,7 @@ class Context:
     device: torch.device
     train_attack: Attack | None
     public: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # server-only samples
+    rule: str = "mean"  # the method's own server rule (a named pair's; edgefl.server)
     cost: CostModel = field(init=False)  # from scenario.cost
 
     def __post_init__(self) -> None:
@@ -56,6 +63,10 @@ class Context:
     def client_data(self, client: int) -> tuple[torch.Tensor, torch.Tensor]:
         idx = torch.from_numpy(self.splits[client].train).to(self.device)
         return self.data.train_x[idx], self.data.train_y[idx]
+
+    def server_rule(self) -> str:
+        """The server rule that folds the updates: the scenario's `[server] rule`, else the method's."""
+        return self.scenario.server.rule or self.rule
 
     def attack_for(self, round_: int) -> Attack | None:
         """No attack during the clean warm-up rounds."""
@@ -101,15 +112,25 @@ class Method(ABC):
     the plan and never writes the state: what a client keeps between rounds travels in its
     ClientUpdate and `aggregate` stores it. So clients can train anywhere (a Ray
     worker) from a snapshot of the state and their plan, and a checkpoint of `state_attrs` is the
-    whole method.
+    whole method (with its server rule's state, `ServerRule.state_attrs`).
+
+    Capabilities are derived from what a class defines, never declared: its clients can train
+    together (`groups`) when it defines `train_group`; FedAvgAT's family (edgefl.methods.fedavg)
+    derives its own, and whether a server rule folds its updates (`takes_rule`), from the steps a
+    class overrides.
     """
 
     state_attrs: tuple[str, ...] = ()  # attributes that change during a run (each class adds its own)
     ignores: tuple[str, ...] = ()  # scenario keys it does not use: a value other than the default is refused
     modes: tuple[str, ...] = ("sync", "deadline")  # the round modes it runs in (`round.mode`; async
     #   needs updates that are whole models: edgefl.experiment.living rebases stale ones)
-    groups = False  # its clients can train together (`group_key`, `train_group`)
-    bulk_plans = False  # `plan_round` plans clients with the same plan once, not `plan` per client
+    groups = False  # derived: its clients can train together (`group_key`, `train_group`)
+    takes_rule = False  # derived: a server rule (`[server] rule`) folds its updates
+    server: ServerRule | None = None  # that rule, once made
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.groups = cls.train_group is not Method.train_group
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
@@ -124,18 +145,20 @@ class Method(ABC):
         """Scale the method's knob defaults that a training set of `train_samples` cannot hold; a key
         present in `raw` (the scenario's tables as read) is the user's and stays."""
 
-    def state_names(self) -> list[str]:
-        """`state_attrs` of every class in the method's MRO, each once."""
+    def state_slots(self) -> list[tuple[Any, str]]:
+        """(holder, attribute) of what changes during a run: `state_attrs` of every class in the
+        method's MRO, each once, then its server rule's (checkpoints name each by its attribute)."""
         names = (n for cls in type(self).__mro__ for n in vars(cls).get("state_attrs", ()))
-        return list(dict.fromkeys(names))
+        rule = [(self.server, n) for n in self.server.state_attrs] if self.server else []
+        return [(self, n) for n in dict.fromkeys(names)] + rule
 
     def state(self) -> dict[str, Any]:
         """The method's changing state as plain data (see edgefl.snapshot)."""
-        return {name: plain(getattr(self, name)) for name in self.state_names()}
+        return {name: plain(getattr(holder, name)) for holder, name in self.state_slots()}
 
     def load_state(self, state: dict[str, Any]) -> None:
-        for name in self.state_names():
-            setattr(self, name, restore(getattr(self, name), state[name], self.ctx.device))
+        for holder, name in self.state_slots():
+            setattr(holder, name, restore(getattr(holder, name), state[name], self.ctx.device))
 
     def start_round(self, round_: int) -> None:  # noqa: B027
         """Called as round t starts, before its clients are picked (a selection policy may price
@@ -168,7 +191,7 @@ class Method(ABC):
         client by client. The one hook of a round's planning: a method that reads the whole round
         (the slowest client's speed) or keeps what it planned for its own accounting and records
         (`server_flops`, `round_info`; `train` never reads it) overrides it around `super()`, and
-        a method may plan in bulk (`bulk_plans`), equal to this."""
+        a method may plan in bulk (as FedAvgAT does), equal to this."""
         return grouped([self.plan(round_, k, states[k]) for k in clients.tolist()])
     @abstractmethod
     def client_model(self, round_: int, client: int, plan: ClientPlan) -> ClientModel:
@@ -240,17 +263,55 @@ def grouped(plans: Sequence[ClientPlan]) -> RoundPlan[ClientPlan]:
     return RoundPlan(list(index), which)
 
 
-METHODS: Registry[Callable[[Context], Method]] = Registry("method", "edgefl.methods")  # a class or a factory
+METHODS: Registry[Callable[[Context], Method]] = Registry("method", "edgefl.methods")  # a class, a
+#   Pair or a factory
 
 
-def refuse_ignored(s: Scenario, cls: type[Method] | Any, name: str, where: str) -> None:
-    """Stop on the first of `cls.ignores` (settings method `name` would not use) set off its default."""
+@dataclass(frozen=True)
+class Pair:
+    """A named pair: a client rule (a Method class, or a function of the scenario that picks one,
+    as `gma.base` does) whose updates the server rule `rule` folds unless `[server] rule` says
+    otherwise. Registered as a method: `METHODS.register("fedyogi_at")(Pair(FedAvgAT, "fedyogi"))`."""
+
+    client: type[Method] | Callable[[Scenario], type[Method]]
+    rule: str
+
+    def client_for(self, s: Scenario) -> type[Method]:
+        return self.client if isinstance(self.client, type) else self.client(s)
+
+    def __call__(self, ctx: Context) -> Method:
+        ctx.rule = self.rule
+        return self.client_for(ctx.scenario)(ctx)
+
+
+def refuse_ignored(s: Scenario, made: Callable[[Context], Method], name: str, where: str) -> None:
+    """Stop on a setting method `name` (registered as `made`) would not use: the first of its
+    class's `ignores` set off its default, or a server rule it cannot take (or that is unknown)."""
+    cls = made.client_for(s) if isinstance(made, Pair) else made
+    who = f"{name} on {cls.__name__}" if cls is not made else name
     for key in getattr(cls, "ignores", ()):
         section, _, leaf = key.partition(".")
         value, default = getattr(_section(s, section), leaf), getattr(_section(Scenario(), section), leaf)
         if value != default:
-            raise EdgeflError(where, key, f"method {name} ignores it (it would have no effect); leave "
+            raise EdgeflError(where, key, f"method {who} ignores it (it would have no effect); leave "
                               f"it at its default {toml_value(default)} or choose another method")
+    refuse_rule(s, cls, who, where)
+
+
+def refuse_rule(s: Scenario, cls: Any, name: str, where: str) -> None:
+    """Stop on a `[server] rule` that is unknown, or that method `name` (class `cls`) cannot take."""
+    rule = s.server.rule
+    if not rule:
+        return
+    known = RULES.names()
+    if rule not in known:
+        raise EdgeflError(where, "server.rule", f"unknown {rule!r}; choose one of: {', '.join(known)}")
+    if not getattr(cls, "takes_rule", False):
+        takers = [m for m in METHODS.names() if method_class(m, s).takes_rule]
+        raise EdgeflError(where, "server.rule", f"method {name} folds its updates its own way (its clients "
+                          "do not send whole copies of the global model: sub-models, family members or "
+                          "modules), so no server rule applies; leave server.rule unset or choose one of: "
+                          f"{', '.join(takers)}")
 
 
 def _section(s: Scenario, name: str) -> Any:
@@ -258,7 +319,10 @@ def _section(s: Scenario, name: str) -> Any:
     return s.sections[name] if name in KNOBS.classes() else getattr(s, name)
 
 
-def method_class(name: str) -> type[Method]:
-    """The class registered as method `name`, for its class-level hooks (`Method` for a factory)."""
+def method_class(name: str, s: Scenario | None = None) -> type[Method]:
+    """The class method `name` runs as in scenario `s` (a named pair's client rule; the defaults'
+    where `s` is None), for its class-level hooks (`Method` for a plugin's factory)."""
     made = METHODS.get(name)
+    if isinstance(made, Pair):
+        return made.client_for(s or Scenario())
     return made if isinstance(made, type) and issubclass(made, Method) else Method

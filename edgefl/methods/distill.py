@@ -168,8 +168,6 @@ class DistillAT(FedAvgAT):
     apart from the copy of the largest member that clients train (`server_apart`) and act before
     and after the distillation (`before_distil`, `after_distil`).
     """
-    groups = bulk_plans = False  # client_model; plan
-    modes = ("sync", "deadline")  # not async: the server distils the clients' models
 
     server_apart = False  # the evaluated model is the largest member's average, not a model of its own
     state_attrs = ("small",)

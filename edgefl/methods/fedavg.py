@@ -10,9 +10,17 @@
 A client whose available memory cannot hold the model swaps, and the cost model charges it.
 Family members change one thing each by overriding a hook: `hooks` (a loss penalty, a gradient
 correction), `after_local` (what a client computes after training), `extra_bytes` (what else is
-sent), `iterations` (local work per round) or `combine` (the aggregation). The client's round is
-the Method template (edgefl.methods.base): FedAvgAT gives its model (the global one with the
-client's own BN under FedBN) and objective (`training.objective`).
+sent), `iterations` (local work per round) or `combine` (what the server does around the server
+rule). The client's round is the Method template (edgefl.methods.base): FedAvgAT gives its model (the
+global one with the client's own BN under FedBN) and objective (`training.objective`). The server
+rule (edgefl.server: `[server] rule`, else the method's own, FedAvg's mean here) folds the updates.
+
+What a member can do follows from the steps it overrides (`__init_subclass__`): its clients train
+together (`groups`) unless it changes the client's round (CLIENT_STEPS), are planned in bulk
+(`bulk_plans`) unless it changes planning (PLAN_STEPS), and its updates are whole models, which a
+server rule folds and an asynchronous round rebases (`takes_rule`, async in `modes`), unless it
+changes the model a client trains or the aggregation (MODEL_STEPS); async also needs nothing computed
+after local training (AFTER_STEPS: a stale control variate or Fisher cannot be rebased).
 
 jFAT and FedAvg-AT agree on IID data, as they should; checked on digits (`bench/claims.py iid`):
 docs/claims.md.
@@ -23,14 +31,16 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Hashable, Mapping
+from typing import Any
 
 import numpy as np
 import torch
 
 from edgefl.devices.pool import DeviceState
-from edgefl.methods.aggregate import State, bn_keys, fedavg, keep_local, state_bytes
+from edgefl.methods.aggregate import State, bn_keys, keep_local, state_bytes
 from edgefl.methods.base import METHODS, ClientModel, ClientPlan, ClientUpdate, Context, Method
 from edgefl.profiling.layers import why_not_grouped
+from edgefl.server import RULES, ServerRule, Updates
 from edgefl.sim.bulk import RoundPlan
 from edgefl.sim.records import mem_req, optimizer_slots
 from edgefl.sim.workload import Workload
@@ -40,22 +50,39 @@ from edgefl.training.objectives import OBJECTIVES, Objective
 
 NOTHING_HELD: State = {}  # a dry run's client's own BN: none (never written to)
 GROUP_BYTES = 4 * 2**30  # the most training memory (mem_req) one group of clients may take at once
+CLIENT_STEPS = ("train", "client_model", "local_objective", "hooks", "after_local", "optimizer")
+PLAN_STEPS = ("plan", "iterations", "extra_bytes", "extra_flops", "kept_bytes")
+MODEL_STEPS = ("client_model", "aggregate")
+AFTER_STEPS = ("after_local",)
+ALL_MODES = ("sync", "deadline", "async")
+
+
+def overrides(cls: type, steps: tuple[str, ...]) -> bool:
+    """Whether `cls` defines any of `steps` otherwise than FedAvgAT."""
+    return any(getattr(cls, step) is not getattr(FedAvgAT, step) for step in steps)
 
 
 @METHODS.register("fedavg_at")
 class FedAvgAT(Method):
     fedbn = False
     state_attrs: tuple[str, ...] = ("model", "local_states")
-    modes: tuple[str, ...] = ("sync", "deadline", "async")  # a client's update is the whole model
-    groups = True  # a subclass that changes `train`, `client_model`, `local_objective`, `hooks`,
-    #   `after_local` or `optimizer` sets it False
-    bulk_plans = True  # a subclass that changes `plan`, `iterations`, `extra_bytes`, `extra_flops` or
-    #   `kept_bytes` sets it False
+    modes: tuple[str, ...] = ALL_MODES
+    groups = bulk_plans = takes_rule = True  # derived for a subclass (`__init_subclass__`)
+    server: ServerRule  # made in __init__
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """The subclass's capabilities, from the steps it overrides (the module docstring)."""
+        super().__init_subclass__(**kwargs)
+        cls.groups = not overrides(cls, CLIENT_STEPS)
+        cls.bulk_plans = not overrides(cls, PLAN_STEPS)
+        cls.takes_rule = not overrides(cls, MODEL_STEPS)
+        cls.modes = ALL_MODES if cls.takes_rule and not overrides(cls, AFTER_STEPS) else ALL_MODES[:2]
 
     def __init__(self, ctx: Context) -> None:
         super().__init__(ctx)
         t = ctx.scenario.training
         self.model = ctx.new_model().to(ctx.device)
+        self.server = RULES.get(ctx.server_rule())(ctx.scenario, self.model)
         self.local_keys = bn_keys(self.model) if self.fedbn else set()
         self.local_states: dict[int, State] = {}
         self.model_bytes = state_bytes(self.model.state_dict())  # shapes never change
@@ -81,8 +108,13 @@ class FedAvgAT(Method):
         return 0.0
 
     def combine(self, round_: int, updates: list[ClientUpdate]) -> State:
-        """The new global state (FedAvg weighted by local sample counts)."""
-        return fedavg([u.state for u in updates], [u.num_samples for u in updates])
+        """The new global state: the server rule's fold of the round's updates."""
+        return self.server.combine(round_, self.model.state_dict(), Updates(
+            [u.state for u in updates], [u.num_samples for u in updates], [u.loss for u in updates]))
+
+    def scored_iterations(self, plan: ClientPlan, samples: int) -> int:
+        """As the server rule needs a client's loss (SFAT's slack: over its last local epoch)."""
+        return self.server.scored_iterations(plan.workload.batch, samples)
 
     # --- method -----------------------------------------------------------------------------
     def plan(self, round_: int, client: int, state: DeviceState) -> ClientPlan:

@@ -87,8 +87,6 @@ def fisher_diagonal(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch: i
 
 @METHODS.register("fedcurv_at")
 class FedCurvAT(FedAvgAT):
-    groups = bulk_plans = False  # hooks, after_local; extra_bytes, extra_flops
-    modes = ("sync", "deadline")  # not async: updates carry a Fisher penalty's terms
     state_attrs = ("previous",)
 
     def __init__(self, ctx: Context) -> None:

@@ -40,7 +40,6 @@ def epoch_schedule(round_: int, cfg: DynConfig) -> int:
 
 
 class DynamicEpochs(FedAvgAT):
-    bulk_plans = False  # iterations
     def iterations(self, round_: int, client: int) -> int:
         s = self.ctx.scenario
         return epochs_to_iters(epoch_schedule(round_, s.knobs(DynConfig)), len(self.ctx.splits[client].train),

@@ -41,6 +41,5 @@ def proximal(mu: float, anchor: dict[str, torch.Tensor]) -> Hooks:
 
 @METHODS.register("fedprox_at")
 class FedProxAT(FedAvgAT):
-    groups = False  # hooks
     def hooks(self, round_: int, client: int, start: State) -> Hooks:
         return proximal(self.ctx.scenario.knobs(ProxConfig).mu, start)

@@ -21,9 +21,7 @@ from edgefl.training.local import Hooks
 
 @METHODS.register("scaffold_at")
 class ScaffoldAT(FedAvgAT):
-    modes = ("sync", "deadline")  # not async: control variates need every round's clients
     state_attrs = ("c", "c_local")
-    groups = bulk_plans = False  # optimizer, hooks, after_local; extra_bytes
     ignores = ("training.optimizer",)  # its local steps are plain SGD (the module docstring)
 
     def __init__(self, ctx: Context) -> None:

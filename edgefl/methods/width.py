@@ -241,8 +241,6 @@ def _add_at(target: torch.Tensor, index: Index, values: torch.Tensor) -> None:
 class WidthMethod(FedAvgAT):
     """FedAvgAT's local adversarial training on a sub-model sized to the client's memory; each
     subclass picks the channels (`channels`)."""
-    modes = ("sync", "deadline")  # not async: updates are sub-models
-    groups = bulk_plans = False  # client_model; plan
 
     def __init__(self, ctx: Context) -> None:
         super().__init__(ctx)

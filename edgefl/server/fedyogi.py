@@ -1,5 +1,5 @@
-"""FedYogi-AT: FedAvgAT's local adversarial training under the FedYogi server (Reddi et al.,
-"Adaptive Federated Optimization", ICLR 2021, Alg. 2; edgefl.methods.fedopt)."""
+"""FedYogi's server (Reddi et al., "Adaptive Federated Optimization", ICLR 2021, Alg. 2;
+edgefl.server.fedopt): v = v - (1 - beta2) Delta^2 sign(v - Delta^2)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from edgefl.config import knob_section
-from edgefl.methods.base import METHODS
-from edgefl.methods.fedopt import DecayedConfig, FedOptAT
+from edgefl.server.base import RULES
+from edgefl.server.fedopt import DecayedConfig, Stepped
 
 
 @knob_section("fedyogi")
@@ -20,6 +20,6 @@ class FedYogiConfig(DecayedConfig):
     kind: ClassVar[str] = "yogi"
 
 
-@METHODS.register("fedyogi_at")
-class FedYogiAT(FedOptAT):
+@RULES.register("fedyogi")
+class FedYogi(Stepped):
     knobs = FedYogiConfig

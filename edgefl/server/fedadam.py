@@ -1,5 +1,5 @@
-"""FedAdam-AT: FedAvgAT's local adversarial training under the FedAdam server (Reddi et al.,
-"Adaptive Federated Optimization", ICLR 2021, Alg. 2; edgefl.methods.fedopt)."""
+"""FedAdam's server (Reddi et al., "Adaptive Federated Optimization", ICLR 2021, Alg. 2;
+edgefl.server.fedopt): v = beta2 v + (1 - beta2) Delta^2."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from edgefl.config import knob_section
-from edgefl.methods.base import METHODS
-from edgefl.methods.fedopt import DecayedConfig, FedOptAT
+from edgefl.server.base import RULES
+from edgefl.server.fedopt import DecayedConfig, Stepped
 
 
 @knob_section("fedadam")
@@ -20,6 +20,6 @@ class FedAdamConfig(DecayedConfig):
     kind: ClassVar[str] = "adam"
 
 
-@METHODS.register("fedadam_at")
-class FedAdamAT(FedOptAT):
+@RULES.register("fedadam")
+class FedAdam(Stepped):
     knobs = FedAdamConfig

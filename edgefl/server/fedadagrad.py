@@ -1,5 +1,5 @@
-"""FedAdagrad-AT: FedAvgAT's local adversarial training under the FedAdagrad server (Reddi et
-al., "Adaptive Federated Optimization", ICLR 2021, Alg. 2; edgefl.methods.fedopt)."""
+"""FedAdagrad's server (Reddi et al., "Adaptive Federated Optimization", ICLR 2021, Alg. 2;
+edgefl.server.fedopt): v = v + Delta^2."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from edgefl.config import knob_section
-from edgefl.methods.base import METHODS
-from edgefl.methods.fedopt import FedOptAT, FedOptConfig
+from edgefl.server.base import RULES
+from edgefl.server.fedopt import FedOptConfig, Stepped
 
 
 @knob_section("fedadagrad")
@@ -21,6 +21,6 @@ class FedAdagradConfig(FedOptConfig):
     server_lr: float = 0.1  # the server learning rate eta (Adagrad steps shrink: a larger start)
 
 
-@METHODS.register("fedadagrad_at")
-class FedAdagradAT(FedOptAT):
+@RULES.register("fedadagrad")
+class FedAdagrad(Stepped):
     knobs = FedAdagradConfig
