@@ -395,16 +395,15 @@ def cmd_partition(args: argparse.Namespace) -> int:
     """Partition without the data: the dataset's input shape and classes are known in advance."""
     from edgefl.data.datasets import shapes_only
     from edgefl.experiment import fitted_profile
+    from edgefl.experiment.prepare import model_factory
     from edgefl.methods.fedprophet.partition import partition_model
-    from edgefl.models import build_model
     from edgefl.scenario import load_scenario
     from edgefl.sim.cost import make_cost_model
 
     s = load_scenario(args.scenario, args.overrides)
     data = shapes_only(s.data)
-    profile = fitted_profile(s, lambda: build_model(s.model.name, data.num_classes, data.input_shape,
-                                                    data.mean, data.std, s.model.width), data.input_shape,
-                             str(args.scenario))
+    where = str(args.scenario)
+    profile = fitted_profile(s, model_factory(s, data, where), data.input_shape, where)
     _, modules = partition_model(profile, data.num_classes, s, str(args.scenario), make_cost_model(s.cost))
     if args.json:
         print(json.dumps([{"index": m.index, "atoms": list(m.names), "mem_bytes": m.mem_bytes,

@@ -55,8 +55,10 @@ class DataConfig:
 
 @dataclass
 class ModelConfig:
-    name: str = "digits_cnn"  # a registered zoo model (edgefl.models)
+    name: str = "digits_cnn"  # a registered zoo model (edgefl.models), torchvision:NAME or timm:NAME
     width: float = 1.0  # channels of every conv and hidden layer x this (VGG and ResNet families)
+    kwargs: dict[str, int | float | bool | str] = field(default_factory=dict)  # keywords to a
+    #   torchvision:NAME or timm:NAME model's constructor (edgefl.models.vision), e.g. { in_chans = 1 }
 
 
 @dataclass

@@ -23,8 +23,6 @@ from edgefl.sim.compute import Iteration, fixed_seconds, iteration_work, layers_
 from edgefl.sim.records import BYTES, AtomProfile, mem_parts
 
 WHERE = "edgefl price"
-TORCHVISION = "torchvision:"
-TIMM = "timm:"
 SLOTS = {"sgd": 0, "momentum": 1, "adam": 2}  # optimizer state tensors per parameter
 PASSES = ("train", "forward")
 
@@ -83,7 +81,9 @@ class Price:
 def step_for(model: str, batch: int, input_: str | None, classes: int | None, **given: Any) -> Step:
     """The step of `model` at `batch`: one sample `input_` ("C,H,W"; the default 3,32,32 for the
     zoo, 3,224,224 for torchvision and timm) and `classes` outputs (10 or 1000 when 0 or None)."""
-    vision = model.startswith((TORCHVISION, TIMM))
+    from edgefl.models.vision import is_vision
+
+    vision = is_vision(model)
     shape = _shape(input_) if input_ else ((3, 224, 224) if vision else (3, 32, 32))
     return Step(model, batch, shape, classes or (1000 if vision else 10), **given)
 
@@ -99,18 +99,16 @@ def atoms_of(step: Step) -> tuple[AtomProfile, ...]:
     """The atoms of the step's model (edgefl.profiling, on the CPU) at its input; one line for an
     unknown model or an input it cannot take."""
     from edgefl.models import MODELS, build_model
-    from edgefl.models.vision import timm_model, torchvision_model
+    from edgefl.models.vision import is_vision, whole_model
     from edgefl.profiling import profile_model
 
     name, c = step.model, step.input_shape[0]
-    if not name.startswith((TORCHVISION, TIMM)) and name not in MODELS.names():
+    if not is_vision(name) and name not in MODELS.names():
         raise EdgeflError(WHERE, name, f"no such model; the zoo has {', '.join(MODELS.names())}, any "
                           "torchvision classification model is torchvision:NAME, any timm model timm:NAME")
     try:
-        if name.startswith(TORCHVISION):
-            model = torchvision_model(name.removeprefix(TORCHVISION), step.classes, step.input_shape, WHERE)
-        elif name.startswith(TIMM):
-            model = timm_model(name.removeprefix(TIMM), step.classes, step.input_shape, WHERE)
+        if is_vision(name):
+            model = whole_model(name, step.classes, step.input_shape, WHERE)
         else:
             model = build_model(name, step.classes, step.input_shape, [0.5] * c, [0.25] * c)
         return profile_model(model, name).atoms

@@ -402,12 +402,13 @@ def registry_names(s: Scenario) -> list[Named]:
     from edgefl.attacks import ATTACKS
     from edgefl.data import DATASETS, PARTITIONS
     from edgefl.models import MODELS
+    from edgefl.models.vision import is_vision
     from edgefl.training.objectives import OBJECTIVES
 
     named = [
         ("method", s.method, METHODS.names()),
         ("selection.policy", s.selection.policy, SELECTORS.names()),
-        ("model.name", s.model.name, MODELS.names()),
+        *([] if is_vision(s.model.name) else [("model.name", s.model.name, MODELS.names())]),  # built later
         ("data.dataset", s.data.dataset, DATASETS.names()),
         ("data.partition", s.data.partition, PARTITIONS.names()),
         ("attack.name", s.attack.name, [*ATTACKS.names(), "none"]),

@@ -95,9 +95,10 @@ def check_type(value: Any, hint: Any, where: str, key: str) -> Any:
     be finite: NaN passes no range check, and inf would pass "must be positive".
     """
     origin = typing.get_origin(hint)
-    if origin is types.UnionType:  # `X | None`: TOML has no null, so a value given is an X
-        (hint,) = (a for a in typing.get_args(hint) if a is not type(None))
-        return check_type(value, hint, where, key)
+    if origin is types.UnionType:  # `X | None`: TOML has no null, so a value given is an X; of
+        #   `int | float | bool | str` (model.kwargs' values), the type the value has
+        members = [a for a in typing.get_args(hint) if a is not type(None)]
+        return check_type(value, next((m for m in members if type(value) is m), members[0]), where, key)
     if origin is dict:
         _, inner = typing.get_args(hint)
         if not isinstance(value, dict):
@@ -144,5 +145,6 @@ def toml_value(v: Any) -> str:
     if isinstance(v, list):
         return "[" + ", ".join(toml_value(x) for x in v) + "]"
     if isinstance(v, dict):  # an inline table; keys quoted, as any string may name a method
-        return "{ " + ", ".join(f"{json.dumps(k)} = {toml_value(x)}" for k, x in v.items()) + " }"
+        pairs = ", ".join(f"{json.dumps(k)} = {toml_value(x)}" for k, x in v.items())
+        return f"{{ {pairs} }}" if v else "{}"
     return repr(v)

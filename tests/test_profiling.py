@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from edgefl.models.base import AtomModel, build_model
+from edgefl.models import AtomModel, build_model
 from edgefl.profiling import profile_model
 from edgefl.sim.records import AtomProfile, mem_req, optimizer_slots, paper_mem_req
 

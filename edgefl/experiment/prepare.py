@@ -27,7 +27,7 @@ from edgefl.errors import EdgeflError
 from edgefl.executors.ray import check_reachable
 from edgefl.methods import METHODS, Context, Method
 from edgefl.methods.base import method_class
-from edgefl.models import build_model
+from edgefl.models import AtomModel, build_model
 from edgefl.profiling import profile_model
 from edgefl.scenario import scenario_from_toml
 from edgefl.training.allocator import keep_freed_memory
@@ -70,10 +70,7 @@ def method_context(scenario: Scenario, where: str, dry_run: bool = False) -> Con
         keep_freed_memory()
     data, splits, public = _dry_data(scenario, where) if dry_run else _real_data(scenario, where, device)
 
-    def new_model() -> Any:
-        return build_model(scenario.model.name, data.num_classes, data.input_shape, data.mean,
-                           data.std, scenario.model.width)
-
+    new_model = model_factory(scenario, data, where)
     profile = fitted_profile(scenario, new_model, data.input_shape, where)
     a = scenario.attack
     attack = None if a.name == "none" else make_attack(a.name, a.eps, a.step_size, a.steps)
@@ -92,6 +89,16 @@ class Rebuild:
     def __call__(self) -> Method:
         scenario = scenario_from_toml(tomllib.loads(self.text), self.where)
         return METHODS.get(scenario.method)(method_context(scenario, self.where))
+
+
+def model_factory(s: Scenario, data: Any, where: str) -> Callable[[], AtomModel]:
+    """The scenario's model for the data's inputs (a zoo model, or a torchvision or timm one with
+    `model.kwargs`: edgefl.models.build), built anew at each call."""
+    def new_model() -> AtomModel:
+        return build_model(s.model.name, data.num_classes, data.input_shape, data.mean, data.std,
+                           s.model.width, s.model.kwargs, where)
+
+    return new_model
 
 
 def fitted_profile(s: Scenario, new_model: Callable[[], Any], input_shape: Any, where: str) -> Any:

@@ -49,22 +49,6 @@ MODELS: Registry[ModelBuilder] = Registry("model", "edgefl.models")
 SCALABLE: set[str] = set()  # the models that take `model.width`
 
 
-def build_model(
-    name: str,
-    num_classes: int,
-    input_shape: tuple[int, ...],
-    mean: Sequence[float],
-    std: Sequence[float],
-    width: float = 1.0,
-) -> AtomModel:
-    """The zoo's `name` for these inputs; `width` multiplies its hidden channels (models in SCALABLE)."""
-    if width == 1.0:
-        return MODELS.get(name)(num_classes, input_shape, mean, std)
-    if name not in SCALABLE:
-        raise ValueError(f"{name} has no width multiplier; it works for {', '.join(sorted(SCALABLE))}")
-    return MODELS.get(name)(num_classes, input_shape, mean, std, width=width)
-
-
 def scaled(channels: int, width: float) -> int:
     """`channels` x `width`, rounded half up, at least 1: the hidden channels of a narrowed model."""
     return max(1, math.floor(channels * width + 0.5))
