@@ -172,10 +172,10 @@ class ServerConfig:
 
     rule: str = ""  # the server rule of a whole-model method (docs: Methods), e.g. fedyogi, gma, krum;
     #   "" = the method's own (fedavg_at: mean, fedyogi_at: fedyogi, gma: gma, sfat: slack)
-    down_mbps: float = 0.0  # Mbit/s the server sends to all clients together (0 = unlimited)
-    up_mbps: float = 0.0  # Mbit/s the server receives from all clients together (0 = unlimited)
-    down_mbps_per_device: float = 0.0  # Mbit/s added to down_mbps for each device of the fleet
-    up_mbps_per_device: float = 0.0  # Mbit/s added to up_mbps for each device of the fleet
+    down_mbit_s: float = 0.0  # Mbit/s the server sends to all clients together (0 = unlimited)
+    up_mbit_s: float = 0.0  # Mbit/s the server receives from all clients together (0 = unlimited)
+    down_mbit_s_per_device: float = 0.0  # Mbit/s added to down_mbit_s for each device of the fleet
+    up_mbit_s_per_device: float = 0.0  # Mbit/s added to up_mbit_s for each device of the fleet
 
 
 @dataclass

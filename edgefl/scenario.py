@@ -262,9 +262,9 @@ def _fleet_checks(s: Scenario) -> list[Check]:
         ("fleet.balance_s", abs(s.fleet.balance_s) <= MAX_BALANCE_S,
          f"must be in [-{MAX_BALANCE_S:g}, {MAX_BALANCE_S:g}] (0 balanced; the release's unbalanced "
          "fleet is -1)"),
-        ("server.down_mbps", 0 <= s.server.down_mbps <= MAX_LINK_MBPS, f"must be 0 (unlimited) or "
+        ("server.down_mbit_s", 0 <= s.server.down_mbit_s <= MAX_LINK_MBPS, f"must be 0 (unlimited) or "
          f"positive, at most {MAX_LINK_MBPS:g} (Mbit/s)"),
-        ("server.up_mbps", 0 <= s.server.up_mbps <= MAX_LINK_MBPS, f"must be 0 (unlimited) or "
+        ("server.up_mbit_s", 0 <= s.server.up_mbit_s <= MAX_LINK_MBPS, f"must be 0 (unlimited) or "
          f"positive, at most {MAX_LINK_MBPS:g} (Mbit/s)"),
         *_per_device_checks(s),
         ("fleet.online_start_h", 0 <= s.fleet.online_start_h < 24, "must be a local hour in [0, 24)"),
@@ -285,11 +285,11 @@ def _per_device_checks(s: Scenario) -> list[Check]:
     """The server links' shares per device: none negative, each link's total for the fleet
     (edgefl.sim.links.server_mbps) within MAX_LINK_MBPS."""
     totals = server_mbps(s.server, s.fleet.clients)
-    return [(f"server.{way}_mbps_per_device", share >= 0 and total <= MAX_LINK_MBPS,
-             f"must be 0 (none) or positive, with {way}_mbps + {way}_mbps_per_device x fleet.clients "
+    return [(f"server.{way}_mbit_s_per_device", share >= 0 and total <= MAX_LINK_MBPS,
+             f"must be 0 (none) or positive, with {way}_mbit_s + {way}_mbit_s_per_device x fleet.clients "
              f"at most {MAX_LINK_MBPS:g} (Mbit/s)")
-            for way, share, total in (("down", s.server.down_mbps_per_device, totals[0]),
-                                      ("up", s.server.up_mbps_per_device, totals[1]))]
+            for way, share, total in (("down", s.server.down_mbit_s_per_device, totals[0]),
+                                      ("up", s.server.up_mbit_s_per_device, totals[1]))]
 
 
 def _training_checks(s: Scenario) -> list[Check]:

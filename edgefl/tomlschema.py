@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import sys
 import tomllib
 import types
 import typing
@@ -50,7 +51,9 @@ def build(cls: type, raw: Any, where: str, prefix: str) -> Any:
     """Build dataclass `cls` from a TOML table, rejecting unknown keys and wrong types."""
     if not isinstance(raw, dict):
         raise EdgeflError(where, prefix.rstrip(".") or "file", "must be a table")
-    reject_unknown(raw, [f.name for f in dataclasses.fields(cls)], where, prefix)
+    known = [f.name for f in dataclasses.fields(cls)]
+    raw = renamed(raw, known, where, prefix)
+    reject_unknown(raw, known, where, prefix)
     hints = typing.get_type_hints(cls)
     return cls(**{name: build_value(hints[name], value, where, prefix + name) for name, value in raw.items()})
 
@@ -61,6 +64,29 @@ def build(cls: type, raw: Any, where: str, prefix: str) -> Any:
 MOVED = {**{f"selection.oort_{key}": f"oort.{key}" for key in ("alpha", "round_s", "percentile", "epsilon",
                                                                 "epsilon_decay", "epsilon_min", "cutoff")},
          "selection.power_d": "power_of_choice.d", "distill.server_gflops": "cost.server_gflops"}
+
+
+# Keys an earlier edgefl wrote -> today's name in the same table (units in the names: storage in
+# MB/s, links in Mbit/s): read as today's, with a warning line naming it.
+RENAMED = {"storage_read_mbps": "storage_read_mb_s", "storage_write_mbps": "storage_write_mb_s",  # devices
+           "up_mbps": "up_mbit_s", "down_mbps": "down_mbit_s",  # networks
+           **{f"server.{way}_mbps{each}": f"{way}_mbit_s{each}" for way in ("down", "up")
+              for each in ("", "_per_device")}}
+
+
+def renamed(raw: dict[str, Any], known: list[str], where: str, prefix: str) -> dict[str, Any]:
+    """`raw` with the keys an earlier edgefl named otherwise (RENAMED) under today's names, a warning
+    line for each; both names at once is an error."""
+    out = dict(raw)
+    for key in [k for k in raw if RENAMED.get(prefix + k) in known]:
+        new = RENAMED[prefix + key]
+        if new in out:
+            raise EdgeflError(where, prefix + key, f"renamed {prefix}{new}, which is also set: keep only "
+                              f"{new}")
+        out[new] = out.pop(key)
+        print(f"edgefl: warning: {where}: {prefix}{key} is now {prefix}{new} (read as it; rename the key)",
+              file=sys.stderr)
+    return out
 
 
 def reject_unknown(raw: dict[str, Any], known: list[str], where: str, prefix: str) -> None:

@@ -167,8 +167,8 @@ def test_batteries_drain_by_energy_and_drop_who_cannot_pay(tmp_path: Path,
 def test_a_shared_link_slows_the_downloads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(ENV, str(PROFILES))
     shared = list(csv.DictReader((dry(tmp_path / "a", True, "rounds=1") / "clients.csv").open()))
-    alone = list(csv.DictReader((dry(tmp_path / "b", True, "rounds=1", "server.down_mbps=0",
-                                     "server.up_mbps=0") / "clients.csv").open()))
+    alone = list(csv.DictReader((dry(tmp_path / "b", True, "rounds=1", "server.down_mbit_s=0",
+                                     "server.up_mbit_s=0") / "clients.csv").open()))
     assert shared and all(float(a["download_s"]) < float(s["download_s"])
                           for a, s in zip(alone, shared, strict=True))
 
@@ -181,12 +181,12 @@ def test_the_paper_accounting_prices_no_transfer_even_on_shared_links(tmp_path: 
     energy must not bring its transfers back, in time or in radio joules. With energy on, a client's
     joules are then those of its busy and waiting seconds and its storage bytes only."""
     monkeypatch.setenv(ENV, str(PROFILES))
-    out = dry(tmp_path, bulk, "rounds=1", "cost.accounting=paper", "server.down_mbps=100",
-              "server.up_mbps=100")
+    out = dry(tmp_path, bulk, "rounds=1", "cost.accounting=paper", "server.down_mbit_s=100",
+              "server.up_mbit_s=100")
     rows = list(csv.DictReader((out / "clients.csv").open()))
     assert rows and all(float(r["download_s"]) == float(r["upload_s"]) == 0.0 for r in rows)
     alone = list(csv.DictReader((dry(tmp_path / "alone", bulk, "rounds=1", "cost.accounting=paper",
-                                     "server.down_mbps=0", "server.up_mbps=0") / "clients.csv").open()))
+                                     "server.down_mbit_s=0", "server.up_mbit_s=0") / "clients.csv").open()))
     assert [r["energy_j"] for r in rows] == [r["energy_j"] for r in alone]
 
 

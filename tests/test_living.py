@@ -203,7 +203,7 @@ def test_an_async_run_draws_a_shared_upload_under_way_at_its_end_to_the_end(tmp_
     them to the run's end, where the run cut them, not to where they would have ended alone (issue
     50: client 42's upload, started at 255.416 s and 0.062 s alone, still under way when the run
     ended at 278.526 s, with the profiles' figures of then)."""
-    s = load_scenario(ASYNC, ["fleet.clients=200", "server.down_mbps=1", "server.up_mbps=0.5",
+    s = load_scenario(ASYNC, ["fleet.clients=200", "server.down_mbit_s=1", "server.up_mbit_s=0.5",
                               "round.concurrency=30", "round.buffer=6", "rounds=20", "seed=3"])
     experiment = prepare(s, str(ASYNC), dry_run=True)
     # The longest an upload takes alone: the update over the narrower server link (0.5 Mbit/s; every

@@ -135,7 +135,8 @@ def test_an_emptied_phone_is_offline_until_it_is_plugged_in(tmp_path: Path) -> N
     s = load_scenario(path, ["rounds=30", "round.mode=sync", "selection.policy=uniform",
                              "fleet.online_hours=24", "fleet.tz_spread_h=0", "energy.charge_start_h=0.5",
                              "energy.charge_hours=1",
-                             "energy.battery_start=[0.0005,0.001]", "server.down_mbps=0", "server.up_mbps=0"])
+                             "energy.battery_start=[0.0005,0.001]", "server.down_mbit_s=0",
+                             "server.up_mbit_s=0"])
     run(prepare(s, str(path), dry_run=True), tmp_path / "out", progress=False)
     rows = list(csv.DictReader((tmp_path / "out" / "clients.csv").open()))
     start = {m["round"]: float(m["sim_time_s"]) - float(m["round_time_s"])
@@ -185,7 +186,8 @@ def test_a_living_run_on_limited_links_is_slower(tmp_path: Path) -> None:
     path = ROOT / "scenarios" / "deadline-diurnal-digits.toml"
     times = []
     for links in ("0", "1"):
-        exp = prepare(load_scenario(path, ["rounds=3", f"server.down_mbps={links}"]), str(path), dry_run=True)
+        s = load_scenario(path, ["rounds=3", f"server.down_mbit_s={links}"])
+        exp = prepare(s, str(path), dry_run=True)
         run(exp, tmp_path / links, progress=False)
         metrics = csv.DictReader((tmp_path / links / "metrics.csv").open())
         times.append([float(m["sim_time_s"]) for m in metrics])

@@ -25,10 +25,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar, cast, get_type_hints
 
-from edgefl.devices.profile import RENAMED, AppProfile, DeviceProfile, NetworkProfile, check_profile
+from edgefl.devices.profile import AppProfile, DeviceProfile, NetworkProfile, check_profile
 from edgefl.errors import EdgeflError
 from edgefl.registry import plugin_device_folders
-from edgefl.tomlschema import build, read_toml
+from edgefl.tomlschema import build, read_toml, renamed
 
 ENV = "EDGEFL_PROFILE_PATH"
 KINDS = {"devices": "", "apps": "apps", "networks": "networks"}  # kind -> sub-folder
@@ -144,24 +144,15 @@ def load_profile(path: Path, cls: type[P], networks: Sequence[str] | None = None
 
 
 def current_keys(raw: dict[str, Any], cls: type, where: str) -> dict[str, Any]:
-    """`raw` with the keys an earlier edgefl wrote read as today's, a warning line for each: a renamed
-    key (RENAMED) under its new name, and a 0 that meant the class default (today: the key absent)
-    dropped."""
-    hints, out = get_type_hints(cls), dict(raw)
-    for old, new in RENAMED.items():
-        if old in out and new in hints:
-            if new in out:
-                raise EdgeflError(where, old, f"renamed {new}, which the file also sets: keep only {new}")
-            out[new] = out.pop(old)
-            _warn(f"{where}: {old} is now {new} (read as it; rename the key)")
+    """`raw` as today's edgefl names it (edgefl.tomlschema.RENAMED), without the 0s an earlier one read
+    as the class default (today: the key absent); a warning line for each."""
+    hints = get_type_hints(cls)
+    out = renamed(raw, list(hints), where, "")
     for key in [k for k, v in out.items() if hints.get(k) == float | None and v == 0]:
         del out[key]
-        _warn(f"{where}: {key} = 0 no longer means the class default (read as absent; delete the line)")
+        print(f"edgefl: warning: {where}: {key} = 0 no longer means the class default (read as absent; "
+              "delete the line)", file=sys.stderr)
     return out
-
-
-def _warn(text: str) -> None:
-    print(f"edgefl: warning: {text}", file=sys.stderr)
 
 
 def _with_networks(p: DeviceProfile, given: bool, known: list[str], where: str) -> DeviceProfile:

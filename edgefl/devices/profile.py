@@ -2,8 +2,8 @@
 (edgefl.devices.catalog reads them from TOML files).
 
 Units are in the key names: storage in MB/s (`*_mb_s`), links in Mbit/s (`*_mbit_s`), bandwidth in
-GB/s (`*_gbps`); a key an earlier edgefl named otherwise (RENAMED) is still read, with a warning line
-naming today's (edgefl.devices.catalog). The numbers of FedProphet's pools and apps come from its release
+GB/s (`*_gbps`); a key an earlier edgefl named otherwise (edgefl.tomlschema.RENAMED) is still read,
+with a warning line naming today's. The numbers of FedProphet's pools and apps come from its release
 (Tang et al., FedProphet, §7.1); each file says where its numbers come from in `source`.
 
 The compute model (edgefl.sim.compute) also reads a device's class, memory bandwidth, sustained
@@ -153,10 +153,6 @@ class DeviceProfile:
         """Whether layers of `kind` asked for in `precision` run on the TF32 tensor peak."""
         return precision == "fp32" and self.tf32_gflops > 0 and kind in TF32_KINDS
 
-
-# keys an earlier edgefl wrote -> today's (read as today's, with a warning line naming it)
-RENAMED = {"storage_read_mbps": "storage_read_mb_s", "storage_write_mbps": "storage_write_mb_s",
-           "up_mbps": "up_mbit_s", "down_mbps": "down_mbit_s"}
 
 PRECISION_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1}  # bytes per element a device moves
 

@@ -10,12 +10,12 @@ virtual clock for the transfers at the level, heaps by cap and by end): a living
 async run's, which start and stop as their clients do, and a synchronous round's (`shared_round`:
 downloads all from the round's start, uploads as each client finishes computing). The reference
 that plays them in Python (`Sharing`), against which it is tested, is in the tests
-(tests/simpy_clients.py, tests/test_links.py). A capacity of inf (`server.down_mbps = 0`, the
+(tests/simpy_clients.py, tests/test_links.py). A capacity of inf (`server.down_mbit_s = 0`, the
 default) leaves every transfer at its own rate.
 
 `Links.of_server` sizes the links from a scenario's `[server]` (`server_mbps`, the one place that
-does): a fixed Mbit/s plus a share per device of the fleet (`down_mbps_per_device`,
-`up_mbps_per_device`), so that a fleet a thousand times larger meets a link a thousand times wider,
+does): a fixed Mbit/s plus a share per device of the fleet (`down_mbit_s_per_device`,
+`up_mbit_s_per_device`), so that a fleet a thousand times larger meets a link a thousand times wider,
 as a content delivery network deploys capacity in proportion to the users it serves (Nygren,
 Sitaraman & Sun, "The Akamai Network: A Platform for High-Performance Internet Applications", ACM
 SIGOPS Operating Systems Review 44(3), 2010).
@@ -35,8 +35,8 @@ from edgefl.sim.clients import Drains, Transfers
 def server_mbps(server: ServerConfig, clients: int) -> tuple[float, float]:
     """The server's (down, up) Mbit/s for a fleet of `clients` devices: each link's fixed Mbit/s plus
     its share per device times the fleet (0 in all = unlimited)."""
-    return (server.down_mbps + server.down_mbps_per_device * clients,
-            server.up_mbps + server.up_mbps_per_device * clients)
+    return (server.down_mbit_s + server.down_mbit_s_per_device * clients,
+            server.up_mbit_s + server.up_mbit_s_per_device * clients)
 
 
 @dataclass(frozen=True)
@@ -47,8 +47,8 @@ class Links:
     up_bps: float
 
     @classmethod
-    def of_mbps(cls, down_mbps: float, up_mbps: float) -> Links:
-        return cls(*(m * 1e6 / 8 if m > 0 else math.inf for m in (down_mbps, up_mbps)))
+    def of_mbps(cls, down_mbit_s: float, up_mbit_s: float) -> Links:
+        return cls(*(m * 1e6 / 8 if m > 0 else math.inf for m in (down_mbit_s, up_mbit_s)))
 
     @classmethod
     def of_server(cls, server: ServerConfig, clients: int) -> Links:
