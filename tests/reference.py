@@ -1,14 +1,17 @@
 """The per-client reference of a round (issue 37: the columns are the implementation, and this
 proves them right, to the bit): each client drawn (DevicePool.state), planned (Method.plan_round on
-a mapping of states), priced by the cost model's `cost` and played as its own SimPy process
-(`run_round`), as edgefl played every round before its bulk engine. `per_client` makes a run
-play its rounds so."""
+a mapping of states), priced alone (`client_cost`: the walk accounting by its scalar twin
+`walk_cost`, floats through the same formulas as the columns of `WalkCost.price`) and played as its
+own SimPy process (`run_round`), as edgefl played every round before its bulk engine. `per_client`
+makes a run play its rounds so."""
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -16,16 +19,28 @@ import simpy
 
 from edgefl.devices.classes import perf_flops
 from edgefl.devices.pool import DevicePool, DeviceState, States
+from edgefl.devices.profile import DeviceProfile
 from edgefl.experiment import async_rounds, living, players
 from edgefl.experiment.round_energy import RoundEnergy
 from edgefl.experiment.rounds import RoundTable
 from edgefl.methods.base import ClientPlan, Method
 from edgefl.selection import Picked
-from edgefl.sim.bulk import Costs, Pricer, RoundPlan
+from edgefl.sim.bulk import Pricer
 from edgefl.sim.clients import COMPLETED
-from edgefl.sim.cost import ClientCost
+from edgefl.sim.cost import (
+    ClientCost,
+    Costs,
+    RoundPlan,
+    WalkCost,
+    plan_seconds,
+    storage_seconds,
+    transfer_seconds,
+    walk_compute_seconds,
+)
 from edgefl.sim.energy import client_power, round_energy
 from edgefl.sim.engine import Federation, busy_end
+from edgefl.sim.swap import Traffic, Walk, cheapest, footprint, traced_walks
+from edgefl.sim.workload import Workload
 
 Job = tuple[int, DeviceState, ClientCost]  # (client, its state this round, its cost)
 
@@ -81,9 +96,57 @@ def planned_jobs(pool: DevicePool, method: Method, pricer: Pricer, t: int, clien
     plan and each client's (client, state, cost)."""
     states = {k: pool.state(k, t) for k in clients.tolist()}
     plan = method.plan_round(t, clients, states)
-    jobs = [(k, st, pricer.model.cost(pricer.counted(k, plan.workload(i)), st))
-            for i, (k, st) in enumerate(states.items())]
+    jobs = [(k, st, client_cost(pricer, plan, i, k, st)) for i, (k, st) in enumerate(states.items())]
     return states, plan, jobs
+
+
+def client_cost(pricer: Pricer, plan: RoundPlan[ClientPlan], i: int, k: int, state: DeviceState
+                ) -> ClientCost:
+    """Client k's cost alone (the i-th of `plan`, drawn `state`): the walk accounting's by its scalar
+    twin (`walk_cost`), any other's by a one-row call of its `price`."""
+    model = pricer.model
+    if model.walks:  # the walk accounting (edgefl.sim.cost.WalkCost)
+        return walk_cost(cast(WalkCost, model), plan.workload(i), state)
+    one = RoundPlan([plan.plan(i)], np.zeros(1, dtype=np.int64))
+    return model.price(one, pricer.pool.gathered(np.array([k]), [state]), pricer.pool, pricer.samples).cost(0)
+
+
+# The walk accounting client by client: floats through the formulas WalkCost.price takes as columns.
+
+def walk_cost(model: WalkCost, w: Workload, state: DeviceState) -> ClientCost:
+    """The walk accounting's cost of `w` on one client."""
+    need = model.memory_need(w)
+    traffic, evictions, micro = walk_traffic(w, state.memory_bytes, state.device)
+    dev = state.device
+    ops = traffic.read_ops + traffic.write_ops
+    access = storage_seconds(traffic.read_bytes, traffic.write_bytes, ops, dev.storage_read_mb_s * 1e6,
+                             dev.storage_write_mb_s * 1e6, dev.storage_latency_ms)
+    down, up = network_seconds(w, state) if model.communication else (0.0, 0.0)
+    return ClientCost(
+        compute_s=walk_compute_seconds(w, state, micro),
+        data_access_s=access, download_s=down, upload_s=up, mem_req_bytes=need,
+        swapped=evictions > 0, read_bytes=traffic.read_bytes,
+        write_bytes=traffic.write_bytes)
+
+
+def walk_traffic(w: Workload, budget: float, device: DeviceProfile) -> tuple[Traffic, int, int]:
+    """(traffic, evictions, micro-batches per batch) of the swap walk `device` runs fastest
+    (`plan_seconds`). Every budget that holds the round's whole footprint gives the same walks
+    (cached: fleets repeat budgets)."""
+    walks = _walks(w, math.inf if footprint(w) <= budget else budget)
+    micro, traffic, evictions = walks[cheapest(walks, plan_seconds(w, device))]
+    return traffic, evictions, micro
+
+
+@functools.lru_cache(maxsize=65536)
+def _walks(w: Workload, budget: float) -> tuple[Walk, ...]:
+    return traced_walks(w, budget)[0]
+
+
+def network_seconds(w: Workload, state: DeviceState) -> tuple[float, float]:
+    """(download, upload) seconds: bytes over the drawn bandwidth plus one latency each way."""
+    return (transfer_seconds(w.download_bytes, state.down_bps, state.latency_s),
+            transfer_seconds(w.upload_bytes, state.up_bps, state.latency_s))
 
 
 def each_priced(pool: DevicePool, method: Method, pricer: Pricer, t: int, clients: np.ndarray

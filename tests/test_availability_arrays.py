@@ -120,7 +120,7 @@ def test_a_rounds_drains_equal_the_per_client_reference() -> None:
     energy = RoundEnergy(s, exp.pool)
     battery, power = energy.battery, energy.power
     assert battery is not None and power is not None
-    pricer = Pricer(exp.ctx.cost, exp.pool, lambda k, w: w)
+    pricer = Pricer(exp.ctx.cost, exp.pool, lambda k: len(exp.ctx.splits[k].train))
     states, plan, costs = priced(exp.pool, exp.method, pricer, 0, np.arange(60))
     now = 2.5 * 3600
     drains = energy.drains(states, plan, costs, now)

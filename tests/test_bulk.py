@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from reference import per_client
+from reference import client_cost, per_client
 from support import QUICKSTART, ROOT
 
 from edgefl.config import FleetConfig
@@ -19,8 +19,8 @@ from edgefl.devices.pool import DevicePool, StateMap
 from edgefl.experiment import prepare, run
 from edgefl.methods.base import grouped
 from edgefl.scenario import load_scenario
-from edgefl.sim.bulk import Pricer, WalkIndex, walk_key
-from edgefl.sim.cost import make_cost_model
+from edgefl.sim.bulk import Pricer
+from edgefl.sim.cost import WalkIndex, make_cost_model, walk_key
 from edgefl.sim.swap import footprint, min_budget, traced_walks
 
 FEDPROPHET = ROOT / "scenarios" / "fedprophet-quickstart.toml"
@@ -95,13 +95,13 @@ def test_the_walk_index_gives_every_budgets_walk() -> None:
 def test_bulk_prices_equal_the_per_client_costs(scenario: Path, overrides: list[str]) -> None:
     s, exp = quickstart(*overrides, scenario=scenario)
     model = make_cost_model(s.cost)
-    pricer = Pricer(model, exp.pool, lambda k, w: w)
+    pricer = Pricer(model, exp.pool, lambda k: len(exp.ctx.splits[k].train))
     for t in range(3):
         states = exp.pool.states(exp.pool.sampled(t), t)
         plan = exp.method.plan_round(t, states.clients, StateMap(exp.pool, states))
         costs = pricer.price(plan, states)
-        for i in range(len(states.clients)):
-            assert costs.cost(i) == model.cost(plan.workload(i), exp.pool.state_at(states, i))
+        for i, k in enumerate(states.clients.tolist()):
+            assert costs.cost(i) == client_cost(pricer, plan, i, k, exp.pool.state_at(states, i))
         exp.method.skip(t, states.clients.tolist())
 
 

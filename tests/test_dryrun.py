@@ -76,7 +76,6 @@ def test_paper_accounting_prices_the_clients_own_sample_count():
     """The release charges each epoch's short last batch, so the paper accounting needs each
     client's training-set size; the walk does not ask for it."""
     from edgefl.experiment import prepare
-    from edgefl.experiment.loop import _counted
     from edgefl.scenario import load_scenario
 
     for accounting, counted in (("paper", True), ("walk", False)):
@@ -84,7 +83,8 @@ def test_paper_accounting_prices_the_clients_own_sample_count():
         exp = prepare(s, str(QUICKSTART), dry_run=True)
         state = exp.pool.state(3, 0)
         exp.method.plan_round(0, np.array([3]), {3: state})
-        w = _counted(exp, 3, exp.method.plan(0, 3, state).workload)
+        size = len(exp.ctx.splits[3].train)
+        w = exp.ctx.cost.counted(exp.method.plan(0, 3, state).workload, lambda size=size: size)
         assert w.samples == (len(exp.ctx.splits[3].train) if counted else 0)
         assert not counted or 0 < w.samples < 1437
 

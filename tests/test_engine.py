@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from reference import run_round
+from reference import run_round, walk_cost
 from support import QUICKSTART, round_spans, simulated_rows
 
 from edgefl.devices.pool import DeviceState
@@ -96,7 +96,8 @@ def test_play_and_the_per_client_processes_give_the_same_times_to_the_bit(server
     bulk, each = Federation(1234.5678), Federation(1234.5678)
     for t in range(3):
         states = {k: exp.pool.state(k, t) for k in exp.pool.sampled(t).tolist()}
-        jobs = [(k, st, cost_model.cost(exp.method.plan(t, k, st).workload, st)) for k, st in states.items()]
+        jobs = [(k, st, walk_cost(cost_model, exp.method.plan(t, k, st).workload, st))
+                for k, st in states.items()]
         phases = [np.array([getattr(c, f) for _, _, c in jobs])
                   for f in ("download_s", "data_access_s", "compute_s", "upload_s")]
         start, finish, last = bulk.play(*phases, server_s)

@@ -36,9 +36,9 @@ from edgefl.scenario import load_scenario
 from edgefl.sim import availability
 from edgefl.sim.availability import Always, Diurnal, from_mapping, read_trace
 from edgefl.sim.battery import WH, Battery
-from edgefl.sim.bulk import Costs, Pricer
+from edgefl.sim.bulk import Pricer
 from edgefl.sim.clients import COMPLETED, DROPPED, LATE, OFFLINE, Drain, Outcome, Transfer
-from edgefl.sim.cost import ClientCost
+from edgefl.sim.cost import ClientCost, Costs
 from edgefl.sim.energy import FleetPower, Power
 from edgefl.sim.engine import Federation, Span
 from edgefl.sim.fedbuff import Buffered, Stalled, Started, stall_runs
@@ -479,7 +479,7 @@ def test_a_battery_runs_out_where_its_work_has_spent_the_charge() -> None:
     energy = RoundEnergy(s, exp.pool)
     assert energy.battery is not None
     phones = np.flatnonzero(np.isfinite(energy.battery.charge_j))
-    pricer = Pricer(exp.ctx.cost, exp.pool, lambda k, w: w)
+    pricer = Pricer(exp.ctx.cost, exp.pool, lambda k: len(exp.ctx.splits[k].train))
     states, plan, jobs = planned_jobs(exp.pool, exp.method, pricer, 0, phones)
     gathered, costs = exp.pool.gathered(phones, list(states.values())), Costs.of([c for _, _, c in jobs])
     fed, drains = Federation(), energy.drains(gathered, plan, costs, 0.0)

@@ -18,8 +18,8 @@ from edgefl.experiment.round_energy import RoundEnergy, worked
 from edgefl.scenario import load_scenario
 from edgefl.selection import SELECTORS
 from edgefl.sim.availability import Always
-from edgefl.sim.bulk import Costs
 from edgefl.sim.clients import COMPLETED, LATE, Transfer
+from edgefl.sim.cost import Costs
 from edgefl.sim.energy import Power, round_energy
 from edgefl.sim.engine import Federation
 from edgefl.sim.links import Links

@@ -15,8 +15,7 @@ from edgefl.devices.catalog import load_catalog, load_profile
 from edgefl.devices.profile import NetworkProfile
 from edgefl.errors import EdgeflError
 from edgefl.experiment.round_energy import RoundEnergy, worked
-from edgefl.sim.bulk import Costs
-from edgefl.sim.cost import ClientCost
+from edgefl.sim.cost import ClientCost, Costs
 from edgefl.sim.energy import FleetPower, Power, client_power, phase_power, radio_tail, round_energy
 
 ROOT = Path(__file__).resolve().parents[1]

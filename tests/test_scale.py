@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from reference import run_round
+from reference import run_round, walk_cost
 from support import QUICKSTART, SMALL, full_disk, nth, one_error_line, round_spans, sets
 
 from edgefl import rundir
@@ -44,7 +44,7 @@ def test_the_streamed_events_are_the_per_client_engines_spans(tmp_path: Path) ->
     for t in range(3):  # the experiment's round, with the reference engine
         states = {k: exp.pool.state(k, t) for k in exp.pool.sampled(t).tolist()}
         plans = m.plan_round(t, np.array(list(states)), states).by_client(np.array(list(states)))
-        jobs = [(k, st, cost_model.cost(plans[k].workload, st)) for k, st in states.items()]
+        jobs = [(k, st, walk_cost(cost_model, plans[k].workload, st)) for k, st in states.items()]
         expected += [{"round": str(x.round), "client": str(x.client), "phase": x.phase,
                       "start_s": repr(x.start_s), "end_s": repr(x.end_s)}
                      for x in round_spans(run_round(fed, t, jobs, m.server_flops(t) / 1e13))]

@@ -196,9 +196,8 @@ def test_a_client_cut_short_shows_the_selection_its_whole_priced_work() -> None:
     time it ran (here 12 s, its upload slowed on shared links beyond its priced 10 s); an offline
     one that ran longer than its priced 8 s (its download slowed on the links) shows what it ran."""
     from edgefl.experiment.rounds import seen_duration
-    from edgefl.sim.bulk import Costs
     from edgefl.sim.clients import COMPLETED, LATE, OFFLINE
-    from edgefl.sim.cost import ClientCost
+    from edgefl.sim.cost import ClientCost, Costs
 
     costs = Costs.of([ClientCost(270.0, 3.0, 2.0, 5.0, 1.0, False),
                       ClientCost(5.0, 1.0, 2.0, 2.0, 1.0, False),

@@ -199,7 +199,8 @@ def test_min_budget_runs_and_below_it_raises():
 def test_footprint_is_where_evictions_stop_and_the_cached_walk_matches(attack_steps, slots):
     """X0, X1 by hand: params 40 + 40 B, optimizer slots x 80, grads 80, saved activations 8 + 8,
     pinned batch 4 B (x2 under attack), the largest workspace 8 B."""
-    from edgefl.sim.cost import walk_traffic
+    from reference import walk_traffic
+
     from edgefl.sim.swap import footprint
 
     device = load_catalog().devices["raspberry_pi_4"]

@@ -52,9 +52,9 @@ from edgefl.scenario import Scenario, check_mode
 from edgefl.selection import Picked
 from edgefl.selection.server import Selection
 from edgefl.sim.availability import Availability
-from edgefl.sim.bulk import Costs, Pricer, RoundPlan
+from edgefl.sim.bulk import Pricer
 from edgefl.sim.clients import COMPLETED, DROPPED
-from edgefl.sim.cost import ClientCost
+from edgefl.sim.cost import ClientCost, Costs, RoundPlan
 from edgefl.sim.engine import Federation
 from edgefl.sim.fedbuff import Buffered, Stalled, Started, staleness_weight, stall_runs
 from edgefl.snapshot import plain

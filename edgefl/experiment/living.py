@@ -31,9 +31,9 @@ from edgefl.experiment.rounds import RoundTable, priced
 from edgefl.selection import Picked
 from edgefl.sim.availability import Availability, make_availability
 from edgefl.sim.battery import Powered
-from edgefl.sim.bulk import Costs, Pricer
+from edgefl.sim.bulk import Pricer
 from edgefl.sim.clients import COMPLETED, DROPPED
-from edgefl.sim.cost import ClientCost
+from edgefl.sim.cost import ClientCost, Costs
 from edgefl.sim.engine import Federation
 from edgefl.sim.living_round import play_round
 

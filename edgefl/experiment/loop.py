@@ -53,7 +53,6 @@ from edgefl.sim.availability import trace_file
 from edgefl.sim.bulk import Pricer
 from edgefl.sim.clients import STATUSES
 from edgefl.sim.engine import Federation
-from edgefl.sim.workload import Workload
 from edgefl.training.local import evaluate
 
 
@@ -107,7 +106,7 @@ def _rounds(exp: Experiment, out: Path, progress: bool, resume: bool) -> dict[st
     if not saved:
         _warn_idle(s)
     evaluator = None if exp.dry_run else Evaluator(exp)
-    pricer = Pricer(exp.ctx.cost, exp.pool, lambda k, w: _counted(exp, k, w))
+    pricer = Pricer(exp.ctx.cost, exp.pool, lambda k: len(exp.ctx.splits[k].train))
     fed, rows, first, before_s = Federation(), [], 0, 0.0
     energy = RoundEnergy(s, exp.pool)
     if saved:  # wall seconds: those of the sessions before, and this one's
@@ -260,12 +259,6 @@ class Evaluator:
             for name, extra in extras:
                 row[f"{name}_acc"] = round(evaluate(model, self.x, self.y, extra)[1], 4)
         return row
-
-
-def _counted(exp: Experiment, client: int, w: Workload) -> Workload:
-    """The workload as the cost model prices it: with the client's sample count where it charges
-    each epoch's short last batch (the `paper` accounting, as the FedProphet release does)."""
-    return exp.ctx.cost.counted(w, lambda: len(exp.ctx.splits[client].train))
 
 
 def start_or_resume(exp: Experiment, out: Path, progress: bool) -> dict[str, Any]:

@@ -23,8 +23,8 @@ import numpy as np
 from edgefl.config import MAX_SECONDS, Scenario
 from edgefl.devices.pool import DevicePool, States
 from edgefl.sim.battery import Battery
-from edgefl.sim.bulk import Costs, RoundPlan
 from edgefl.sim.clients import Drains, Transfers
+from edgefl.sim.cost import Costs, RoundPlan
 from edgefl.sim.energy import FleetPower, phase_power, radio_tail
 from edgefl.sim.links import Links, shared_round
 

@@ -28,8 +28,9 @@ from edgefl.experiment.round_energy import RoundEnergy
 from edgefl.methods.base import ClientPlan, Method
 from edgefl.runlog import Columns
 from edgefl.selection import Picked
-from edgefl.sim.bulk import Costs, Pricer, RoundPlan
+from edgefl.sim.bulk import Pricer
 from edgefl.sim.clients import COMPLETED, STATUSES
+from edgefl.sim.cost import Costs, RoundPlan
 from edgefl.sim.engine import PHASES, Federation
 
 

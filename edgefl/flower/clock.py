@@ -34,8 +34,9 @@ from edgefl.flower.shadow import Shadow, costs_of, plan_numbers
 from edgefl.methods.base import ClientPlan
 from edgefl.selection import Picked
 from edgefl.selection.server import Selection, workload_need
-from edgefl.sim.bulk import Costs, Pricer, RoundPlan
+from edgefl.sim.bulk import Pricer
 from edgefl.sim.clients import DROPPED
+from edgefl.sim.cost import Costs, RoundPlan
 from edgefl.sim.engine import Federation
 
 

@@ -39,7 +39,8 @@ from edgefl.models.base import AtomModel
 from edgefl.models.cut import cut
 from edgefl.profiling import profile_model
 from edgefl.scenario import load_scenario, scenario_from_toml, to_toml, validate
-from edgefl.sim.bulk import Costs, Pricer, RoundPlan
+from edgefl.sim.bulk import Pricer
+from edgefl.sim.cost import Costs, RoundPlan
 from edgefl.sim.workload import Workload
 
 KEY = "edgefl"  # the prefix of every key edgefl adds to a Flower message's records
@@ -63,7 +64,7 @@ class Shadow:
         if model is not None:
             self.exp = own_model(self.exp, model)
         exp = self.exp
-        self.pricer = Pricer(exp.ctx.cost, exp.pool, self._counted)
+        self.pricer = Pricer(exp.ctx.cost, exp.pool, lambda k: len(exp.ctx.splits[k].train))
         self.energy = RoundEnergy(scenario, exp.pool)
         self.text = to_toml(scenario)
 
@@ -95,11 +96,6 @@ class Shadow:
     @property
     def clients(self) -> int:
         return self.scenario.fleet.clients
-
-    def _counted(self, client: int, w: Workload) -> Workload:
-        """The workload as the cost model prices it (as edgefl.experiment.loop `_counted`)."""
-        exp = self.exp
-        return exp.ctx.cost.counted(w, lambda: len(exp.ctx.splits[client].train))
 
     def planned(self, t: int, clients: np.ndarray) -> tuple[States, RoundPlan[ClientPlan]]:
         """Round t's draws and plans of `clients` (ascending), as edgefl.experiment.rounds `priced`."""

@@ -30,8 +30,7 @@ from edgefl.errors import EdgeflError
 from edgefl.models import AtomModel
 from edgefl.registry import Registry
 from edgefl.server import RULES, ServerRule
-from edgefl.sim.bulk import RoundPlan
-from edgefl.sim.cost import CostModel, make_cost_model
+from edgefl.sim.cost import CostModel, RoundPlan, make_cost_model
 from edgefl.sim.records import ModelProfile
 from edgefl.sim.workload import Workload
 from edgefl.snapshot import plain, restore

@@ -50,7 +50,7 @@ from edgefl.methods.base import ClientModel, ClientPlan, ClientUpdate, Context
 from edgefl.methods.fedavg import FedAvgAT
 from edgefl.models import MODELS, SCALABLE, AtomModel, build_model
 from edgefl.profiling import profile_model
-from edgefl.sim.bulk import RoundPlan
+from edgefl.sim.cost import RoundPlan
 from edgefl.sim.records import ModelProfile
 from edgefl.sim.workload import Workload, train_pass_flops
 from edgefl.training.local import SERVER, device_batches, seed_everything

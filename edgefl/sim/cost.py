@@ -12,8 +12,16 @@ Two accountings share one interface:
   MemReq exceeds memory, 4 x (2F + 4P + 2(s-2)P) bytes over the effective bandwidth plus
   0.17 s per storage access; no communication.
 
+One interface prices every accounting: `CostModel.price(plan, states, pool, samples)` takes a
+round's plans (`RoundPlan`), its clients' drawn states (`States` columns), the fleet's `DevicePool`
+and each client's training-set size, and returns the round's `Costs` columns. The walk accounting
+prices in bulk, with NumPy (`WalkCost.price`: every figure the same IEEE operations on the same
+operands for every client, its swap walks cached per workload on the model in `WalkIndex`es); the
+paper accounting client by client. No caller asks which accounting it holds.
+
 The choice is made once, here: whoever needs a memory requirement, a module's MemReq, the round's
-batches or a budget check asks the scenario's cost model (`make_cost_model`), never the accounting.
+batches, a budget check or a round's prices asks the scenario's cost model (`make_cost_model`),
+never the accounting.
 """
 
 from __future__ import annotations
@@ -21,17 +29,19 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from dataclasses import dataclass, fields, replace
+from typing import Any, Generic, Protocol, TypeVar
+
+import numpy as np
 
 from edgefl.config import CostConfig
 from edgefl.devices.classes import perf_flops
-from edgefl.devices.pool import DeviceState
+from edgefl.devices.pool import DevicePool, DeviceState, States
 from edgefl.devices.profile import DeviceProfile
 from edgefl.sim.classes import device_rooflines
 from edgefl.sim.compute import Rooflines, iteration_of, round_seconds
 from edgefl.sim.records import BYTES, AtomProfile, mem_req, paper_mem_req, paper_scale
-from edgefl.sim.swap import PlanSeconds, Traffic, Walk, cheapest, footprint, min_budget, traced_walks
+from edgefl.sim.swap import PlanSeconds, Traffic, Trail, Walk, cheapest, footprint, min_budget, traced_walks
 from edgefl.sim.workload import Workload, train_pass_flops
 
 
@@ -47,12 +57,78 @@ class ClientCost:
     write_bytes: float = 0.0
 
 
+class Planned(Protocol):
+    """What a method's plan for one client holds for the cost model (edgefl.methods.base.ClientPlan)."""
+
+    @property
+    def workload(self) -> Workload: ...
+
+
+P = TypeVar("P", bound=Planned)
+
+
+@dataclass(frozen=True)
+class RoundPlan(Generic[P]):
+    """A round's plans: client i (of the round's States) runs `plans[which[i]]`, the distinct ones."""
+
+    plans: list[P]
+    which: np.ndarray  # int64 per client
+
+    def plan(self, i: int) -> P:
+        return self.plans[int(self.which[i])]
+
+    def workload(self, i: int) -> Workload:
+        return self.plan(i).workload
+
+    def by_client(self, clients: np.ndarray) -> dict[int, P]:
+        """Each client's plan, by client id (`clients` in the plan's order)."""
+        return {k: self.plan(i) for i, k in enumerate(clients.tolist())}
+
+    @property
+    def workloads(self) -> list[Workload]:
+        return [p.workload for p in self.plans]
+
+
+@dataclass(frozen=True)
+class Costs:
+    """A round's ClientCosts as columns (row i is the round's i-th client)."""
+
+    compute_s: np.ndarray
+    data_access_s: np.ndarray
+    download_s: np.ndarray
+    upload_s: np.ndarray
+    mem_req_bytes: np.ndarray
+    swapped: np.ndarray  # bool
+    read_bytes: np.ndarray
+    write_bytes: np.ndarray
+
+    @classmethod
+    def of(cls, costs: Sequence[ClientCost]) -> Costs:
+        """Columns of per-client costs."""
+        return cls(**{f.name: np.array([getattr(c, f.name) for c in costs], dtype=bool if
+                                       f.name == "swapped" else np.float64) for f in fields(cls)})
+
+    @property
+    def busy_s(self) -> np.ndarray:
+        """Each client's priced work, download to upload (no waiting)."""
+        return self.download_s + self.data_access_s + self.compute_s + self.upload_s
+
+    def cost(self, i: int) -> ClientCost:
+        """Row i as a ClientCost."""
+        return ClientCost(**{f.name: getattr(self, f.name)[i].item() for f in fields(self)})
+
+
 class CostModel(Protocol):
     """An accounting: what a round costs, and the memory figures methods plan with."""
 
     walks: bool  # the swap walk pages what does not fit (edgefl's accounting; False: the release's)
 
-    def cost(self, w: Workload, state: DeviceState) -> ClientCost: ...
+    def price(self, plan: RoundPlan[P], states: States, pool: DevicePool,
+              samples: Callable[[int], int]) -> Costs:
+        """The round's costs: client i (row i of `states`, a client of `pool`) runs
+        `plan.workload(i)`; `samples(client)` is a client's training-set size, asked only by an
+        accounting that charges it."""
+        ...
 
     def memory_need(self, w: Workload) -> float:
         """MemReq of a workload, in the estimator this accounting charges."""
@@ -72,14 +148,8 @@ class CostModel(Protocol):
         ...
 
 
-def network_seconds(w: Workload, state: DeviceState) -> tuple[float, float]:
-    """(download, upload) seconds: bytes over the drawn bandwidth plus one latency each way."""
-    return (transfer_seconds(w.download_bytes, state.down_bps, state.latency_s),
-            transfer_seconds(w.upload_bytes, state.up_bps, state.latency_s))
-
-
-# The walk accounting's formulas, for one client (floats) or a round's clients (NumPy columns,
-# edgefl.sim.bulk): the same operations in the same order, so both give the same bits.
+# The walk accounting's formulas, for a round's clients (NumPy columns, `WalkCost.price`) or one
+# client (floats: tests/reference.py's `walk_cost`, which proves the columns right to the bit).
 
 def transfer_seconds(nbytes: Any, bps: Any, latency_s: Any) -> Any:
     """Bytes over a link's bandwidth plus its latency."""
@@ -97,20 +167,6 @@ def shared_seconds(full_speed_s: Any, flops: Any, peak_flops: Any) -> Any:
     return full_speed_s / (flops / peak_flops)
 
 
-def walk_traffic(w: Workload, budget: float, device: DeviceProfile) -> tuple[Traffic, int, int]:
-    """(traffic, evictions, micro-batches per batch) of the swap walk `device` runs fastest
-    (`plan_seconds`). Every budget that holds the round's whole footprint gives the same walks, and
-    fleets repeat budgets (R_min), so walks are cached."""
-    walks = _walks(w, math.inf if footprint(w) <= budget else budget)
-    micro, traffic, evictions = walks[cheapest(walks, plan_seconds(w, device))]
-    return traffic, evictions, micro
-
-
-@functools.lru_cache(maxsize=65536)
-def _walks(w: Workload, budget: float) -> tuple[Walk, ...]:
-    return traced_walks(w, budget)[0]
-
-
 def plan_seconds(w: Workload, device: DeviceProfile) -> PlanSeconds:
     """What a plan's walk costs `device` at full speed: its storage traffic and its compute in the
     plan's micro-batches. A runtime picks its schedule for its device, not for the share a
@@ -124,13 +180,99 @@ def plan_seconds(w: Workload, device: DeviceProfile) -> PlanSeconds:
     return seconds
 
 
+class WalkIndex:
+    """The swap walks of one workload, by budget: the budgets walked (ascending) and the id of each
+    one's trail (`traced_walks`' trail tells apart the budgets that walk differently). A budget
+    between two walked ones with the same trail walks as they do, and is looked up
+    (np.searchsorted) instead of walked; the others are resolved by bisection, walking the middle
+    budget of each undecided run."""
+
+    def __init__(self, w: Workload) -> None:
+        self.w = w
+        self.points = np.empty(0)
+        self.path = np.empty(0, dtype=np.int64)
+        self.trails: dict[Trail, int] = {}
+        self.results: list[tuple[Walk, ...]] = []  # per trail id: the walk of every plan that fits
+
+    def walk(self, budget: float) -> int:
+        """Walk one budget; its trail's id."""
+        walks, trail = traced_walks(self.w, budget)
+        if trail not in self.trails:
+            self.trails[trail] = len(self.results)
+            self.results.append(walks)
+        return self.trails[trail]
+
+    def lookup(self, budgets: np.ndarray) -> np.ndarray:
+        """The trail id of each budget, walking only those the budgets walked before do not decide."""
+        if not len(budgets):
+            return np.empty(0, dtype=np.int64)
+        unique, inverse = np.unique(budgets, return_inverse=True)
+        ids = self._known(unique)
+        walked = self._bisect(unique, ids)
+        if walked:
+            points = np.concatenate([self.points, unique[walked]])
+            order = np.argsort(points, kind="stable")
+            self.points, self.path = points[order], np.concatenate([self.path, ids[walked]])[order]
+        return ids[inverse]
+
+    def _known(self, budgets: np.ndarray) -> np.ndarray:
+        """Trail ids the walked budgets decide (a budget walked, or between two of one trail); -1 else."""
+        ids = np.full(len(budgets), -1, dtype=np.int64)
+        n = len(self.points)
+        if not n:
+            return ids
+        at = np.searchsorted(self.points, budgets)
+        hi = np.minimum(at, n - 1)
+        lo = np.maximum(at - 1, 0)
+        exact = (at < n) & (self.points[hi] == budgets)
+        between = (at > 0) & (at < n) & (self.path[lo] == self.path[hi])
+        ids[between] = self.path[lo[between]]
+        ids[exact] = self.path[hi[exact]]
+        return ids
+
+    def _bisect(self, budgets: np.ndarray, ids: np.ndarray) -> list[int]:
+        """Fill every -1 of `ids` (budgets ascending): a run whose ends share a trail shares it
+        throughout; otherwise its middle budget is walked and both halves are looked at. The
+        positions walked."""
+        walked: list[int] = []
+
+        def known(j: int) -> int:
+            if ids[j] < 0:
+                ids[j] = self.walk(float(budgets[j]))
+                walked.append(j)
+            return int(ids[j])
+
+        runs = [(0, len(budgets) - 1)]
+        while runs:
+            a, b = runs.pop()
+            if known(a) == known(b):
+                ids[a:b + 1] = ids[a]
+            elif (ids[a + 1:b] < 0).any():
+                m = (a + b) // 2
+                known(m)
+                runs += [(a, m), (m, b)]
+        return walked
+
+
+def walk_key(w: Workload) -> Workload:
+    """The fields of a workload the swap walk reads (not what is sent, nor one-off FLOPs)."""
+    return replace(w, download_bytes=0.0, upload_bytes=0.0, extra_flops=0.0, samples=0)
+
+
 class WalkCost:
-    """edgefl's default accounting."""
+    """edgefl's default accounting, priced in bulk (NumPy columns). Its expensive part, the swap
+    walk (edgefl.sim.swap), depends on a client's available memory only through comparisons a larger
+    budget passes more easily, so the budgets that walk alike form intervals: each workload's
+    `WalkIndex` (kept on the model, for the whole run) looks most budgets up instead of walking
+    them, and a fleet walks a few hundred budgets per workload over a run instead of one per
+    swapping client-round. The plan each device kind runs is chosen once per (trail, kind), the
+    cheapest at full speed (`plan_seconds`)."""
 
     walks = True
 
     def __init__(self, cfg: CostConfig) -> None:
         self.communication = cfg.communication
+        self.indexes: dict[Workload, WalkIndex] = {}  # the swap walks, per workload (walk_key)
 
     def memory_need(self, w: Workload) -> float:
         return mem_req(w.atoms, w.batch, w.slots, adversarial=w.attack_steps > 0)
@@ -148,19 +290,64 @@ class WalkCost:
         """The largest step of the finest paging schedule (edgefl.sim.swap.min_budget)."""
         return min_budget(w)
 
-    def cost(self, w: Workload, state: DeviceState) -> ClientCost:
-        need = self.memory_need(w)
-        traffic, evictions, micro = walk_traffic(w, state.memory_bytes, state.device)
-        dev = state.device
-        ops = traffic.read_ops + traffic.write_ops
-        access = storage_seconds(traffic.read_bytes, traffic.write_bytes, ops, dev.storage_read_mb_s * 1e6,
-                                 dev.storage_write_mb_s * 1e6, dev.storage_latency_ms)
-        down, up = network_seconds(w, state) if self.communication else (0.0, 0.0)
-        return ClientCost(
-            compute_s=walk_compute_seconds(w, state, micro),
-            data_access_s=access, download_s=down, upload_s=up, mem_req_bytes=need,
-            swapped=evictions > 0, read_bytes=traffic.read_bytes,
-            write_bytes=traffic.write_bytes)
+    def price(self, plan: RoundPlan[P], states: States, pool: DevicePool,
+              samples: Callable[[int], int]) -> Costs:
+        """In bulk: each distinct workload's clients as NumPy columns (`samples` is not asked)."""
+        n = len(states.clients)
+        columns = {f.name: np.empty(n, dtype=bool if f.name == "swapped" else np.float64)
+                   for f in fields(Costs)}
+        storage = _storage(pool.kinds)
+        for g, w in enumerate(plan.workloads):
+            rows = np.flatnonzero(plan.which == g)
+            for name, values in self._columns(w, rows, states, pool, storage).items():
+                columns[name][rows] = values
+        return Costs(**columns)
+
+    def _columns(self, w: Workload, rows: np.ndarray, s: States, pool: DevicePool,
+                 storage: tuple[np.ndarray, np.ndarray, np.ndarray]) -> dict[str, np.ndarray]:
+        """The costs of workload `w` for the clients at `rows`, as columns; `storage` is each device
+        kind's read and write bandwidth (B/s) and latency (ms)."""
+        key = walk_key(w)
+        index = self.indexes.setdefault(key, WalkIndex(key))
+        budgets = s.memory_bytes[rows]  # the whole footprint walks as at infinity
+        ids = index.lookup(np.where(footprint(w) <= budgets, math.inf, budgets))
+        kind = s.kind[rows]
+        pairs, inverse = np.unique(ids * len(pool.kinds) + kind, return_inverse=True)
+        walks = [index.results[i] for i in pairs // len(pool.kinds)]
+        chosen = [found[cheapest(found, plan_seconds(w, pool.kinds[k]))]
+                  for found, k in zip(walks, pairs % len(pool.kinds), strict=True)]
+        read = np.array([c[1].read_bytes for c in chosen])[inverse]
+        write = np.array([c[1].write_bytes for c in chosen])[inverse]
+        ops = np.array([c[1].read_ops + c[1].write_ops for c in chosen])[inverse]
+        micro = np.array([c[0] for c in chosen])[inverse]
+        read_bw, write_bw, latency_ms = storage
+        access = storage_seconds(read, write, ops, read_bw[kind], write_bw[kind], latency_ms[kind])
+        if self.communication:
+            down = transfer_seconds(w.download_bytes, s.down_bps[rows], s.latency_s[rows])
+            up = transfer_seconds(w.upload_bytes, s.up_bps[rows], s.latency_s[rows])
+        else:
+            down = up = np.zeros(len(rows))
+        compute = shared_seconds(_compute(w, pool, kind, micro), s.flops[rows], pool.kind_flops[kind])
+        return {"compute_s": compute, "data_access_s": access, "download_s": down, "upload_s": up,
+                "mem_req_bytes": np.full(len(rows), self.memory_need(w)),
+                "swapped": np.array([c[2] > 0 for c in chosen])[inverse],
+                "read_bytes": read, "write_bytes": write}
+
+
+def _storage(kinds: Sequence[DeviceProfile]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each device kind's storage read and write bandwidth (B/s) and latency (ms)."""
+    return (np.array([d.storage_read_mb_s * 1e6 for d in kinds]),
+            np.array([d.storage_write_mb_s * 1e6 for d in kinds]),
+            np.array([d.storage_latency_ms for d in kinds]))
+
+
+def _compute(w: Workload, pool: DevicePool, kind: np.ndarray, micro: np.ndarray) -> np.ndarray:
+    """Full-speed compute seconds per client, one roofline sum per (device kind, micro)."""
+    base = w.batch + 1  # micro-batches divide the batch
+    pairs, inverse = np.unique(kind * base + micro, return_inverse=True)
+    full = [full_speed_seconds(w, profile_rooflines(pool.kinds[k]), int(m))
+            for k, m in zip(*divmod(pairs, base), strict=True)]
+    return np.array(full)[inverse]
 
 
 def walk_compute_seconds(w: Workload, state: DeviceState, micro: int = 1) -> float:
@@ -259,7 +446,14 @@ class PaperCost:
         """No minimum: the release's formulas swap any model in any budget."""
         return 0.0, "no piece"
 
-    def cost(self, w: Workload, state: DeviceState) -> ClientCost:
+    def price(self, plan: RoundPlan[P], states: States, pool: DevicePool,
+              samples: Callable[[int], int]) -> Costs:
+        """Client by client, each workload with the client's sample count (`counted`)."""
+        return Costs.of([self._cost(self.counted(plan.workload(i), functools.partial(samples, int(k))),
+                                    pool.state_at(states, i))
+                         for i, k in enumerate(states.clients)])
+
+    def _cost(self, w: Workload, state: DeviceState) -> ClientCost:
         run = PaperRun.of(w.atoms)
         s = paper_scale(w.slots)
         compute = access = 0.0

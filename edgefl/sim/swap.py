@@ -19,7 +19,7 @@ fastest (`cheapest`, priced by edgefl.sim.cost.plan_seconds). Every decision a w
 budget (which plans fit, how much each step evicts) is a comparison that a larger budget can only
 pass more easily, so the budgets whose walks take the same path (`traced_walks`' trail: the plans
 tried and each step's evictions) form an interval, and the walks are the same throughout it
-(edgefl.sim.bulk looks a round's budgets up that way).
+(edgefl.sim.cost.WalkCost.price looks a round's budgets up that way).
 """
 
 from __future__ import annotations

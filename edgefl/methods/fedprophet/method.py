@@ -37,7 +37,7 @@ from edgefl.methods.fedprophet.coordinator import (
 )
 from edgefl.methods.fedprophet.knobs import FedProphetConfig
 from edgefl.methods.fedprophet.partition import aux_head, partition_model
-from edgefl.sim.bulk import RoundPlan
+from edgefl.sim.cost import RoundPlan
 from edgefl.sim.records import optimizer_slots
 from edgefl.sim.workload import Workload
 from edgefl.training.local import evaluate
