@@ -79,7 +79,7 @@ def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, iterations: int, b
         opt.zero_grad()
         loss.backward()
         opt.step()
-        total += float(loss)
+        total += loss.item()
     return total / max(iterations, 1)
 
 
