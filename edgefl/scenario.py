@@ -75,7 +75,7 @@ def fit_defaults(s: Scenario, raw: dict[str, Any]) -> Scenario:
     value the user set is kept, and refused later with one line if it does not fit)."""
     from edgefl.data.datasets import dataset_spec
 
-    method_class(s.method).fit_defaults(s, raw, dataset_spec(s.data).train_samples)
+    method_class(s.method, s).fit_defaults(s, raw, dataset_spec(s.data).train_samples)
     return s
 
 

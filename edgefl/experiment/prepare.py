@@ -124,7 +124,7 @@ def _dry_data(s: Scenario, where: str) -> tuple[Dataset, Any, np.ndarray]:
     computed only if a method asks for them (local epochs): fleets may outnumber the samples."""
     spec = dataset_spec(s.data)
     labels = np.arange(spec.train_samples) % spec.num_classes
-    if public := method_class(s.method).public_samples(s):  # as the real run would refuse it
+    if public := method_class(s.method, s).public_samples(s):  # as the real run would refuse it
         public_split(len(labels), public, s.seed, where)
     splits = LazySplits(lambda: client_splits(s, labels, where)[1])
     return shapes_only(s.data), splits, np.zeros(0, dtype=np.int64)
@@ -150,7 +150,7 @@ class LazySplits(Sequence[ClientSplit]):
 def client_splits(s: Scenario, labels: np.ndarray, where: str) -> tuple[np.ndarray, list[ClientSplit]]:
     """The server's public split (methods that distil) and the clients' splits of the rest."""
     public, rest = np.zeros(0, dtype=np.int64), np.arange(len(labels))
-    if samples := method_class(s.method).public_samples(s):
+    if samples := method_class(s.method, s).public_samples(s):
         public, rest = public_split(len(labels), samples, s.seed, where)
     splits = split_clients(labels[rest], s.fleet.clients, s.data, s.seed, where)
     return public, [ClientSplit(rest[c.train], rest[c.val]) for c in splits]
