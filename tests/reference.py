@@ -17,8 +17,9 @@ import numpy as np
 import pytest
 import simpy
 
+from edgefl.devices import draws
 from edgefl.devices.classes import perf_flops
-from edgefl.devices.pool import DevicePool, DeviceState, States
+from edgefl.devices.pool import LATENCY, STATE, DevicePool, DeviceState, States
 from edgefl.devices.profile import DeviceProfile
 from edgefl.experiment import async_rounds, living, players
 from edgefl.experiment.round_energy import RoundEnergy
@@ -88,6 +89,13 @@ def run_round(fed: Federation, round_: int, jobs: list[Job], server_s: float = 0
     env.run(until=process)
     assert isinstance(process.value, RoundRecord)
     return process.value
+
+
+def folded_state(pool: DevicePool, client: int, round_: int) -> DeviceState:
+    """The reference of DevicePool.states: one client's draws for `round_`, its words folded one by
+    one (draws.key), not derived in bulk (draws.words)."""
+    words = [[draws.key(pool.seed, STATE, round_, client, j) for j in range(LATENCY + 1)]]
+    return pool.state_at(pool._assemble(np.array([client]), np.array(words, dtype=np.uint64)), 0)
 
 
 def planned_jobs(pool: DevicePool, method: Method, pricer: Pricer, t: int, clients: np.ndarray

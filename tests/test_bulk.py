@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from reference import client_cost, per_client
+from reference import client_cost, folded_state, per_client
 from support import QUICKSTART, ROOT
 
 from edgefl.config import FleetConfig
@@ -56,14 +56,14 @@ def test_bulk_states_equal_the_per_client_draws_in_any_order() -> None:
         clients = pool.sampled(t)
         states = pool.states(clients, t)
         assert [pool.state_at(states, i) for i in range(len(clients))] == [
-            pool.state(k, t) for k in clients.tolist()]
+            folded_state(pool, k, t) for k in clients.tolist()]
         subset = np.random.default_rng(t).permutation(clients)[:50]  # another batch, another order
         alone = pool.states(np.sort(subset), t)
         rows = np.searchsorted(clients, np.sort(subset))
         assert alone.memory_bytes.tolist() == states.memory_bytes[rows].tolist()
         assert alone.up_bps.tolist() == states.up_bps[rows].tolist()
         view = StateMap(pool, states)
-        assert view[int(clients[3])] == pool.state(int(clients[3]), t) and len(view) == len(clients)
+        assert view[int(clients[3])] == folded_state(pool, int(clients[3]), t) and len(view) == len(clients)
 
 
 # pricing -------------------------------------------------------------------------------------------

@@ -168,10 +168,9 @@ class DevicePool:
         return min(device.memory_bytes, self.fleet.reserved_memory_mb * 1e6)
 
     def state(self, client: int, round_: int) -> DeviceState:
-        """Client `client`'s draw for `round_`: app, available memory, network (its words folded
-        one by one: the reference `states` is checked against)."""
-        words = [[draws.key(self.seed, STATE, round_, client, j) for j in range(LATENCY + 1)]]
-        return self.state_at(self._assemble(np.array([client]), np.array(words, dtype=np.uint64)), 0)
+        """Client `client`'s draw for `round_`: app, available memory, network (`states` of it alone;
+        tests/reference.py folds its words one by one, the reference `states` is checked against)."""
+        return self.state_at(self.states(np.array([client]), round_), 0)
 
     def states(self, clients: np.ndarray, round_: int) -> States:
         """The draws of `clients` (ascending) for `round_`, as arrays."""
