@@ -8,8 +8,10 @@ from torch import nn
 
 from edgefl.experiment import prepare
 from edgefl.methods import base as method_template
-from edgefl.methods.aggregate import bn_keys, fedavg, keep_local, state_bytes
+from edgefl.methods.aggregate import keep_local, state_bytes
 from edgefl.scenario import load_scenario
+from edgefl.server.base import bn_keys
+from edgefl.server.mean import fedavg
 
 
 def test_fedavg_weighted_mean():

@@ -28,11 +28,11 @@ from edgefl.experiment import async_rounds, prepare, run
 from edgefl.experiment.async_rounds import Pending, rebase, rebased, running_statistics, stall_error
 from edgefl.experiment.living import Live, phases
 from edgefl.experiment.round_energy import RoundEnergy
-from edgefl.methods.aggregate import fedavg
 from edgefl.methods.base import ClientUpdate
 from edgefl.report.compare import breakdown, load_run, sim_time
 from edgefl.report.trace import chrome_trace
 from edgefl.scenario import load_scenario
+from edgefl.server.mean import fedavg
 from edgefl.sim import availability
 from edgefl.sim.availability import Always, Diurnal, from_mapping, read_trace
 from edgefl.sim.battery import WH, Battery

@@ -246,6 +246,9 @@ def test_an_unknown_rule_is_refused_with_the_known_ones() -> None:
         load_scenario(QUICKSTART, ["method=fedavg_at", "server.rule=fedavgx"])
     assert info.value.key == "server.rule"
     assert info.value.fix == f"unknown 'fedavgx'; choose one of: {', '.join(RULES.names())}"
+    for rule in ("mean", "fedavgm", "fedadam", "fedyogi", "fedadagrad", "gma", "slack", "fedmedian",
+                 "trimmed_mean", "krum"):  # every rule the issue names, typed here, not read from RULES
+        assert rule in RULES.names()
 
 
 def test_capabilities_follow_the_steps_a_class_overrides() -> None:

@@ -45,12 +45,12 @@ from edgefl.experiment.living import FIRST_LOOK, NEVER_ONLINE, fleet_availabilit
 from edgefl.experiment.prepare import Experiment
 from edgefl.experiment.round_energy import RoundEnergy
 from edgefl.experiment.rounds import RoundTable, event_columns, priced, seen_duration
-from edgefl.methods.aggregate import State
 from edgefl.methods.base import ClientPlan, ClientUpdate, Method, grouped
 from edgefl.runlog import Columns
 from edgefl.scenario import Scenario, check_mode
 from edgefl.selection import Picked
 from edgefl.selection.server import Selection
+from edgefl.server.base import State
 from edgefl.sim.availability import Availability
 from edgefl.sim.bulk import Pricer
 from edgefl.sim.clients import COMPLETED, DROPPED

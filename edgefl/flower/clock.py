@@ -109,15 +109,12 @@ class Clock:
         if failed:
             table = with_failed(table, self._failed_rows(t, picked, ~keep))
         assert table is not None
-        ran = ~table.dropped
+        ran, done = ~table.dropped, completed(table)
+        kept = set(done)
         self.selection.record(t, table.states.clients[ran], table.seen_s()[ran],
-                              {k: v for k, v in losses.items() if k in set(self.completed(table))})
-        exp.method.skip(t, self.completed(table))
+                              {k: v for k, v in losses.items() if k in kept})
+        exp.method.skip(t, done)
         return table
-
-    def completed(self, table: RoundTable) -> list[int]:
-        """The clients whose updates the round aggregates."""
-        return completed(table)
 
     def _failed_rows(self, t: int, picked: Picked, rows: np.ndarray) -> RoundTable:
         """A round table of the clients whose node failed: nothing done, stopped at the clock's time."""

@@ -18,7 +18,6 @@ atoms and bytes.
 
 from __future__ import annotations
 
-import hashlib
 import tomllib
 from collections.abc import Callable
 from dataclasses import fields, replace
@@ -88,10 +87,6 @@ class Shadow:
     def from_text(cls, text: str, where: str, model: Callable[[], Any] | None = None) -> Shadow:
         """From a resolved scenario (`to_toml`) that a server sent, found beside the file `where`."""
         return cls(scenario_from_toml(tomllib.loads(text), where), where, model)
-
-    @property
-    def digest(self) -> str:
-        return hashlib.sha256(self.text.encode()).hexdigest()[:16]
 
     @property
     def clients(self) -> int:

@@ -28,6 +28,7 @@ from flwr.serverapp.strategy import Result, Strategy
 
 from edgefl.config import Scenario
 from edgefl.errors import EdgeflError
+from edgefl.experiment.living import completed
 from edgefl.flower.clock import Clock
 from edgefl.flower.mod import WHOAMI
 from edgefl.flower.runfolder import RunFolder
@@ -180,7 +181,7 @@ class DeviceClock(Strategy):
             log.warning("edgefl: %d replies carry no edgefl prices: the server prices them (add "
                         "edgefl.flower.device_time() to the ClientApp's mods)", len(missing))
         table = self.clock.end(t, prices, failed, losses)
-        done = set(self.clock.completed(table))
+        done = set(completed(table))
         finish = dict(zip(table.states.clients.tolist(), table.finish_s.tolist(), strict=True))
         kept = [m for m in replies if not m.has_error() and self.sent.get(m.metadata.src_node_id) in done]
         kept.sort(key=lambda m: (finish[self.sent[m.metadata.src_node_id]],

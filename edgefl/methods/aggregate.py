@@ -6,10 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from edgefl.server.base import State, bn_keys
+from edgefl.server.base import State
 from edgefl.server.mean import fedavg
-
-__all__ = ["State", "bn_keys", "fedavg", "keep_local", "partial_average", "state_bytes"]
 
 
 def keep_local(global_state: State, local_state: State, keys: Iterable[str]) -> State:

@@ -45,11 +45,13 @@ from torch import nn
 from edgefl.config import Check, Knobs, Named, Scenario, knob_section
 from edgefl.devices.pool import DeviceState
 from edgefl.errors import EdgeflError
-from edgefl.methods.aggregate import State, fedavg, state_bytes
+from edgefl.methods.aggregate import state_bytes
 from edgefl.methods.base import ClientModel, ClientPlan, ClientUpdate, Context
 from edgefl.methods.fedavg import FedAvgAT
 from edgefl.models import MODELS, SCALABLE, AtomModel, build_model
 from edgefl.profiling import profile_model
+from edgefl.server.base import State
+from edgefl.server.mean import fedavg
 from edgefl.sim.cost import RoundPlan
 from edgefl.sim.records import ModelProfile
 from edgefl.sim.workload import Workload, train_pass_flops

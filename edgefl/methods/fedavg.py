@@ -37,10 +37,11 @@ import numpy as np
 import torch
 
 from edgefl.devices.pool import DeviceState
-from edgefl.methods.aggregate import State, bn_keys, keep_local, state_bytes
+from edgefl.methods.aggregate import keep_local, state_bytes
 from edgefl.methods.base import METHODS, ClientModel, ClientPlan, ClientUpdate, Context, Method
 from edgefl.profiling.layers import why_not_grouped
 from edgefl.server import RULES, ServerRule, Updates
+from edgefl.server.base import State, bn_keys
 from edgefl.sim.cost import RoundPlan
 from edgefl.sim.records import mem_req, optimizer_slots
 from edgefl.sim.workload import Workload

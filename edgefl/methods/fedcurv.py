@@ -22,9 +22,9 @@ from torch import nn
 
 from edgefl.config import Check, Knobs, knob_section
 from edgefl.data.datasets import to_float
-from edgefl.methods.aggregate import State
 from edgefl.methods.base import METHODS, ClientPlan, ClientUpdate, Context
 from edgefl.methods.fedavg import FedAvgAT
+from edgefl.server.base import State
 from edgefl.sim.workload import train_pass_flops
 from edgefl.training.local import Hooks
 

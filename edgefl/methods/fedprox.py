@@ -10,9 +10,9 @@ import torch
 from torch import nn
 
 from edgefl.config import Check, Knobs, knob_section
-from edgefl.methods.aggregate import State
 from edgefl.methods.base import METHODS
 from edgefl.methods.fedavg import FedAvgAT
+from edgefl.server.base import State
 from edgefl.training.local import Hooks
 
 

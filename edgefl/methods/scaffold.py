@@ -13,9 +13,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from edgefl.methods.aggregate import State
 from edgefl.methods.base import METHODS, ClientPlan, ClientUpdate, Context
 from edgefl.methods.fedavg import FedAvgAT
+from edgefl.server.base import State
 from edgefl.training.local import Hooks
 
 

@@ -36,13 +36,14 @@ from torch import nn
 from edgefl.config import Check, Knobs, knob_section
 from edgefl.devices.pool import DeviceState
 from edgefl.errors import EdgeflError
-from edgefl.methods.aggregate import State, state_bytes
+from edgefl.methods.aggregate import state_bytes
 from edgefl.methods.base import ClientModel, ClientPlan, ClientUpdate, Context
 from edgefl.methods.fedavg import FedAvgAT
 from edgefl.models.base import AtomModel
 from edgefl.models.resnet import BasicBlock
 from edgefl.profiling import profile_model
 from edgefl.profiling.layers import narrowable_names, narrows
+from edgefl.server.base import State
 from edgefl.sim.records import ModelProfile
 
 Index = tuple[torch.Tensor, ...]  # kept positions along a global tensor's leading dimensions

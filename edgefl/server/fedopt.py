@@ -137,10 +137,12 @@ class Stepped(ServerRule):
         return 1.0
 
     def combine(self, round_: int, current: State, updates: Updates) -> State:
-        new = fedavg(updates.states, updates.samples)  # buffers: the plain average
+        params = set(self.params)  # stepped below; the buffers take the plain average
+        new = fedavg([{k: v for k, v in s.items() if k not in params} for s in updates.states],
+                     updates.samples)
         for name in self.params:
             deltas = [state[name] - current[name] for state in updates.states]
             delta = fedavg([{name: d} for d in deltas], updates.samples)[name]
             new[name], self.moments[name] = server_step(current[name], delta, self.moments.get(name, {}),
                                                         self.opt, self.scale(deltas))
-        return new
+        return {k: new[k] for k in current}  # in the model's order

@@ -68,10 +68,11 @@ class Slack(ServerRule):
         return math.ceil(samples / min(batch, samples))
 
     def combine(self, round_: int, current: State, updates: Updates) -> State:
-        plain = fedavg(updates.states, updates.samples)
         if round_ == 0:
-            return plain
+            return fedavg(updates.states, updates.samples)
+        plain = fedavg([{k: s[k] for k in self.bn} for s in updates.states], updates.samples)  # BatchNorm
         weights = slack_weights(updates.losses, updates.samples, self.cfg.alpha,
                                 min(self.cfg.k_hat, len(updates.states)))
         slack = fedavg([{k: v for k, v in s.items() if k not in self.bn} for s in updates.states], weights)
-        return {**plain, **slack}
+        merged = {**plain, **slack}
+        return {k: merged[k] for k in updates.states[0]}  # in the model's order

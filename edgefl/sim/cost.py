@@ -308,7 +308,7 @@ class WalkCost:
         """The costs of workload `w` for the clients at `rows`, as columns; `storage` is each device
         kind's read and write bandwidth (B/s) and latency (ms)."""
         key = walk_key(w)
-        index = self.indexes.setdefault(key, WalkIndex(key))
+        index = self.indexes.get(key) or self.indexes.setdefault(key, WalkIndex(key))
         budgets = s.memory_bytes[rows]  # the whole footprint walks as at infinity
         ids = index.lookup(np.where(footprint(w) <= budgets, math.inf, budgets))
         kind = s.kind[rows]

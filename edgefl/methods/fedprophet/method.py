@@ -25,7 +25,7 @@ from edgefl.attacks import Attack, make_attack
 from edgefl.data.datasets import to_float
 from edgefl.devices.pool import DeviceState
 from edgefl.errors import EdgeflError
-from edgefl.methods.aggregate import State, bn_keys, keep_local, partial_average, state_bytes
+from edgefl.methods.aggregate import keep_local, partial_average, state_bytes
 from edgefl.methods.base import METHODS, ClientModel, ClientPlan, ClientUpdate, Context, Method
 from edgefl.methods.fedprophet.cascade import Cascade, Exit, feature_attack, output_perturbation
 from edgefl.methods.fedprophet.coordinator import (
@@ -37,6 +37,7 @@ from edgefl.methods.fedprophet.coordinator import (
 )
 from edgefl.methods.fedprophet.knobs import FedProphetConfig
 from edgefl.methods.fedprophet.partition import aux_head, partition_model
+from edgefl.server.base import State, bn_keys
 from edgefl.sim.cost import RoundPlan
 from edgefl.sim.records import optimizer_slots
 from edgefl.sim.workload import Workload
