@@ -33,6 +33,12 @@ Run:
     .venv/bin/python bench/memreq.py                      # all four models, default batches
     .venv/bin/python bench/memreq.py --batch 128          # one batch size for every model
     .venv/bin/python bench/memreq.py --models vgg16 --device cuda
+    .venv/bin/python bench/memreq.py --models timm:resnet18 torchvision:mobilenet_v3_small --steps 3
+
+A `torchvision:NAME` or `timm:NAME` model (issue 53) is cut into atoms by edgefl.models.cut and run
+on 3xSxS inputs (S = --side, 32 by default) with CIFAR-10's statistics and 10 classes. On 32x32 an
+ImageNet-stem ResNet's last stage runs on 1x1 maps, where oneDNN's weight-gradient kernel takes a
+scratch of 4x the weights per thread, which MemReq does not model (docs/scenarios.md).
 
 Defaults (digits_cnn batch 32, the 3x32x32 models batch 64) finish in about 20 s on an idle 2-core
 CPU (two minutes when other work shares it); `--batch 128` doubles the work. `--iters 1` measures
@@ -54,6 +60,7 @@ from torch import nn
 from edgefl.attacks import make_attack
 from edgefl.config import TrainingConfig
 from edgefl.models import AtomModel, build_model
+from edgefl.models.vision import is_vision
 from edgefl.profiling import profile_model
 from edgefl.sim.records import mem_req, optimizer_slots, paper_mem_req
 from edgefl.training.local import make_optimizer, resolve_device, train_local
@@ -184,7 +191,9 @@ def print_table(rows: list[Row], method: str) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--models", nargs="+", default=list(CASES), choices=list(CASES))
+    parser.add_argument("--models", nargs="+", default=list(CASES),
+                        help=f"{', '.join(CASES)}, torchvision:NAME or timm:NAME")
+    parser.add_argument("--side", type=int, default=32, help="input side of a torchvision or timm model")
     parser.add_argument("--batch", type=int, default=0,
                         help="batch size for every model (default: digits_cnn 32, others 64)")
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
@@ -202,7 +211,10 @@ def main(argv: list[str] | None = None) -> None:
           f"PGD-{args.steps}, {args.iters} iterations from a fresh model")
     rows = []
     for name in args.models:
-        case = CASES[name]
+        if name not in CASES and not is_vision(name):
+            parser.error(f"unknown model {name!r}: one of {', '.join(CASES)}, torchvision:NAME or timm:NAME")
+        case = CASES.get(name) or Case(name, (3, args.side, args.side), CIFAR_MEAN, CIFAR_STD, 32, 8 / 255,
+                                       2 / 255)
         rows.append(measure(case, args.batch or case.batch, device, args.iters, args.steps))
     print_table(rows, method)
 
