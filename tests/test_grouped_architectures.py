@@ -29,6 +29,8 @@ from edgefl.sim.records import AtomProfile
 from edgefl.sim.workload import Workload
 from edgefl.training.grouped import (
     ClientJob,
+    ConvBN,
+    GroupedBatchNorm2d,
     GroupedConv2d,
     State,
     Taps,
@@ -180,6 +182,35 @@ def test_convolutions_of_small_maps_run_as_batched_matmuls_with_the_convolution_
     assert (("dense", *size) in conv.kept) == (frozen and dense)
     torch.testing.assert_close(conv(x), want, atol=1e-12, rtol=0)  # from what was kept
     leaves = [x, *([] if frozen else [conv.weight, *([conv.bias] if conv.bias is not None else [])])]
+    grad = torch.randn_like(want)
+    grads = torch.autograd.grad(got, leaves, grad), torch.autograd.grad(want, leaves, grad)
+    for g, h in zip(*grads, strict=True):
+        torch.testing.assert_close(g, h, atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("frozen", [False, True])
+def test_a_batchnorm_after_a_small_map_convolution_runs_in_eval_mode_as_its_affine_map(frozen: bool) -> None:
+    """In eval mode (an attack's passes) a BatchNorm reading a small map's convolution is applied as
+    x x scale + shift (`GroupedConv2d.scaled`): values and gradients BatchNorm's own (float64: its
+    kernel and the product round differently, a few ulps), the map kept while frozen."""
+    torch.manual_seed(0)
+    convs = [nn.Conv2d(2, 4, 3, padding=1).double() for _ in range(3)]
+    bns = [nn.BatchNorm2d(4).double() for _ in range(3)]
+    for bn in bns:
+        bn.running_mean.uniform_(-1, 1), bn.running_var.uniform_(0.5, 2), bn.weight.data.uniform_(0.5, 2)
+        bn.bias.data.uniform_(-1, 1)
+    conv = GroupedConv2d.of(convs[0], [c.state_dict() for c in convs])
+    norm = GroupedBatchNorm2d.of(bns[0], [b.state_dict() for b in bns])
+    pair = ConvBN(conv, norm)
+    conv.eval(), norm.eval(), norm.requires_grad_(not frozen)
+    x = torch.randn(5, 6, 2, 2, dtype=torch.float64).to(memory_format=torch.channels_last)
+    x.requires_grad_(True)
+    assert conv.small_map(x) is not None
+    got, want = pair(x), norm(conv(x))
+    torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
+    assert got.is_contiguous(memory_format=torch.channels_last)
+    assert ("affine" in conv.kept) == frozen
+    leaves = [x, *([] if frozen else [norm.weight, norm.bias])]
     grad = torch.randn_like(want)
     grads = torch.autograd.grad(got, leaves, grad), torch.autograd.grad(want, leaves, grad)
     for g, h in zip(*grads, strict=True):

@@ -7,9 +7,13 @@ activations and frees them all at its end, so under the dynamic thresholds every
 pages and page-faults on each first touch: about 850 minor faults per attack pass of the grouped
 quickstart (10 clients, batch 32; 1.2 ms of system time and 25 % of the pass on this 2-core VM).
 Fixing the thresholds (`mallopt`, as the glibc manual describes: M_MMAP_THRESHOLD 32 MiB, glibc's
-own ceiling for the dynamic value, and M_TRIM_THRESHOLD 256 MiB) keeps those pages in the heap:
-no faults after the first step. Blocks over 32 MiB (datasets) are still mapped, and the heap top
-goes back to the OS once more than 256 MiB of it is free (each Ray worker keeps up to that much).
+own ceiling for the dynamic value, and M_TRIM_THRESHOLD 1 GiB) keeps those pages in the heap:
+no faults after the first step. Blocks over 32 MiB would still be mapped afresh on every
+allocation, so mapping is switched off (M_MMAP_MAX 0) and they come from the heap too: a grouped
+ResNet10 round of 10 clients (issue 50) allocates and frees 94 MB weight gradients, momentum
+buffers and weight-decay temporaries for its last stage, 70,000-170,000 page faults a round and
+a tenth of its time before (bench/throughput.py). The heap top goes back to the OS once more
+than 1 GiB of it is free (each Ray worker keeps up to that much).
 
 The setting is process-wide and changes no value, only where memory comes from; real training
 (`edgefl.experiment.prepare.method_context`) makes it, in the main process and in Ray workers.
@@ -22,17 +26,18 @@ import ctypes
 import ctypes.util
 import functools
 
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's malloc.h
-MMAP_BYTES, TRIM_BYTES = 32 << 20, 256 << 20
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_MMAP_MAX = -1, -3, -4  # glibc's malloc.h
+MMAP_BYTES, TRIM_BYTES = 32 << 20, 1 << 30  # mallopt takes a C int: TRIM_BYTES < 2**31
 
 
 @functools.cache
 def keep_freed_memory() -> bool:
-    """Fix glibc's mmap and trim thresholds (see the module docstring); True when glibc took them."""
+    """Fix glibc's mmap and trim thresholds and switch mapping off (see the module docstring); True
+    when glibc took them."""
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         mallopt = libc.mallopt
     except (OSError, AttributeError):
         return False
-    took = [mallopt(M_MMAP_THRESHOLD, MMAP_BYTES), mallopt(M_TRIM_THRESHOLD, TRIM_BYTES)]
-    return all(took)
+    settings = [(M_MMAP_THRESHOLD, MMAP_BYTES), (M_TRIM_THRESHOLD, TRIM_BYTES), (M_MMAP_MAX, 0)]
+    return all([mallopt(key, value) for key, value in settings])

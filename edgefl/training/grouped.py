@@ -132,6 +132,17 @@ class GroupedConv2d(nn.Conv2d):
             return None
         return rows, cols
 
+    def scaled(self, y: torch.Tensor, bn: GroupedBatchNorm2d) -> torch.Tensor:
+        """bn(y) with bn in eval mode as the affine map it is (`bn_affine`), worked out once while
+        bn's parameters are frozen (`keep`): on the small maps where the convolution is not folded,
+        BatchNorm's own eval-mode backward took 2 ms a pass for ResNet10's last stage of 10 clients,
+        one thread (5120 channels of 1x1 maps), against a few microseconds for the product's."""
+        if any(p is not None and p.requires_grad for p in (bn.weight, bn.bias)):
+            scale, shift = bn_affine(bn)
+        else:
+            scale, shift = self.keep("affine", lambda: bn_affine(bn))
+        return y * scale.view(1, -1, 1, 1) + shift.view(1, -1, 1, 1)
+
     def folded(self, x: torch.Tensor, bn: GroupedBatchNorm2d) -> torch.Tensor:
         """bn(conv(x)) with bn in eval mode, as one convolution: weights scaled by
         gamma / sqrt(var + eps), bias beta - mean x that scale (the same affine map, one pass).
@@ -272,17 +283,19 @@ def dense_start(size: int, kernel: int, pad: int, stride: int, dilation: int) ->
 def dense_weights(weight: torch.Tensor, size: Sequence[int], taps: tuple[Taps, Taps], starts: tuple[int, int],
                   conv: nn.Conv2d) -> torch.Tensor:
     """A grouped convolution of maps of `size` whose every output reads every input (`dense_start`)
-    as each client's dense matrix, (G, input rows x columns x in channels, output rows x columns x out
-    channels): block (input, output) the tap that joins them. The tap moves by one with the input and
-    back by the stride with the output, so the blocks are a strided view of the weights, outputs last
-    first, put in order by the one copy that makes the matrix."""
+    as each client's dense matrix, (G, output rows x columns x out channels, input rows x columns x
+    in channels): block (output, input) the tap that joins them. The tap moves by one with the input
+    and back by the stride with the output, so the blocks are a strided view of the weights, outputs
+    last first, put in order by the one copy that makes the matrix; its rows run along the in
+    channels, as channels_last weights hold them, so that copy reads the weights in order and
+    `dense_matmul` multiplies by the transpose (a transposed matrix costs a matmul nothing)."""
     (h, w), (rows, cols), (sh, sw) = size, taps, conv.stride
     g, (co, c, _, _) = conv.groups, weight.shape
     s_out, s_in, s_h, s_w = weight.stride()
-    view = weight.as_strided((g, h, w, c, rows.out, cols.out, co // g),
-                             (co // g * s_out, s_h, s_w, s_in, sh * s_h, sw * s_w, s_out),
+    view = weight.as_strided((g, rows.out, cols.out, co // g, h, w, c),
+                             (co // g * s_out, sh * s_h, sw * s_w, s_out, s_h, s_w, s_in),
                              weight.storage_offset() + starts[0] * s_h + starts[1] * s_w)
-    return view.flip(4, 5).reshape(g, h * w * c, -1)
+    return view.flip(1, 2).reshape(g, -1, h * w * c)
 
 
 def dense_matmul(x: torch.Tensor, dense: torch.Tensor, bias: torch.Tensor | None, taps: tuple[Taps, Taps],
@@ -292,11 +305,12 @@ def dense_matmul(x: torch.Tensor, dense: torch.Tensor, bias: torch.Tensor | None
     (docs/benchmarks.md). Out channels_last."""
     b, _, h, w = x.shape
     lhs = x.permute(0, 2, 3, 1).reshape(b, h * w, groups, -1).permute(2, 0, 1, 3).reshape(groups, b, -1)
+    rhs = dense.transpose(1, 2)
     if bias is None:
-        return client_maps(torch.bmm(lhs, dense), b, taps)
+        return client_maps(torch.bmm(lhs, rhs), b, taps)
     positions = taps[0].out * taps[1].out
     tiled = bias.view(groups, 1, 1, -1).expand(-1, -1, positions, -1).reshape(groups, 1, -1)
-    return client_maps(torch.baddbmm(tiled, lhs, dense), b, taps)
+    return client_maps(torch.baddbmm(tiled, lhs, rhs), b, taps)
 
 
 class FlattenFormat(torch.autograd.Function):
@@ -322,13 +336,19 @@ class GroupedFlatten(nn.Flatten):
         return x.flatten(1)
 
 
-def fold(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> tuple[torch.Tensor, torch.Tensor]:
-    """(weight, bias) of the one convolution that is bn(conv(x)) with bn in eval mode."""
+def bn_affine(bn: nn.BatchNorm2d) -> tuple[torch.Tensor, torch.Tensor]:
+    """(scale, shift) per channel of bn in eval mode: bn(x) = x x scale + shift."""
     assert bn.running_mean is not None and bn.running_var is not None
     scale = torch.rsqrt(bn.running_var + bn.eps)
     shift = -bn.running_mean * scale
     if bn.affine:
         scale, shift = scale * bn.weight, shift * bn.weight + bn.bias
+    return scale, shift
+
+
+def fold(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> tuple[torch.Tensor, torch.Tensor]:
+    """(weight, bias) of the one convolution that is bn(conv(x)) with bn in eval mode."""
+    scale, shift = bn_affine(bn)
     if conv.bias is not None:
         shift = shift + conv.bias * scale
     return conv.weight * scale.view(-1, 1, 1, 1), shift
@@ -515,7 +535,8 @@ def substate(state: State, name: str) -> State:
 class ConvBN(nn.Module):
     """A grouped convolution and the BatchNorm (with running statistics) that alone reads its output,
     in eval mode (attack passes) as one folded convolution (`GroupedConv2d.folded`), but on small
-    maps (`GroupedConv2d.small_map`), where the weights are many and the outputs few, as they are."""
+    maps (`GroupedConv2d.small_map`), where the weights are many and the outputs few, as the
+    convolution then the BatchNorm's affine map (`GroupedConv2d.scaled`)."""
 
     conv: GroupedConv2d  # the network's own layers, not submodules of this one
     bn: GroupedBatchNorm2d
@@ -525,8 +546,10 @@ class ConvBN(nn.Module):
         self.__dict__.update(conv=conv, bn=bn)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.bn.training or self.conv.small_map(x):
+        if self.bn.training:
             return self.bn(self.conv(x))
+        if self.conv.small_map(x):
+            return self.conv.scaled(self.conv(x), self.bn)
         return self.conv.folded(x, self.bn)
 
 
@@ -719,7 +742,7 @@ def why_not_worth_it(workload: Workload, device: torch.device) -> str | None:
     whatever the model: on a CPU, a forward whose operators average OPERATOR_MACS multiply-accumulates
     per client batch or more runs them near the core's peak one by one already, and grouping removes
     per-operator overhead (and oneDNN's slow small maps) that such work hides. Measured on one core
-    (docs/benchmarks.md): 2.0-2.9x at 1 M MACs an operator (the quickstart), 1.7x at 9 M (resnet10
+    (docs/benchmarks.md): 2.0-2.9x at 1 M MACs an operator (the quickstart), 2.0-2.2x at 9 M (resnet10
     on 8x8 digits), 1.2-1.4x at 18-20 M (smallcnn, cnn4), 1.05x at 110 M (vgg11 on 32x32) and 0.96x
     at 150 M (resnet10 on 32x32). On a GPU, where an operator that size is bound by its launch, grouping
     stays on (unmeasured)."""
