@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from torch import nn
-from torchvision.models import MobileNetV2
 
 from edgefl.models.base import MODELS, AtomModel, Normalize, with_head
 
@@ -27,6 +26,8 @@ SMALL = [[1, 16, 1, 1], [6, 24, 2, 1], [6, 32, 3, 2], [6, 64, 4, 2], [6, 96, 3, 
 @MODELS.register("mobilenet_v2")
 def make_mobilenet_v2(num_classes: int, input_shape: tuple[int, ...], mean: Sequence[float],
                       std: Sequence[float]) -> AtomModel:
+    from torchvision.models import MobileNetV2  # here: torchvision.models loads torch._dynamo, 1.9 s
+
     c, h, w = input_shape
     small = min(h, w) < SMALL_SIDE
     net = MobileNetV2(num_classes=num_classes, inverted_residual_setting=SMALL if small else IMAGENET)
