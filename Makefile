@@ -21,12 +21,14 @@ run: setup
 	$(BIN)/edgefl run $(SCENARIO) --out runs/quickstart --overwrite
 	$(BIN)/edgefl plot runs/quickstart
 
-# The tests spread over every core (pytest-xdist); test-fast leaves out the ones marked slow. On a
-# fresh clone the round loop compiles into numba's cache (about a minute on one core) while mypy runs.
+# The tests spread over every core (pytest-xdist); test-fast leaves out the ones marked slow. mypy
+# runs beside them (its report printed after theirs): on a fresh clone it takes about a minute, while
+# pytest first compiles the round loop into numba's cache (tests/conftest.py, a minute on one core)
+# and then leaves a core idle now and again while its tests wait on the processes they start.
 test: setup
 	$(BIN)/ruff check edgefl tests bench
-	$(BIN)/python -c "from edgefl.sim.round_loop import ready; ready()" & $(BIN)/mypy; typed=$$?; wait $$!; exit $$typed
-	$(BIN)/pytest -n auto
+	typed=$$(mktemp); $(BIN)/mypy > $$typed 2>&1 & mypy=$$!; $(BIN)/pytest -n auto; tested=$$?; \
+	wait $$mypy; status=$$?; cat $$typed; rm -f $$typed; [ $$tested -eq 0 ] && [ $$status -eq 0 ]
 
 test-fast: setup
 	$(BIN)/pytest -n auto -m "not slow"
