@@ -13,6 +13,8 @@ $(BIN)/edgefl: pyproject.toml
 	$(BIN)/pip install --quiet -e ".[dev]"
 	# AutoAttack's library without its stale requests pin (pyproject.toml's autoattack extra says why)
 	$(BIN)/pip install --quiet --no-deps "torchattacks>=3.5"
+	# The round loop compiled into numba's cache once, here at install (about a minute on one core)
+	$(BIN)/python -c "from edgefl.sim.round_loop import ready; ready()"
 	touch $@
 
 setup: $(BIN)/edgefl
@@ -22,9 +24,8 @@ run: setup
 	$(BIN)/edgefl plot runs/quickstart
 
 # The tests spread over every core (pytest-xdist); test-fast leaves out the ones marked slow. mypy
-# runs beside them (its report printed after theirs): on a fresh clone it takes about a minute, while
-# pytest first compiles the round loop into numba's cache (tests/conftest.py, a minute on one core)
-# and then leaves a core idle now and again while its tests wait on the processes they start.
+# runs beside them (its report printed after theirs): on a fresh clone it takes about a minute, which
+# fits where pytest leaves a core idle while its tests wait on the processes they start.
 test: setup
 	$(BIN)/ruff check edgefl tests bench
 	typed=$$(mktemp); $(BIN)/mypy > $$typed 2>&1 & mypy=$$!; $(BIN)/pytest -n auto; tested=$$?; \
