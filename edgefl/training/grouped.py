@@ -136,7 +136,7 @@ class GroupedConv2d(nn.Conv2d):
         """bn(y) with bn in eval mode as the affine map it is (`bn_affine`), worked out once while
         bn's parameters are frozen (`keep`): on the small maps where the convolution is not folded,
         BatchNorm's own eval-mode backward took 2 ms a pass for ResNet10's last stage of 10 clients,
-        one thread (5120 channels of 1x1 maps), against a few microseconds for the product's."""
+        one thread (5120 channels of 1x1 maps), against about 0.1 ms for the product and sum."""
         if any(p is not None and p.requires_grad for p in (bn.weight, bn.bias)):
             scale, shift = bn_affine(bn)
         else:
