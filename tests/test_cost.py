@@ -56,6 +56,9 @@ class OnePool:
 
     def __init__(self, st: DeviceState) -> None:
         self.st, self.kinds, self.kind_flops = st, [st.device], np.array([perf_flops(st.device)])
+        self.kind_read_bps = np.array([st.device.storage_read_mb_s * 1e6])
+        self.kind_write_bps = np.array([st.device.storage_write_mb_s * 1e6])
+        self.kind_latency_ms = np.array([st.device.storage_latency_ms])
 
     def state_at(self, states: States, i: int) -> DeviceState:
         return self.st

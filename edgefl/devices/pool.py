@@ -142,6 +142,9 @@ class DevicePool:
         self.kind_flops = np.array([perf_flops(d) for d in kinds])  # a state's flops: x the app's share
         self.kind_memory = np.array([d.memory_bytes for d in kinds])
         self.kind_reserved = np.array([self.reserved_bytes(d) for d in kinds])
+        self.kind_read_bps = np.array([d.storage_read_mb_s * 1e6 for d in kinds])  # storage, B/s
+        self.kind_write_bps = np.array([d.storage_write_mb_s * 1e6 for d in kinds])
+        self.kind_latency_ms = np.array([d.storage_latency_ms for d in kinds])
         self.kind_networks = np.array([len(d.networks) for d in kinds])
         self.kind_network = np.zeros((len(kinds), int(self.kind_networks.max())), dtype=np.int64)
         for i, d in enumerate(kinds):

@@ -296,17 +296,14 @@ class WalkCost:
         n = len(states.clients)
         columns = {f.name: np.empty(n, dtype=bool if f.name == "swapped" else np.float64)
                    for f in fields(Costs)}
-        storage = _storage(pool.kinds)
         for g, w in enumerate(plan.workloads):
             rows = np.flatnonzero(plan.which == g)
-            for name, values in self._columns(w, rows, states, pool, storage).items():
+            for name, values in self._columns(w, rows, states, pool).items():
                 columns[name][rows] = values
         return Costs(**columns)
 
-    def _columns(self, w: Workload, rows: np.ndarray, s: States, pool: DevicePool,
-                 storage: tuple[np.ndarray, np.ndarray, np.ndarray]) -> dict[str, np.ndarray]:
-        """The costs of workload `w` for the clients at `rows`, as columns; `storage` is each device
-        kind's read and write bandwidth (B/s) and latency (ms)."""
+    def _columns(self, w: Workload, rows: np.ndarray, s: States, pool: DevicePool) -> dict[str, np.ndarray]:
+        """The costs of workload `w` for the clients at `rows`, as columns."""
         key = walk_key(w)
         index = self.indexes.get(key) or self.indexes.setdefault(key, WalkIndex(key))
         budgets = s.memory_bytes[rows]  # the whole footprint walks as at infinity
@@ -320,8 +317,8 @@ class WalkCost:
         write = np.array([c[1].write_bytes for c in chosen])[inverse]
         ops = np.array([c[1].read_ops + c[1].write_ops for c in chosen])[inverse]
         micro = np.array([c[0] for c in chosen])[inverse]
-        read_bw, write_bw, latency_ms = storage
-        access = storage_seconds(read, write, ops, read_bw[kind], write_bw[kind], latency_ms[kind])
+        access = storage_seconds(read, write, ops, pool.kind_read_bps[kind], pool.kind_write_bps[kind],
+                                 pool.kind_latency_ms[kind])
         if self.communication:
             down = transfer_seconds(w.download_bytes, s.down_bps[rows], s.latency_s[rows])
             up = transfer_seconds(w.upload_bytes, s.up_bps[rows], s.latency_s[rows])
@@ -332,13 +329,6 @@ class WalkCost:
                 "mem_req_bytes": np.full(len(rows), self.memory_need(w)),
                 "swapped": np.array([c[2] > 0 for c in chosen])[inverse],
                 "read_bytes": read, "write_bytes": write}
-
-
-def _storage(kinds: Sequence[DeviceProfile]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Each device kind's storage read and write bandwidth (B/s) and latency (ms)."""
-    return (np.array([d.storage_read_mb_s * 1e6 for d in kinds]),
-            np.array([d.storage_write_mb_s * 1e6 for d in kinds]),
-            np.array([d.storage_latency_ms for d in kinds]))
 
 
 def _compute(w: Workload, pool: DevicePool, kind: np.ndarray, micro: np.ndarray) -> np.ndarray:
