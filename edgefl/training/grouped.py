@@ -137,10 +137,10 @@ class GroupedConv2d(nn.Conv2d):
         bn's parameters are frozen (`keep`): on the small maps where the convolution is not folded,
         BatchNorm's own eval-mode backward took 2 ms a pass for ResNet10's last stage of 10 clients,
         one thread (5120 channels of 1x1 maps), against about 0.1 ms for the product and sum."""
-        if any(p is not None and p.requires_grad for p in (bn.weight, bn.bias)):
-            scale, shift = bn_affine(bn)
-        else:
+        if frozen(bn.weight, bn.bias):
             scale, shift = self.keep("affine", lambda: bn_affine(bn))
+        else:
+            scale, shift = bn_affine(bn)
         return y * scale.view(1, -1, 1, 1) + shift.view(1, -1, 1, 1)
 
     def folded(self, x: torch.Tensor, bn: GroupedBatchNorm2d) -> torch.Tensor:
@@ -148,9 +148,14 @@ class GroupedConv2d(nn.Conv2d):
         gamma / sqrt(var + eps), bias beta - mean x that scale (the same affine map, one pass).
         With every parameter of the pair frozen (an attack's passes) the folded pair is worked out
         once (`keep`)."""
-        if any(p is not None and p.requires_grad for p in (self.weight, self.bias, bn.weight, bn.bias)):
+        if not frozen(self.weight, self.bias, bn.weight, bn.bias):
             return self._conv_forward(x, *fold(self, bn))
         return self._conv_forward(x, *self.keep("fold", lambda: fold(self, bn)))
+
+
+def frozen(*params: torch.Tensor | None) -> bool:
+    """Whether none of `params` (None for an absent bias) takes a gradient: an attack's passes."""
+    return not any(p is not None and p.requires_grad for p in params)
 
 
 class OneChannelConv(torch.autograd.Function):
