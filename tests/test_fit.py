@@ -401,6 +401,26 @@ def test_a_device_and_model_family_left_out_never_steer_their_own_prediction(mon
         assert fitted_on == ridge_on == groups - {group}
 
 
+def test_the_overhead_and_the_memory_shares_are_software_a_family_carries_none_of_them():
+    # Two cortex-a76 boards whose framework dispatches twice as slowly and streams its memory-bound
+    # kernels at other shares, and whose 3x3 convolutions run at another share, beside a cortex-a72
+    a76 = replace(TRUTH, efficiency={"conv3x3": 0.35}, op_overhead_us=60.0,
+                  memory={k: v / 2 for k, v in STREAMS.items()})
+    rows = [p for name in ("raspberry_pi_5", "pixel_4a") for p in timed(CATALOG[name], a76, (4, 32))]
+    rows += timed(CATALOG["raspberry_pi_4"], TRUTH, (4, 32))
+    f = fit(rows, 1.0)
+    families = {k for lv, _, k in f.params if lv == "family"}
+    assert "conv3x3" in families  # the silicon's: its family's part
+    assert OVERHEAD not in families and not {k for k in families if k.startswith(MEMORY)}
+    assert {OVERHEAD, MEMORY + "norm"} <= {k for lv, _, k in f.params if lv == "device"}
+    # so a new board of either family is charged the architecture's overhead and memory shares
+    a76_board, a72_board = (replace(next(p for p in rows if p.family == fam), device="new_board")
+                            for fam in ("cortex-a76", "cortex-a72"))
+    assert f.overhead_us(a76_board) == f.overhead_us(a72_board)
+    assert f.share(a76_board, MEMORY + "norm") == f.share(a72_board, MEMORY + "norm")
+    assert f.share(a76_board, "conv3x3") != f.share(a72_board, "conv3x3")
+
+
 # 5. A profile's [fitted] table: its own rows, else its family's, else its architecture's ---------
 
 

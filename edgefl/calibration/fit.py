@@ -22,8 +22,13 @@ Figures are shared by what the hardware is, not by which row it is: a parameter 
 an architecture's (every CPU, every GPU: pulled toward its class default), its core or GPU
 family's (a Cortex-A76, Apple's Firestorm cores, NVIDIA's Pascal: `family` in the profile), the
 row's framework's (MNN beside PyTorch), and the device's own deviation, each deviation pulled
-toward 0 by a ridge. A device the fit has never seen is predicted by its family and architecture
-from its datasheet peak and bandwidth alone. The ridge is chosen by cross-validation over devices
+toward 0 by a ridge. A family differs in what its silicon does: its compute shares (FMA width,
+tensor paths) and the share of its datasheet bandwidth its memory system sustains. The
+per-operator overhead (the framework's dispatch on the host CPU) and the share a memory-bound
+kernel streams at (the framework's kernel) are software's: they have no family part
+(by_software), only the architecture's, the framework's and the device's. A device the fit has
+never seen is predicted by its family and architecture from its datasheet peak and bandwidth
+alone. The ridge is chosen by cross-validation over devices
 on the rows fitted (chosen_ridge), so a prediction judged out of sample never steered it.
 """
 
@@ -60,6 +65,7 @@ OVERHEAD = "overhead"  # the key of the (log) per-operator overhead, microsecond
 BANDWIDTH = "bandwidth"  # the key of the (logit) sustained share of the datasheet bandwidth
 FACTORS = (OVERHEAD, BANDWIDTH)  # keys every row has
 LEVELS = ("arch", "family", "framework", "device")  # a parameter's parts, broadest first
+SOFTWARE_LEVELS = ("arch", "framework", "device")  # the parts of a key that is software's (by_software)
 BANDWIDTH_PRIOR = 0.5  # the sustained share of a datasheet bandwidth before evidence (STREAM: 0.4-0.8)
 MEMORY_PRIOR = 0.7  # the share of that a memory-bound kernel streams at, before evidence
 MEMORY = "mem:"  # the prefix of a memory-bound kind's share key (mem:norm, mem:dwconv, ...)
@@ -137,6 +143,17 @@ def parent(k: str) -> str:
     return f"{up}{at}{precision}" if up else ""
 
 
+def by_software(k: str) -> bool:
+    """Whether key `k` is the framework's rather than the silicon's (module docstring): the
+    per-operator overhead and the memory-bound kinds' streaming shares."""
+    return k == OVERHEAD or k.startswith(MEMORY)
+
+
+def levels(k: str) -> tuple[str, ...]:
+    """The levels whose parts key `k`'s parameter sums (a software key has no family part)."""
+    return SOFTWARE_LEVELS if by_software(k) else LEVELS
+
+
 def above_floor(share: float) -> float:
     """Where a bandwidth share lies between BANDWIDTH_FLOOR and 1 (the logistic its parameter gives)."""
     return (share - BANDWIDTH_FLOOR) / (1 - BANDWIDTH_FLOOR)
@@ -202,7 +219,7 @@ def fit(rows: Sequence[Priced], ridge: float = RIDGE, base: Fit | None = None) -
     pulled toward 0 with weight `ridge`, each architecture toward its class's figures (or those
     `base` gives its devices: a profile's `[fitted]` table, for a user's own timings)."""
     used = {p.id: {*p.keys, *map(parent, p.keys), *p.mkeys, *FACTORS} - {""} for p in rows}
-    names = sorted({(lv, p.part(lv), k) for p in rows for k in used[p.id] for lv in LEVELS
+    names = sorted({(lv, p.part(lv), k) for p in rows for k in used[p.id] for lv in levels(k)
                     if lv == "arch" or p.part(lv)})
     index = {n: i for i, n in enumerate(names)}
     first = {(p.arch, k): p for p in reversed(rows) for k in used[p.id]}
