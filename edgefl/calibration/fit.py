@@ -28,8 +28,8 @@ per-operator overhead (the framework's dispatch on the host CPU) and the share a
 kernel streams at (the framework's kernel) are software's: they have no family part
 (by_software), only the architecture's, the framework's and the device's. A device the fit has
 never seen is predicted by its family and architecture from its datasheet peak and bandwidth
-alone. The ridge is chosen by cross-validation over devices
-on the rows fitted (chosen_ridge), so a prediction judged out of sample never steered it.
+alone. The ridge is chosen by cross-validation over devices on the rows fitted (chosen_ridge), so
+a prediction judged out of sample never steered it.
 """
 
 from __future__ import annotations
