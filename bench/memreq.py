@@ -36,9 +36,11 @@ Run:
     .venv/bin/python bench/memreq.py --models timm:resnet18 torchvision:mobilenet_v3_small --steps 3
 
 A `torchvision:NAME` or `timm:NAME` model (issue 53) is cut into atoms by edgefl.models.cut and run
-on 3xSxS inputs (S = --side, 32 by default) with CIFAR-10's statistics and 10 classes. On 32x32 an
-ImageNet-stem ResNet's last stage runs on 1x1 maps, where oneDNN's weight-gradient kernel takes a
-scratch of 4x the weights per thread, which MemReq does not model (docs/scenarios.md).
+on 3xSxS inputs (S = --side, 32 by default) with CIFAR-10's statistics and 10 classes. The peak
+depends on the oneDNN kernels the CPU gets: on 32x32 an ImageNet-stem ResNet's last stage runs on
+1x1 maps, where oneDNN's AVX2 weight-gradient kernel (`ONEDNN_MAX_CPU_ISA=AVX2`, or a CPU without
+AVX-512) takes a scratch of 4x the weights per thread and the AVX-512 one does not; MemReq models
+neither (docs/scenarios.md). The header line names the kernels.
 
 Defaults (digits_cnn batch 32, the 3x32x32 models batch 64) finish in about 20 s on an idle 2-core
 CPU (two minutes when other work shares it); `--batch 128` doubles the work. `--iters 1` measures
@@ -51,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import os
 import time
 from dataclasses import dataclass
 
@@ -207,7 +210,9 @@ def main(argv: list[str] | None = None) -> None:
     else:
         method = ("CPU allocator events from torch.profiler(profile_memory=True): peak running "
                   "sum + weights and buffers")
-    print(f"torch {torch.__version__}, device {device}, threads {torch.get_num_threads()}, "
+    isa = os.environ.get("ONEDNN_MAX_CPU_ISA", "the CPU's best")
+    kernels = f"ATen {torch.backends.cpu.get_cpu_capability()}, oneDNN ISA {isa}"
+    print(f"torch {torch.__version__}, device {device} ({kernels}), threads {torch.get_num_threads()}, "
           f"PGD-{args.steps}, {args.iters} iterations from a fresh model")
     rows = []
     for name in args.models:
